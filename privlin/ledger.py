@@ -182,9 +182,17 @@ def compose_epsilon(
     return max(0.0, float(acc.get_epsilon(delta)))
 
 
+_ALIASES = {"add_remove": "add_or_remove_one", "substitute": "replace_one"}
+
+
+def _canonical(name: str) -> str:
+    """Ledger spelling of a relation; accepts privlin.accounting's 'add_remove'/'substitute'."""
+    return _ALIASES.get(name, name)
+
+
 def _relation(name: str):
     try:
-        return _RELATIONS[name]
+        return _RELATIONS[_canonical(name)]
     except KeyError:
         raise ValueError(f"unknown neighbouring relation {name!r}; use one of {sorted(_RELATIONS)}") from None
 
@@ -241,7 +249,7 @@ class LedgerEntry:
                 event=event_from_dict(d["event"]),
                 epsilon=float(d["epsilon"]),
                 delta=float(d["delta"]),
-                neighboring_relation=str(d.get("neighboring_relation", "add_or_remove_one")),
+                neighboring_relation=_canonical(str(d.get("neighboring_relation", "add_or_remove_one"))),
                 params=dict(d.get("params") or {}),
                 id=str(d["id"]),
                 time=str(d.get("time", "")),
@@ -420,6 +428,7 @@ class PrivacyLedger:
         lock_timeout: float = 60.0,
     ):
         _relation(neighboring_relation)
+        neighboring_relation = _canonical(neighboring_relation)
         self.path = None if path is None else os.fspath(path)
         self.cap = _check_cap(cap)
         self.neighboring_relation = neighboring_relation

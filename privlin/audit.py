@@ -1,0 +1,471 @@
+"""Empirical privacy audits: a lower bound on the ε a trainer really gives.
+
+A privacy guarantee is a claim about code. An audit runs the code and attacks
+it: if a membership-inference attack on a worst-case *canary* succeeds more
+often than ε allows, the code is broken, whatever its accountant says.
+
+Two audits, both statistically valid lower bounds (at a stated confidence):
+
+* :func:`canary_audit` — many runs with and without one canary (add/remove
+  neighbours). Half of the runs choose the attack (score function, threshold,
+  direction); the other half measure its false-positive and false-negative
+  rates, whose Clopper–Pearson upper bounds turn into ε via the hypothesis-test
+  view of (ε, δ)-DP (Kairouz, Oh & Viswanath 2015):
+  ``FPR + e^ε FNR ≥ 1 − δ`` and ``FNR + e^ε FPR ≥ 1 − δ``. Linear models are
+  cheap, so the runs are batched with ``jax.vmap`` over seeds.
+* :func:`one_run_audit` — Steinke, Nasr & Jagielski (2023): m canaries, each
+  included with probability ½, *one* training run; the attacker guesses the
+  k highest- and k lowest-scoring canaries; the number of correct guesses gives
+  a p-value for "the mechanism is (ε, δ)-DP" (their Theorem / appendix code).
+  Usable on a real store where thousands of runs cost too much.
+
+The bounds can only be as large as the number of runs allows: with n evaluation
+runs per world, ``ε_lb ≤ log(n / ~3.7)`` at 95 % (≈ 4.2 for n = 250), so an
+audit at ε = 8 is loose by construction. See PRIVACY.md.
+
+Command line: ``python -m privlin.audit --method gaussian_sum --epsilon 1 --runs 1000``.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+__all__ = [
+    "clopper_pearson",
+    "epsilon_from_error_rates",
+    "epsilon_lower_bound",
+    "AuditResult",
+    "threshold_audit",
+    "one_run_p_value",
+    "one_run_epsilon",
+    "one_run_audit",
+    "run_many",
+    "canary_audit",
+    "dirac_canary",
+    "ATTACKS",
+]
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def clopper_pearson(k, n, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Exact two-sided (1 − alpha) binomial confidence interval for k successes in n.
+
+    Returns
+    -------
+    lo, hi : arrays shaped like ``k``
+    """
+    k = np.asarray(k, dtype=float)
+    n = np.asarray(n, dtype=float)
+    lo = np.where(k > 0, stats.beta.ppf(alpha / 2, k, n - k + 1), 0.0)
+    hi = np.where(k < n, stats.beta.ppf(1 - alpha / 2, k + 1, n - k), 1.0)
+    return lo, hi
+
+
+def epsilon_from_error_rates(fpr, fnr, delta: float) -> np.ndarray:
+    """ε implied by an attack with these error rates against an (ε, δ)-DP mechanism.
+
+    ``max(log((1−δ−FNR)/FPR), log((1−δ−FPR)/FNR), 0)``; inputs may be arrays.
+    """
+    fpr = np.asarray(fpr, dtype=float)
+    fnr = np.asarray(fnr, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.log(np.maximum(1 - delta - fnr, 0) / fpr)
+        b = np.log(np.maximum(1 - delta - fpr, 0) / fnr)
+    out = np.fmax(np.fmax(a, b), 0.0)
+    return np.nan_to_num(out, nan=0.0, posinf=np.inf)
+
+
+def epsilon_lower_bound(fp: int, n_out: int, fn: int, n_in: int, delta: float, confidence: float = 0.95) -> float:
+    """A lower bound on ε, valid with probability ≥ ``confidence``.
+
+    Parameters
+    ----------
+    fp, n_out : int
+        False positives among the ``n_out`` runs without the canary.
+    fn, n_in : int
+        False negatives among the ``n_in`` runs with it.
+    delta : float
+        δ of the claim being tested.
+    confidence : float
+        Both one-sided Clopper–Pearson upper bounds (FPR and FNR) hold jointly
+        with this probability (each at (1 − confidence)/2).
+    """
+    alpha = 1.0 - confidence
+    # one-sided upper bound at level alpha/2 == two-sided interval at level alpha
+    _, fpr_hi = clopper_pearson(fp, n_out, alpha)
+    _, fnr_hi = clopper_pearson(fn, n_in, alpha)
+    return float(epsilon_from_error_rates(fpr_hi, fnr_hi, delta))
+
+
+@dataclass
+class AuditResult:
+    """Outcome of an audit.
+
+    Attributes
+    ----------
+    epsilon_lb : float
+        Audited lower bound on ε, valid with probability ≥ ``confidence``.
+    epsilon_claimed : float or None
+        What the trainer's accountant claims (``nan`` when not given).
+    attack : str
+        The attack that produced the bound.
+    confidence, delta : float
+    details : dict
+        Counts (fp, fn, runs) or (m, r, v) behind the bound.
+    """
+
+    epsilon_lb: float
+    epsilon_claimed: float = math.nan
+    attack: str = ""
+    confidence: float = 0.95
+    delta: float = 0.0
+    details: dict = field(default_factory=dict)
+
+    @property
+    def violated(self) -> bool:
+        """True when the audit proves the claim false (lower bound > claim)."""
+        return self.epsilon_lb > self.epsilon_claimed
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        verdict = "VIOLATED" if self.violated else "consistent"
+        return (f"claimed ε={self.epsilon_claimed:.3g}  audited lower bound ε≥{self.epsilon_lb:.3f} "
+                f"({self.confidence:.0%} confidence, δ={self.delta:g})  attack: {self.attack}  -> {verdict}")
+
+
+def _best_threshold(s_in: np.ndarray, s_out: np.ndarray, delta: float):
+    """Threshold and direction with the largest point-estimate ε (used on the selection half)."""
+    best = (-1.0, 0.0, 1)
+    for sign in (1, -1):
+        a, b = sign * s_in, sign * s_out
+        t = np.unique(np.concatenate([a, b]))
+        # guess "in" when score >= t
+        tpr = 1.0 - np.searchsorted(np.sort(a), t, side="left") / a.size
+        fpr = 1.0 - np.searchsorted(np.sort(b), t, side="left") / b.size
+        # smoothed rates (+1) so that zero-error thresholds are not all infinite
+        eps = epsilon_from_error_rates((fpr * b.size + 1) / (b.size + 2), ((1 - tpr) * a.size + 1) / (a.size + 2), delta)
+        i = int(np.argmax(eps))
+        if eps[i] > best[0]:
+            best = (float(eps[i]), float(t[i]), sign)
+    return best
+
+
+def threshold_audit(
+    scores_in: Mapping[str, np.ndarray],
+    scores_out: Mapping[str, np.ndarray],
+    *,
+    delta: float,
+    confidence: float = 0.95,
+    select_fraction: float = 0.5,
+    epsilon_claimed: float = math.nan,
+    rng: np.random.Generator | int | None = 0,
+) -> AuditResult:
+    """Membership inference by thresholding, with honest attack selection.
+
+    Parameters
+    ----------
+    scores_in, scores_out : mapping name -> array, shapes (n_in,), (n_out,)
+        Attack scores of the runs with and without the canary, one array per
+        candidate attack (higher or lower may mean "in": both are tried).
+    delta, confidence : float
+    select_fraction : float
+        Share of the runs used to choose attack, threshold and direction; the
+        bound is computed on the rest only, so the choice costs no validity.
+    rng : numpy Generator or int
+        Shuffles runs before the split.
+
+    Returns
+    -------
+    AuditResult
+    """
+    rng = np.random.default_rng(rng)
+    names = list(scores_in)
+    n_in, n_out = len(scores_in[names[0]]), len(scores_out[names[0]])
+    p_in, p_out = rng.permutation(n_in), rng.permutation(n_out)
+    k_in, k_out = int(n_in * select_fraction), int(n_out * select_fraction)
+    if min(k_in, k_out, n_in - k_in, n_out - k_out) < 2:
+        raise ValueError("too few runs to both select and evaluate an attack")
+    sel_in, ev_in = p_in[:k_in], p_in[k_in:]
+    sel_out, ev_out = p_out[:k_out], p_out[k_out:]
+    best = None
+    for name in names:
+        a, b = np.asarray(scores_in[name], float), np.asarray(scores_out[name], float)
+        if a.shape != (n_in,) or b.shape != (n_out,):
+            raise ValueError(f"attack {name!r}: scores must have shapes ({n_in},), ({n_out},)")
+        est, thr, sign = _best_threshold(a[sel_in], b[sel_out], delta)
+        if best is None or est > best[0]:
+            best = (est, thr, sign, name)
+    _, thr, sign, name = best
+    a = sign * np.asarray(scores_in[name], float)[ev_in]
+    b = sign * np.asarray(scores_out[name], float)[ev_out]
+    fn = int(np.sum(a < thr))
+    fp = int(np.sum(b >= thr))
+    lb = epsilon_lower_bound(fp, b.size, fn, a.size, delta, confidence)
+    return AuditResult(
+        epsilon_lb=lb, epsilon_claimed=float(epsilon_claimed), attack=name, confidence=confidence, delta=delta,
+        details={"fp": fp, "n_out": int(b.size), "fn": fn, "n_in": int(a.size), "threshold": thr * sign,
+                 "direction": "score >= t means in" if sign > 0 else "score <= t means in",
+                 "selection_runs": k_in + k_out},
+    )
+
+
+# --------------------------------------------------------------------------- one-run audit
+
+
+def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> float:
+    """P[≥ v correct of r guesses] under (ε, δ)-DP (Steinke, Nasr & Jagielski 2023, Thm 3.3 / App. code).
+
+    ``m`` canaries each included with probability ½; ``r`` guesses (abstentions excluded).
+    """
+    if not 0 <= v <= r <= m:
+        raise ValueError(f"need 0 <= v <= r <= m, got m={m}, r={r}, v={v}")
+    q = 1.0 / (1.0 + math.exp(-epsilon))
+    beta = stats.binom.sf(v - 1, r, q)
+    alpha = 0.0
+    if delta > 0 and v > 0:
+        i = np.arange(1, v + 1)
+        cum = np.cumsum(stats.binom.pmf(v - i, r, q))  # P[v > Bin(r, q) >= v - i]
+        alpha = float(np.max(cum / i))
+    return min(float(beta + alpha * delta * 2 * m), 1.0)
+
+
+def one_run_epsilon(m: int, r: int, v: int, delta: float, confidence: float = 0.95) -> float:
+    """The largest ε rejected at level 1 − ``confidence`` by :func:`one_run_p_value` (0 if none)."""
+    p = 1.0 - confidence
+    lo, hi = 0.0, 1.0
+    if one_run_p_value(m, r, v, lo, delta) >= p:
+        return 0.0
+    while one_run_p_value(m, r, v, hi, delta) < p:
+        lo, hi = hi, hi + 1.0
+        if hi > 60:
+            return lo
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if one_run_p_value(m, r, v, mid, delta) < p:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def one_run_audit(
+    scores,
+    included,
+    *,
+    delta: float,
+    confidence: float = 0.95,
+    guesses: Sequence[int] | None = None,
+    epsilon_claimed: float = math.nan,
+) -> AuditResult:
+    """One-run audit from canary scores (higher score = more likely included).
+
+    Parameters
+    ----------
+    scores : array, shape (m,)
+    included : bool array, shape (m,)
+        Which canaries were really in the training set (coin flips, p = ½).
+    guesses : sequence of int, optional
+        Candidate numbers k of "in" guesses (top k) and "out" guesses (bottom k).
+        Every candidate is tested at level (1 − confidence)/len(guesses)
+        (Bonferroni), so picking the best costs no validity. Default: 5 values
+        from m/50 to m/2.
+
+    Returns
+    -------
+    AuditResult with ``details = {"m", "r", "v", "k"}``.
+    """
+    scores = np.asarray(scores, float)
+    included = np.asarray(included, bool)
+    m = scores.size
+    if included.shape != (m,):
+        raise ValueError("included must have the shape of scores")
+    if guesses is None:
+        guesses = sorted({max(1, int(m * f)) for f in (0.02, 0.05, 0.1, 0.25, 0.5)})
+    order = np.argsort(-scores, kind="stable")
+    conf_each = 1.0 - (1.0 - confidence) / len(guesses)
+    best = (0.0, 0, 0, 0)
+    for k in guesses:
+        k = int(min(k, m // 2))
+        if k < 1:
+            continue
+        v = int(included[order[:k]].sum() + (~included[order[m - k:]]).sum())
+        eps = one_run_epsilon(m, 2 * k, v, delta, conf_each)
+        if eps > best[0] or best[1] == 0:
+            best = (eps, 2 * k, v, k)
+    eps, r, v, k = best
+    return AuditResult(epsilon_lb=eps, epsilon_claimed=float(epsilon_claimed), attack=f"one-run top/bottom-{k}",
+                       confidence=confidence, delta=delta, details={"m": m, "r": r, "v": v, "k": k})
+
+
+# --------------------------------------------------------------------------- running trainers
+
+
+def run_many(train_fn: Callable, X, y, keys, *, chunk: int = 250) -> dict:
+    """Run ``train_fn(X, y, key)`` once per key, vmapped in chunks.
+
+    Parameters
+    ----------
+    train_fn : callable (X (N, D), y (N,), key) -> dict of arrays
+        A pure, jittable trainer; its output is what the model releases.
+    keys : jax key array, shape (R,)
+    chunk : int
+        Runs per vmapped call (bounds memory).
+
+    Returns
+    -------
+    dict name -> numpy array with a leading axis of R runs.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    X = jnp.asarray(X)
+    y = jnp.asarray(y)
+    f = jax.jit(jax.vmap(train_fn, in_axes=(None, None, 0)))
+    parts = []
+    for i in range(0, keys.shape[0], chunk):
+        parts.append(jax.tree_util.tree_map(np.asarray, f(X, y, keys[i:i + chunk])))
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _flat(out: Mapping[str, np.ndarray]) -> np.ndarray:
+    return np.concatenate([np.asarray(out[k], float).reshape(len(out[k]), -1) for k in sorted(out)], axis=1)
+
+
+def _canary_contrast(out, x_c, y_c):
+    W = np.asarray(out["coef"], float)  # (R, K, D)
+    proj = W @ x_c  # (R, K)
+    others = np.delete(proj, y_c, axis=1).mean(axis=1)
+    return proj[:, y_c] - others
+
+
+#: Attacks tried by :func:`canary_audit` (all chosen on the selection half only).
+ATTACKS = ("canary-direction", "canary-contrast", "mean-difference", "diagonal-LDA")
+
+
+def _attack_scores(out_in, out_out, x_c, y_c, sel_in, sel_out) -> tuple[dict, dict]:
+    """Score every run under every attack. Directions learned from the selection runs."""
+    s_in, s_out = {}, {}
+    if "coef" in out_in:
+        s_in["canary-direction"] = np.asarray(out_in["coef"], float)[:, y_c] @ x_c
+        s_out["canary-direction"] = np.asarray(out_out["coef"], float)[:, y_c] @ x_c
+        s_in["canary-contrast"] = _canary_contrast(out_in, x_c, y_c)
+        s_out["canary-contrast"] = _canary_contrast(out_out, x_c, y_c)
+    f_in, f_out = _flat(out_in), _flat(out_out)
+    d = f_in[sel_in].mean(0) - f_out[sel_out].mean(0)
+    var = 0.5 * (f_in[sel_in].var(0) + f_out[sel_out].var(0))
+    var = np.maximum(var, 1e-12 * max(var.max(), 1e-300))
+    s_in["mean-difference"], s_out["mean-difference"] = f_in @ d, f_out @ d
+    w = d / var
+    s_in["diagonal-LDA"], s_out["diagonal-LDA"] = f_in @ w, f_out @ w
+    return s_in, s_out
+
+
+def dirac_canary(X, clip: float = 1.0) -> np.ndarray:
+    """A worst-case canary for linear models: norm ``clip`` on the least-used feature.
+
+    On a coordinate no training row uses, the canary's contribution is all that
+    separates the two worlds; everything else there is noise.
+    """
+    X = np.asarray(X)
+    j = int(np.argmin(np.abs(X).sum(axis=0)))
+    x = np.zeros(X.shape[1], dtype=np.float32)
+    x[j] = clip
+    return x
+
+
+def canary_audit(
+    train_fn: Callable,
+    X,
+    y,
+    *,
+    canary_x=None,
+    canary_y: int = 0,
+    runs: int = 1000,
+    delta: float = 1e-5,
+    epsilon_claimed: float = math.nan,
+    confidence: float = 0.95,
+    seed: int = 0,
+    chunk: int = 250,
+    select_fraction: float = 0.5,
+) -> AuditResult:
+    """Audit ``train_fn`` with a canary: ``runs/2`` runs without it, ``runs/2`` with it.
+
+    Parameters
+    ----------
+    train_fn : callable (X, y, key) -> dict of released arrays
+        Pure and jittable; ``"coef"`` (K, D) enables the canary-aware attacks.
+        Everything it returns counts as released (weights, intercepts, means...).
+    X, y : arrays, shapes (N, D), (N,)
+        The other training data (public to the attacker: worst case).
+    canary_x : array (D,), optional
+        Default :func:`dirac_canary` with unit norm.
+    canary_y : int
+        The canary's label.
+    runs : int
+        Total runs, split evenly between the two worlds.
+    delta, epsilon_claimed, confidence : float
+    seed : int
+        Seeds the runs and the selection split (audits are reproducible).
+
+    Returns
+    -------
+    AuditResult (``details`` adds run counts and wall time)
+    """
+    import jax
+
+    X = np.asarray(X, np.float32)
+    y = np.asarray(y)
+    x_c = dirac_canary(X) if canary_x is None else np.asarray(canary_x, np.float32)
+    if x_c.shape != (X.shape[1],):
+        raise ValueError(f"canary_x must have shape ({X.shape[1]},), got {x_c.shape}")
+    n_half = runs // 2
+    if n_half < 8:
+        raise ValueError("an audit needs at least 16 runs")
+    t0 = time.perf_counter()
+    keys = jax.random.split(jax.random.key(seed), 2 * n_half)
+    X_in = np.concatenate([X, x_c[None]], axis=0)
+    y_in = np.concatenate([y, np.asarray([canary_y], dtype=y.dtype)])
+    out_in = run_many(train_fn, X_in, y_in, keys[:n_half], chunk=chunk)
+    out_out = run_many(train_fn, X, y, keys[n_half:], chunk=chunk)
+    wall = time.perf_counter() - t0
+    rng = np.random.default_rng(seed)
+    p_in, p_out = rng.permutation(n_half), rng.permutation(n_half)
+    k = int(n_half * select_fraction)
+    # attack directions are learned on the selection runs only ...
+    s_in, s_out = _attack_scores(out_in, out_out, x_c.astype(float), canary_y, p_in[:k], p_out[:k])
+    # ... and threshold_audit reuses the same permutation seed, so it selects on the same runs
+    res = threshold_audit(s_in, s_out, delta=delta, confidence=confidence, select_fraction=select_fraction,
+                          epsilon_claimed=epsilon_claimed, rng=seed)
+    res.details.update({"runs": 2 * n_half, "train_seconds": wall})
+    return res
+
+
+# --------------------------------------------------------------------------- reference mechanism
+
+
+def gaussian_sum_trainer(noise_multiplier: float, clip: float = 1.0, n_classes: int = 10) -> Callable:
+    """The ideal full-batch Gaussian mechanism on per-class clipped sums.
+
+    Releases ``coef = Σ_i onehot(y_i) ⊗ clip_C(x_i) + N(0, (σC)²)`` — the
+    statistic every full-batch privlin trainer noises. Auditing it measures how
+    tight the audit itself can be (the accountant is exact here).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    def train(X, y, key):
+        norms = jnp.linalg.norm(X, axis=1, keepdims=True)
+        Xc = X * jnp.minimum(1.0, clip / jnp.maximum(norms, 1e-12))
+        sums = jax.nn.one_hot(y, n_classes, dtype=X.dtype).T @ Xc
+        return {"coef": sums + noise_multiplier * clip * jax.random.normal(key, sums.shape, X.dtype)}
+
+    return train

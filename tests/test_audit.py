@@ -1,0 +1,185 @@
+"""Privacy audits: the statistics against independent closed forms, and broken mechanisms caught.
+
+The broken mechanisms live here, in the tests, never in the library.
+"""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+from sklearn.datasets import load_digits
+
+from privlin import accounting
+from privlin import audit as A
+
+DELTA = 1e-5
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+@pytest.mark.parametrize("k,n", [(0, 50), (3, 50), (25, 50), (50, 50), (7, 1000)])
+def test_clopper_pearson_matches_scipy_exact_interval(k, n):
+    lo, hi = A.clopper_pearson(k, n, 0.05)
+    ci = stats.binomtest(k, n).proportion_ci(0.95, method="exact")
+    assert lo == pytest.approx(ci.low, abs=1e-12)
+    assert hi == pytest.approx(ci.high, abs=1e-12)
+
+
+def test_epsilon_lower_bound_closed_form_at_zero_errors():
+    # k = 0 errors: the one-sided CP upper bound is 1 - (alpha/2)^(1/n)
+    n, conf = 250, 0.95
+    p_hi = 1 - (0.025) ** (1 / n)
+    expected = math.log((1 - DELTA - p_hi) / p_hi)
+    assert A.epsilon_lower_bound(0, n, 0, n, DELTA, conf) == pytest.approx(expected, rel=1e-9)
+    # coin-flip attacks prove nothing
+    assert A.epsilon_lower_bound(125, 250, 125, 250, DELTA, conf) == 0.0
+
+
+def test_one_run_p_value_without_delta_is_binomial_tail():
+    for eps in (0.5, 2.0):
+        q = 1 / (1 + math.exp(-eps))
+        assert A.one_run_p_value(1000, 100, 80, eps, 0.0) == pytest.approx(stats.binom.sf(79, 100, q))
+
+
+def test_one_run_epsilon_closed_form_all_correct():
+    # r = v: p-value q^r; the bound solves q^r = 1 - confidence
+    r = 100
+    q = 0.05 ** (1 / r)
+    assert A.one_run_epsilon(1000, r, r, 0.0, 0.95) == pytest.approx(math.log(q / (1 - q)), abs=1e-6)
+    # delta > 0 only weakens the bound; coin-flip accuracy gives nothing
+    assert A.one_run_epsilon(1000, r, r, 1e-5, 0.95) <= A.one_run_epsilon(1000, r, r, 0.0, 0.95)
+    assert A.one_run_epsilon(1000, 100, 50, 1e-5) == 0.0
+
+
+def test_threshold_audit_is_valid_on_the_gaussian_mechanism():
+    """Simulated scores of a μ-GDP mechanism: the bound stays below its exact ε."""
+    mu = 1.0
+    eps_true = accounting.gdp_epsilon(1 / mu, DELTA)
+    rng = np.random.default_rng(0)
+    bounds = []
+    for _ in range(20):
+        s_in = {"x": rng.normal(mu, 1, 2000)}
+        s_out = {"x": rng.normal(0, 1, 2000)}
+        bounds.append(A.threshold_audit(s_in, s_out, delta=DELTA, rng=rng).epsilon_lb)
+    # valid at 95 %: exceeding the truth is allowed in 5 % of audits, here 20 independent ones
+    assert sum(b > eps_true for b in bounds) <= 2
+    assert np.median(bounds) > 0.2 * eps_true, (bounds, eps_true)  # and it is not vacuous
+
+
+def test_one_run_audit_is_valid_on_randomized_response():
+    """ε-DP randomized response on m coin flips: the one-run bound stays below ε and near it."""
+    eps, m = 2.0, 5000
+    rng = np.random.default_rng(1)
+    bounds = []
+    for _ in range(10):
+        inc = rng.random(m) < 0.5
+        keep = rng.random(m) < 1 / (1 + math.exp(-eps))
+        scores = np.where(inc == keep, 1.0, -1.0) + 1e-3 * rng.random(m)
+        bounds.append(A.one_run_audit(scores, inc, delta=0.0).epsilon_lb)
+    # valid at 95 %: at most a few of 10 independent audits may exceed the truth
+    assert sum(b > eps for b in bounds) <= 2, bounds
+    assert min(bounds) > 0.6 * eps
+
+
+def test_audit_inputs_are_checked():
+    with pytest.raises(ValueError):
+        A.one_run_p_value(10, 20, 5, 1.0, 0.0)
+    with pytest.raises(ValueError):
+        A.threshold_audit({"a": np.zeros(3)}, {"a": np.zeros(3)}, delta=DELTA)
+    with pytest.raises(ValueError):
+        A.one_run_audit(np.zeros(4), np.zeros(3, bool), delta=0.0)
+
+
+# --------------------------------------------------------------------------- mechanisms on digits
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X, y = load_digits(return_X_y=True)
+    X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    return X.astype(np.float32), y.astype(np.int32)
+
+
+def _clip(X, C=1.0):
+    n = jnp.linalg.norm(X, axis=1, keepdims=True)
+    return X * jnp.minimum(1.0, C / jnp.maximum(n, 1e-12))
+
+
+def centered_sum_trainer(sigma, sigma_center, *, K=10, broken=None):
+    """Private centering, then noisy per-class sums of the centred, clipped rows.
+
+    ``broken``: ``"shared_noise"`` (one noise vector for all classes),
+    ``"exact_mean"`` (the released mean has no noise), ``"weak_noise"`` (σ/10).
+    """
+
+    def train(X, y, key):
+        k_mean, k_sum = jax.random.split(key)
+        n = X.shape[0]  # public under add/remove
+        Xc = _clip(X)
+        if broken == "exact_mean":
+            mean = Xc.sum(0) / n
+        else:
+            mean = (Xc.sum(0) + sigma_center * jax.random.normal(k_mean, (X.shape[1],))) / n
+        Z = _clip(X - mean)
+        sums = jax.nn.one_hot(y, K, dtype=X.dtype).T @ Z
+        s = sigma / 10 if broken == "weak_noise" else sigma
+        if broken == "shared_noise":
+            noise = jax.random.normal(k_sum, (1, X.shape[1])) * jnp.ones((K, 1))
+        else:
+            noise = jax.random.normal(k_sum, sums.shape)
+        return {"coef": sums + s * noise, "mean": mean}
+
+    return train
+
+
+@pytest.mark.parametrize("eps", [1.0, 4.0])
+def test_correct_mechanism_passes(digits, eps):
+    X, y = digits
+    sigma, sigma_c = accounting.split_noise(eps, DELTA, center_share=0.1)
+    res = A.canary_audit(centered_sum_trainer(sigma, sigma_c), X, y, runs=1000, delta=DELTA, epsilon_claimed=eps)
+    assert not res.violated, str(res)
+    assert res.details["runs"] == 1000
+
+
+@pytest.mark.parametrize("broken", ["weak_noise", "shared_noise", "exact_mean"])
+def test_broken_mechanism_is_caught(digits, broken):
+    X, y = digits
+    eps = 1.0
+    sigma, sigma_c = accounting.split_noise(eps, DELTA, center_share=0.1)
+    res = A.canary_audit(centered_sum_trainer(sigma, sigma_c, broken=broken), X, y, runs=1000, delta=DELTA,
+                         epsilon_claimed=eps)
+    assert res.violated, str(res)
+    assert res.epsilon_lb > 1.5
+
+
+def test_reference_gaussian_sum_tightness(digits):
+    """The ideal mechanism at ε=8 is audited above zero but below its claim."""
+    X, y = digits
+    sigma = accounting.calibrate_noise(8.0, DELTA)
+    res = A.canary_audit(A.gaussian_sum_trainer(sigma), X, y, runs=1000, delta=DELTA, epsilon_claimed=8.0)
+    assert 0.3 < res.epsilon_lb <= 8.0
+
+
+def test_one_run_audit_catches_weak_noise():
+    """m Dirac canaries on unused coordinates, one run each: weak noise is caught, correct noise is not."""
+    rng = np.random.default_rng(0)
+    m, d_data = 400, 16
+    X = np.zeros((300, d_data + m), np.float32)
+    X[:, :d_data] = rng.normal(size=(300, d_data))
+    y = rng.integers(0, 10, 300)
+    canaries = np.zeros((m, d_data + m), np.float32)
+    canaries[np.arange(m), d_data + np.arange(m)] = 1.0
+    cy = rng.integers(0, 10, m)
+    inc = rng.random(m) < 0.5
+    Xall = np.concatenate([X, canaries[inc]])
+    yall = np.concatenate([y, cy[inc]])
+    for mult, expect_violation in [(1.0, False), (0.1, True)]:
+        sigma = accounting.calibrate_noise(2.0, DELTA) * mult
+        out = A.gaussian_sum_trainer(sigma)(jnp.asarray(Xall), jnp.asarray(yall), jax.random.key(3))
+        coef = np.asarray(out["coef"])
+        scores = coef[cy, d_data + np.arange(m)]
+        res = A.one_run_audit(scores, inc, delta=DELTA, epsilon_claimed=2.0)
+        assert res.violated == expect_violation, str(res)
