@@ -1,0 +1,98 @@
+"""Build a frozen backbone from its registry name: architecture + verified weights + head + preprocessing."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .checkpoints import load_strict, read_checkpoint, resolve_weights, sha256_file, to_timm_state_dict
+from .heads import FlatPixels, PooledViT
+from .preprocessing import Normalize, geometry_transform
+from .registry import BackboneConfig, get_config
+
+
+def build_architecture(config: BackboneConfig) -> nn.Module:
+    """The bare network of ``config`` with freshly initialized weights (load weights before use)."""
+    if config.arch == "pixels":
+        return nn.Identity()
+    from timm.models.vision_transformer import VisionTransformer
+    return VisionTransformer(**config.arch_kwargs)
+
+
+@dataclass
+class Backbone:
+    """A frozen, ready-to-run feature extractor.
+
+    Attributes
+    ----------
+    config : BackboneConfig
+    head : str
+    model : torch.nn.Module
+        ``uint8 (B, 3, crop, crop)`` -> ``float32 (B, dim)``; normalization included, eval mode, no grads.
+    transform : callable
+        PIL RGB image -> ``uint8 (3, crop, crop)`` tensor (runs in DataLoader workers).
+    dim : int
+    weights_path : Path or None
+    weights_sha256 : str or None
+    """
+
+    config: BackboneConfig
+    head: str
+    model: nn.Module
+    transform: object
+    dim: int
+    weights_path: Path | None
+    weights_sha256: str | None
+
+    def provenance(self) -> dict:
+        """What the feature store records about the network that produced its features."""
+        return {"backbone": self.config.name, "backbone_config": self.config.as_dict(), "head": self.head,
+                "dim": self.dim, "preprocessing": self.config.preprocessing.as_dict(),
+                "weights_file": self.weights_path.name if self.weights_path else None,
+                "weights_sha256": self.weights_sha256}
+
+
+def load_backbone(backbone: str | BackboneConfig, *, head: str | None = None,
+                  weights: str | os.PathLike | None = None) -> Backbone:
+    """Build the named backbone with its weights loaded strictly, frozen, on the CPU.
+
+    Parameters
+    ----------
+    backbone : str or BackboneConfig
+        A registry name (see :func:`backbones.list_backbones`) or a config.
+    head : str, optional
+        One of ``config.heads``; default the first.
+    weights : path, optional
+        Weights file; default ``$PRIVLIN_WEIGHTS_DIR/<config.weights_file>`` (or the bundled file).
+
+    Raises
+    ------
+    KeyError
+        Unknown backbone name.
+    ValueError
+        Head not supported by this backbone.
+    WeightsNotFoundError
+        No weights file (the message says which file to put where).
+    CheckpointMismatchError
+        The file's keys/shapes do not fit the architecture (lists missing and unexpected keys).
+    """
+    config = get_config(backbone) if isinstance(backbone, str) else backbone
+    head = head or config.default_head
+    if head not in config.heads:
+        raise ValueError(f"backbone {config.name!r} has heads {list(config.heads)}, not {head!r}")
+    path = resolve_weights(config, weights)
+    net = build_architecture(config)
+    sha = None
+    if path is not None:
+        raw = read_checkpoint(path)
+        state, unexpected = to_timm_state_dict(raw, config)
+        load_strict(net, state, source=repr(str(path)), unexpected_in_file=unexpected)
+        sha = sha256_file(path)
+    pre = config.preprocessing
+    pooled = FlatPixels(3, pre.crop) if config.arch == "pixels" else PooledViT(net, head)
+    model = nn.Sequential(Normalize(pre.mean, pre.std), pooled).eval().requires_grad_(False)
+    return Backbone(config=config, head=head, model=model, transform=geometry_transform(pre), dim=pooled.dim,
+                    weights_path=path, weights_sha256=sha)

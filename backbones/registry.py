@@ -1,0 +1,186 @@
+"""Named frozen backbones as data: architecture, weights file and format, preprocessing, pooling heads.
+
+Configs are plain frozen dataclasses (timm's ``PretrainedCfg`` idea): the feature store records them in its
+attributes, so a reader knows exactly which network and which pixels produced the numbers. Reading a config
+never touches the network or the disk.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+HALF = (0.5, 0.5, 0.5)
+
+WEIGHT_FORMATS = ("none", "mae_pth", "timm", "jax_npz", "auto")
+VIT_HEADS = ("cls", "gap", "blocks")
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """Pixels as the checkpoint was trained on: resize the shorter side, center crop, normalize.
+
+    Attributes
+    ----------
+    resize : int
+        Target of the shorter side before cropping (``torchvision.transforms.Resize(resize)``).
+    crop : int
+        Side of the square center crop: the network's input size.
+    interpolation : {"bicubic", "bilinear", "nearest"}
+    mean, std : tuple of 3 floats
+        Per-channel normalization of [0, 1] RGB pixels.
+    """
+
+    resize: int
+    crop: int
+    interpolation: str = "bicubic"
+    mean: tuple = IMAGENET_MEAN
+    std: tuple = IMAGENET_STD
+
+    def as_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class BackboneConfig:
+    """One named backbone.
+
+    Attributes
+    ----------
+    name : str
+    arch : {"vit", "pixels"}
+        ``"vit"`` builds ``timm.models.vision_transformer.VisionTransformer(**arch_kwargs)``;
+        ``"pixels"`` is the identity on preprocessed pixels (a baseline without weights).
+    arch_kwargs : dict
+        Constructor arguments, spelled out (no hidden timm defaults beyond the class signature).
+    timm_reference : str or None
+        The registered timm model with the same architecture (tests check the shapes agree).
+    weights_format : {"none", "mae_pth", "timm", "jax_npz", "auto"}
+        How the weights file is laid out; ``"auto"`` decides by file suffix and keys.
+    weights_file : str or None
+        File name looked up in ``$PRIVLIN_WEIGHTS_DIR`` when no path is given.
+    weights_source : str
+        Where a user can obtain the file (never downloaded by this library).
+    bundled : bool
+        The weights file ships inside ``backbones/weights/``.
+    preprocessing : Preprocessing
+    heads : tuple of str
+        Pooling heads this backbone supports; the first is the default.
+    description : str
+    """
+
+    name: str
+    arch: str
+    arch_kwargs: dict = field(default_factory=dict)
+    timm_reference: str | None = None
+    weights_format: str = "none"
+    weights_file: str | None = None
+    weights_source: str = ""
+    bundled: bool = False
+    preprocessing: Preprocessing = Preprocessing(resize=224, crop=224)
+    heads: tuple = VIT_HEADS
+    description: str = ""
+
+    def __post_init__(self):
+        if self.arch not in ("vit", "pixels"):
+            raise ValueError(f"arch must be 'vit' or 'pixels', got {self.arch!r}")
+        if self.weights_format not in WEIGHT_FORMATS:
+            raise ValueError(f"weights_format must be one of {WEIGHT_FORMATS}, got {self.weights_format!r}")
+        if not self.heads:
+            raise ValueError("a backbone needs at least one head")
+
+    @property
+    def default_head(self) -> str:
+        return self.heads[0]
+
+    def as_dict(self) -> dict:
+        """JSON-ready description, recorded in store attributes."""
+        out = dataclasses.asdict(self)
+        out["preprocessing"] = self.preprocessing.as_dict()
+        out["heads"] = list(self.heads)
+        return out
+
+
+def _vit(patch, dim, depth, heads, img=224, **extra) -> dict:
+    # The constructor arguments of timm's vit_{base,large,huge}_patch{16,14}_224, spelled out; num_classes=0 and
+    # global_pool="token" make forward() return the final-norm class token, the `cls` head.
+    return dict(img_size=img, patch_size=patch, embed_dim=dim, depth=depth, num_heads=heads, mlp_ratio=4.0,
+                qkv_bias=True, class_token=True, global_pool="token", num_classes=0, **extra)
+
+
+# ViP (MAE) linear probing evaluates at Resize(256, bicubic) + CenterCrop(224) with ImageNet mean/std
+# (ViP-MAE main_linprobe.py, same as MAE).
+_MAE_PIXELS = Preprocessing(resize=256, crop=224, interpolation="bicubic", mean=IMAGENET_MEAN, std=IMAGENET_STD)
+# Google ViT ImageNet-21k checkpoints: inputs in [-1, 1]; timm's pretrained config (crop_pct 0.9, bicubic).
+_GOOGLE_PIXELS = Preprocessing(resize=248, crop=224, interpolation="bicubic", mean=HALF, std=HALF)
+
+_VIP_URL = "https://github.com/facebookresearch/ViP-MAE (README, 'DP Pre-trained ViP checkpoints')"
+_VIT_URL = "gs://vit_models/imagenet21k/ (google-research/vision_transformer) or the timm hub tag"
+
+_REGISTRY: dict[str, BackboneConfig] = {}
+
+
+def register(config: BackboneConfig, *, overwrite: bool = False) -> BackboneConfig:
+    """Add a backbone config under ``config.name`` (e.g. a tiny variant for tests or a new checkpoint)."""
+    if not isinstance(config, BackboneConfig):
+        raise TypeError(f"expected a BackboneConfig, got {type(config).__name__}")
+    if config.name in _REGISTRY and not overwrite:
+        raise ValueError(f"backbone {config.name!r} is already registered (pass overwrite=True to replace it)")
+    _REGISTRY[config.name] = config
+    return config
+
+
+def get_config(name: str) -> BackboneConfig:
+    """The config registered under ``name`` (a deep copy: callers cannot change the registry by accident)."""
+    try:
+        return copy.deepcopy(_REGISTRY[name])
+    except KeyError:
+        raise KeyError(f"unknown backbone {name!r}; known backbones: {list_backbones()}") from None
+
+
+def list_backbones() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+for _cfg in (
+    BackboneConfig(
+        name="vip_base", arch="vit", arch_kwargs=_vit(16, 768, 12, 12), timm_reference="vit_base_patch16_224",
+        weights_format="mae_pth", weights_file="ckpt-vip-laion233m-base.pth", weights_source=_VIP_URL,
+        preprocessing=_MAE_PIXELS,
+        description="ViP-Base: ViT-B/16 MAE trained with DP (eps=8) on LAION-233M after Shaders-21k warm start"),
+    BackboneConfig(
+        name="vip_large", arch="vit", arch_kwargs=_vit(16, 1024, 24, 16), timm_reference="vit_large_patch16_224",
+        weights_format="mae_pth", weights_file="ckpt-vip-laion233m-large.pth", weights_source=_VIP_URL,
+        preprocessing=_MAE_PIXELS,
+        description="ViP-Large: ViT-L/16 DP-MAE (the ViP paper's scaling study; file name of your own copy)"),
+    BackboneConfig(
+        name="syn_vip_base", arch="vit", arch_kwargs=_vit(16, 768, 12, 12), timm_reference="vit_base_patch16_224",
+        weights_format="mae_pth", weights_file="ckpt-vip-syn-base.pth", weights_source=_VIP_URL,
+        preprocessing=_MAE_PIXELS,
+        description="(Syn)-ViP-Base: ViT-B/16 MAE trained on synthetic Shaders-21k images only (no private data)"),
+    BackboneConfig(
+        name="vit_b16_in21k", arch="vit", arch_kwargs=_vit(16, 768, 12, 12), timm_reference="vit_base_patch16_224",
+        weights_format="auto", weights_file="ViT-B_16.npz", weights_source=_VIT_URL, preprocessing=_GOOGLE_PIXELS,
+        description="ViT-B/16 supervised on ImageNet-21k (Google release; .npz, or timm .safetensors/.pth)"),
+    BackboneConfig(
+        name="vit_l16", arch="vit", arch_kwargs=_vit(16, 1024, 24, 16), timm_reference="vit_large_patch16_224",
+        weights_format="auto", weights_file="ViT-L_16.npz", weights_source=_VIT_URL, preprocessing=_GOOGLE_PIXELS,
+        description="ViT-L/16 supervised on ImageNet-21k (Google release; JFT weights load the same way)"),
+    BackboneConfig(
+        name="vit_h14", arch="vit", arch_kwargs=_vit(14, 1280, 32, 16), timm_reference="vit_huge_patch14_224",
+        weights_format="auto", weights_file="ViT-H_14.npz", weights_source=_VIT_URL, preprocessing=_GOOGLE_PIXELS,
+        description="ViT-H/14 supervised on ImageNet-21k (Google release; JFT weights load the same way)"),
+    BackboneConfig(
+        name="pixels", arch="pixels", arch_kwargs={}, weights_format="none",
+        preprocessing=Preprocessing(resize=32, crop=32, interpolation="bilinear", mean=HALF, std=HALF),
+        heads=("flat",), description="Identity: resized pixels in [-1, 1], flattened (3*32*32 = 3072-d baseline)"),
+    BackboneConfig(
+        name="vip_toy", arch="vit", arch_kwargs=_vit(4, 128, 6, 4, img=32), timm_reference=None,
+        weights_format="mae_pth", weights_file="vip_toy.pth", bundled=True,
+        weights_source="backbones/weights/vip_toy.pth, trained by the project's DP-MAE code (backbones/mae)",
+        preprocessing=Preprocessing(resize=32, crop=32, interpolation="bicubic"),
+        description="Tiny ViT (32px, patch 4, dim 128, depth 6) shipped with the project for offline use"),
+):
+    register(_cfg)

@@ -1,0 +1,70 @@
+"""``featurize`` / ``python -m featurize``: extract frozen-backbone features of a dataset into a feature store.
+
+Examples::
+
+    featurize --backbone vip_toy --dataset digits
+    featurize --backbone vip_base --head blocks --dataset imagenet --data-dir /data/imagenet \\
+              --weights ckpt-vip-laion233m-base.pth --out feats/vip_base_blocks_imagenet.zarr
+    torchrun --nproc-per-node 8 -m featurize --backbone vit_h14 --dataset imagenet --data-dir /data/imagenet
+
+Rerunning the same command resumes a killed job; ``--shard i/n`` (or torchrun) splits one store across workers.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import backbones
+
+from .datasets import DatasetError
+from .job import CorruptImageError, extract
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="featurize", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Backbones: " + ", ".join(backbones.list_backbones()))
+    p.add_argument("--backbone", required=True, help="registry name, e.g. vip_base, vit_b16_in21k, vip_toy, pixels")
+    p.add_argument("--dataset", required=True, help="imagenet, cifar10, cifar100, digits or imagefolder:PATH")
+    p.add_argument("--data-dir", default=None, help="root of imagenet / the CIFAR python release")
+    p.add_argument("--split", default=None,
+                   help="comma-separated splits (default: every split of the dataset)")
+    p.add_argument("--head", default=None, help="cls, gap or blocks for ViTs (default: the backbone's first)")
+    p.add_argument("--out", default=None, help="store path or fsspec URL (default features/<bb>_<head>_<ds>.zarr)")
+    p.add_argument("--weights", default=None,
+                   help=f"weights file (default ${backbones.WEIGHTS_DIR_ENV}/<registry file name>)")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--num-workers", type=int, default=None, help="decoding processes (default min(8, cpus))")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    p.add_argument("--dtype", default="float16", choices=("float16", "float32"), help="stored feature dtype")
+    p.add_argument("--shard", default=None, help="i/n: write every n-th store shard starting at i "
+                                                 "(default: torchrun RANK/WORLD_SIZE, else 0/1)")
+    p.add_argument("--shard-rows", type=int, default=None, help="rows per store shard (default ~16 MiB shards)")
+    p.add_argument("--skip-bad", action="store_true", help="record undecodable images as skipped rows")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result = extract(args.backbone, args.dataset, splits=args.split.split(",") if args.split else None,
+                         out=args.out, head=args.head, data_dir=args.data_dir, weights=args.weights,
+                         batch_size=args.batch_size, num_workers=args.num_workers, device=args.device,
+                         dtype=args.dtype, shard=args.shard, shard_rows=args.shard_rows, skip_bad=args.skip_bad,
+                         progress=not args.no_progress)
+    except (DatasetError, CorruptImageError, backbones.WeightsNotFoundError, backbones.CheckpointMismatchError,
+            KeyError, ValueError) as e:
+        print(f"featurize: error: {e.args[0] if isinstance(e, KeyError) and e.args else e}", file=sys.stderr)
+        return 2
+    for s in result["splits"]:
+        rate = s["rows"] / s["seconds"] if s["seconds"] > 0 else 0.0
+        state = "complete" if s["complete"] else "waiting for other writers' shards"
+        skipped = f", {len(s['skipped'])} skipped" if s["skipped"] else ""
+        print(f"{result['out']} [{s['split']}]: {s['rows']} images in {s['shards']} shards, "
+              f"{s['seconds']:.1f} s ({rate:.0f} img/s){skipped}; {state}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
