@@ -142,7 +142,7 @@ class AuditResult:
                 f"({self.confidence:.0%} confidence, δ={self.delta:g})  attack: {self.attack}  -> {verdict}")
 
 
-def _best_threshold(s_in: np.ndarray, s_out: np.ndarray, delta: float):
+def _best_threshold(s_in: np.ndarray, s_out: np.ndarray, delta: float, alpha: float = 0.05):
     """Threshold and direction with the largest point-estimate ε (used on the selection half)."""
     best = (-1.0, 0.0, 1)
     for sign in (1, -1):
@@ -151,8 +151,13 @@ def _best_threshold(s_in: np.ndarray, s_out: np.ndarray, delta: float):
         # guess "in" when score >= t
         tpr = 1.0 - np.searchsorted(np.sort(a), t, side="left") / a.size
         fpr = 1.0 - np.searchsorted(np.sort(b), t, side="left") / b.size
-        # smoothed rates (+1) so that zero-error thresholds are not all infinite
-        eps = epsilon_from_error_rates((fpr * b.size + 1) / (b.size + 2), ((1 - tpr) * a.size + 1) / (a.size + 2), delta)
+        # rank thresholds by the bound they would give (Clopper-Pearson at the audit's
+        # confidence): favours tail thresholds whose error counts are small but certain
+        fp = np.rint(fpr * b.size)
+        fn = np.rint((1 - tpr) * a.size)
+        _, fpr_hi = clopper_pearson(fp, b.size, alpha)
+        _, fnr_hi = clopper_pearson(fn, a.size, alpha)
+        eps = epsilon_from_error_rates(fpr_hi, fnr_hi, delta)
         i = int(np.argmax(eps))
         if eps[i] > best[0]:
             best = (float(eps[i]), float(t[i]), sign)
@@ -201,7 +206,7 @@ def threshold_audit(
         a, b = np.asarray(scores_in[name], float), np.asarray(scores_out[name], float)
         if a.shape != (n_in,) or b.shape != (n_out,):
             raise ValueError(f"attack {name!r}: scores must have shapes ({n_in},), ({n_out},)")
-        est, thr, sign = _best_threshold(a[sel_in], b[sel_out], delta)
+        est, thr, sign = _best_threshold(a[sel_in], b[sel_out], delta, 1.0 - confidence)
         if best is None or est > best[0]:
             best = (est, thr, sign, name)
     _, thr, sign, name = best
@@ -440,10 +445,14 @@ def canary_audit(
     rng = np.random.default_rng(seed)
     p_in, p_out = rng.permutation(n_half), rng.permutation(n_half)
     k = int(n_half * select_fraction)
-    # attack directions are learned on the selection runs only ...
-    s_in, s_out = _attack_scores(out_in, out_out, x_c.astype(float), canary_y, p_in[:k], p_out[:k])
-    # ... and threshold_audit reuses the same permutation seed, so it selects on the same runs
-    res = threshold_audit(s_in, s_out, delta=delta, confidence=confidence, select_fraction=select_fraction,
+    k_learn = k // 2
+    # a quarter of the runs learns the data-driven attack directions, ...
+    s_in, s_out = _attack_scores(out_in, out_out, x_c.astype(float), canary_y, p_in[:k_learn], p_out[:k_learn])
+    # ... the rest goes to threshold_audit, which selects attack and threshold on some and bounds on the others
+    s_in = {a: v[p_in[k_learn:]] for a, v in s_in.items()}
+    s_out = {a: v[p_out[k_learn:]] for a, v in s_out.items()}
+    rest = n_half - k_learn
+    res = threshold_audit(s_in, s_out, delta=delta, confidence=confidence, select_fraction=(k - k_learn) / rest,
                           epsilon_claimed=epsilon_claimed, rng=seed)
     res.details.update({"runs": 2 * n_half, "train_seconds": wall})
     return res
@@ -469,3 +478,74 @@ def gaussian_sum_trainer(noise_multiplier: float, clip: float = 1.0, n_classes: 
         return {"coef": sums + noise_multiplier * clip * jax.random.normal(key, sums.shape, X.dtype)}
 
     return train
+
+
+# --------------------------------------------------------------------------- methods and CLI
+
+
+def _gaussian_sum_method(epsilon: float, delta: float, n_classes: int, **_):
+    from privlin import accounting
+
+    sigma = accounting.calibrate_noise(epsilon, delta)
+    return gaussian_sum_trainer(sigma, 1.0, n_classes)
+
+
+#: name -> factory(epsilon, delta, n_classes, n, dim) -> pure trainer (X, y, key) -> released dict
+METHODS: dict[str, Callable] = {"gaussian_sum": _gaussian_sum_method}
+
+
+def audit_method(method: str, epsilon: float, *, delta: float = 1e-5, runs: int = 1000, seed: int = 0,
+                 X=None, y=None, confidence: float = 0.95) -> AuditResult:
+    """Canary-audit a named privlin method at ``epsilon`` on ``X, y`` (default: digits, rows at unit norm)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose from {sorted(METHODS)}")
+    if X is None:
+        X, y = _digits()
+    n_classes = int(np.max(y)) + 1
+    train = METHODS[method](epsilon=epsilon, delta=delta, n_classes=n_classes, n=len(X), dim=X.shape[1])
+    res = canary_audit(train, X, y, runs=runs, delta=delta, epsilon_claimed=epsilon, seed=seed, confidence=confidence)
+    res.attack = f"{res.attack} (canary MI, {res.details['runs']} runs)"
+    return res
+
+
+def _digits():
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    return X.astype(np.float32), y.astype(np.int32)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m privlin.audit --method NAME --epsilon E [E ...] --runs R``."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(prog="python -m privlin.audit",
+                                description="Empirically lower-bound the ε of a privlin trainer on digits.")
+    p.add_argument("--method", default="gaussian_sum", help=f"one of {sorted(METHODS)} or 'all'")
+    p.add_argument("--epsilon", type=float, nargs="+", default=[1.0])
+    p.add_argument("--delta", type=float, default=1e-5)
+    p.add_argument("--runs", type=int, default=1000)
+    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    methods = sorted(METHODS) if args.method == "all" else [args.method]
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        p.error(f"unknown method {bad[0]!r}; choose from {sorted(METHODS)} or 'all'")
+    violated = False
+    for m in methods:
+        for eps in args.epsilon:
+            res = audit_method(m, eps, delta=args.delta, runs=args.runs, seed=args.seed, confidence=args.confidence)
+            violated |= res.violated
+            if args.json:
+                print(json.dumps({"method": m, **res.as_dict()}))
+            else:
+                print(f"{m:<16s} {res}")
+    return 2 if violated else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
