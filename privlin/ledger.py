@@ -47,6 +47,7 @@ __all__ = [
     "LedgerEntry",
     "PrivacyLedger",
     "ledger_path",
+    "ledger_for",
     "event_to_dict",
     "event_from_dict",
     "compose_epsilon",
@@ -676,6 +677,57 @@ def _describe(event: _ev.DpEvent) -> str:
     if isinstance(event, _ev.ComposedDpEvent):
         return "[" + ", ".join(_describe(e) for e in event.events) + "]"
     return type(event).__name__.replace("DpEvent", "")
+
+
+def _store_url(store) -> str | None:
+    """Local path or fsspec URL of a zarr Store, if it has one."""
+    root = getattr(store, "root", None)  # zarr LocalStore
+    if root is not None:
+        return os.fspath(root)
+    fs, path = getattr(store, "fs", None), getattr(store, "path", None)  # zarr FsspecStore
+    if fs is not None and path is not None:
+        return fs.unstrip_protocol(path)
+    return None
+
+
+def ledger_for(data, split: str | None = None, *, cap=None, ledger: "PrivacyLedger | None" = None) -> "PrivacyLedger":
+    """The ledger that pays for a mechanism run on ``data``.
+
+    Parameters
+    ----------
+    data : stores.FeatureStore, stores.Split, str (store path or URL), or arrays
+        A store split gets the ledger file beside it; anything else (arrays)
+        gets a fresh in-memory ledger, unless ``ledger`` is given.
+    split : str, optional
+        Split name when ``data`` is a store or a store path.
+    cap : (epsilon, delta), optional
+        Budget to enforce (overrides ``ledger.cap`` when both are given).
+    ledger : PrivacyLedger, optional
+        Use this ledger (e.g. an in-memory one shared by several fits on arrays).
+    """
+    if ledger is not None:
+        if cap is not None:
+            ledger.cap = _check_cap(cap)
+        return ledger
+    if isinstance(data, (str, os.PathLike)):
+        if split is None:
+            raise ValueError("a store path needs the split name to find its ledger")
+        return PrivacyLedger.for_split(os.fspath(data), split, cap=cap)
+    if hasattr(data, "splits") and hasattr(data, "url"):  # stores.FeatureStore
+        if split is None:
+            raise ValueError(f"which split? the store has {list(data.splits)}")
+        url = data.url if isinstance(data.url, (str, os.PathLike)) else _store_url(data.url)
+        if url is None:
+            raise ValueError("this store has no path or URL to keep a ledger beside; pass ledger=PrivacyLedger(path)")
+        return PrivacyLedger.for_split(os.fspath(url), split, cap=cap)
+    group = getattr(data, "_group", None)
+    if group is not None and hasattr(data, "blocks"):  # stores.Split
+        url = _store_url(group.store)
+        if url is None:
+            raise ValueError("this split's store has no path or URL to keep a ledger beside; "
+                             "pass ledger=PrivacyLedger(path)")
+        return PrivacyLedger.for_split(url, data.name, cap=cap)
+    return PrivacyLedger.in_memory(cap=cap)
 
 
 # --------------------------------------------------------------------------- CLI

@@ -198,3 +198,37 @@ def test_cli_json(tmp_path, capsys):
     assert L.main([str(tmp_path / "s.zarr"), "--split", "train"]) == 0
     assert "privlin.fit/dp_adam" in capsys.readouterr().out
     assert L.main([str(tmp_path / "empty")]) == 1
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_ledger_for_real_store_splits(tmp_path, where):
+    import numpy as np
+
+    import stores
+
+    url = str(tmp_path / "s.zarr") if where == "local" else "memory://ledger-for/s.zarr"
+    w = stores.create_split(url, "train", n_rows=4, dim=3, dtype="float32", shard_rows=4)
+    w.write_shard(0, np.ones((4, 3), np.float32), np.zeros(4, np.int64), np.array(list("abcd")))
+    w.finalize()
+    st = stores.open(url)
+    by_split = L.ledger_for(st["train"])
+    by_store = L.ledger_for(st, "train")
+    by_url = L.ledger_for(url, "train")
+    by_split.charge(FIT, mechanism="fit", epsilon=1.5, delta=1e-5)
+    assert len(by_store) == len(by_url) == 1
+    assert by_url.path.endswith("/train/" + L.LEDGER_FILENAME)
+    # the store still reads and verifies with the ledger beside its split
+    st = stores.open(url)
+    st.verify()
+    assert len(st["train"]) == 4
+    with pytest.raises(ValueError, match="split"):
+        L.ledger_for(st)
+
+
+def test_ledger_for_arrays_is_in_memory():
+    import numpy as np
+
+    led = L.ledger_for(np.zeros((3, 2)), cap=(1.0, 1e-5))
+    assert led.path is None and led.cap == (1.0, 1e-5)
+    shared = L.PrivacyLedger.in_memory()
+    assert L.ledger_for(np.zeros(2), ledger=shared) is shared
