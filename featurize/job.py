@@ -197,7 +197,7 @@ def extract_split(bb: Backbone, source: ImageSplit, out, *, assignment: ShardAss
     return summary
 
 
-def extract(backbone: str, dataset: str, *, splits: list[str] | None = None, out=None, head: str | None = None,
+def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None, head: str | None = None,
             data_dir=None, weights=None, batch_size: int = 256, num_workers: int | None = None,
             device: str | None = "auto", dtype: str = "float16", shard: str | None = None,
             shard_rows: int | None = None, skip_bad: bool = False, progress: bool = True) -> dict:
@@ -205,8 +205,8 @@ def extract(backbone: str, dataset: str, *, splits: list[str] | None = None, out
 
     Parameters
     ----------
-    backbone : str
-        Registry name (``backbones.list_backbones()``).
+    backbone : str or backbones.BackboneConfig
+        Registry name (``backbones.list_backbones()``) or a config.
     dataset : str
         ``imagenet``, ``cifar10``, ``cifar100``, ``digits`` or ``imagefolder:PATH``.
     splits : list of str, optional
