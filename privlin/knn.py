@@ -1,0 +1,229 @@
+"""Nearest neighbours on feature stores (faiss): a non-private accuracy reference and an overlap audit.
+
+Why here: two questions come before any private fit.
+
+* *How good are these features at all?*  The k-NN accuracy of the test split against the training split is a
+  cheap, tuning-free reference line for a privacy–accuracy curve.  It reads private labels without noise:
+  it is **not private** and must never be published as a private result (the result says ``private=False``).
+* *Did the "public" pretraining data contain the private data?*  A private model trained on features of a
+  backbone that saw the private images leaks more than its ε says.  :func:`overlap_audit` finds, for every
+  private row, its most similar public row by cosine similarity and counts the private rows with a public
+  twin above a threshold (near-duplicates, the deduplication Mehta et al. ran on ImageNet-21k).
+
+Both stream the query side in blocks; the reference side (the training split, the public store) is held in
+a faiss index in memory as float32.  Cosine similarity is the inner product of L2-normalized rows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import faiss
+import numpy as np
+
+__all__ = ["knn_accuracy", "KnnResult", "overlap_audit", "OverlapReport"]
+
+_BLOCK = 16384
+
+
+def _is_split(data) -> bool:
+    return hasattr(data, "blocks") and hasattr(data, "dim")
+
+
+def _dim(data) -> int:
+    if _is_split(data):
+        return int(data.dim)
+    if not (isinstance(data, (tuple, list)) and len(data) == 2):
+        raise TypeError(f"expected a stores.Split or an (X, y) pair of arrays, got {type(data).__name__}")
+    X = np.asarray(data[0])
+    if X.ndim != 2:
+        raise ValueError(f"X must be (n, D), got shape {X.shape}")
+    return int(X.shape[1])
+
+
+def _blocks(data, rows: int = _BLOCK):
+    """``(X float32 (b, D), y (b,))`` blocks of a store split or of an ``(X, y)`` pair."""
+    if _is_split(data):
+        for X, y in data.blocks(rows=rows, dtype=np.float32):
+            yield np.ascontiguousarray(X), y
+        return
+    if not (isinstance(data, (tuple, list)) and len(data) == 2):
+        raise TypeError(f"expected a stores.Split or an (X, y) pair of arrays, got {type(data).__name__}")
+    X, y = np.asarray(data[0]), np.asarray(data[1])
+    if X.ndim != 2 or y.shape != (X.shape[0],):
+        raise ValueError(f"X must be (n, D) and y (n,), got {X.shape} and {y.shape}")
+    for a in range(0, X.shape[0], rows):
+        yield np.ascontiguousarray(X[a:a + rows], dtype=np.float32), y[a:a + rows]
+
+
+def _ids(data, n: int) -> np.ndarray:
+    """Row ids of a store split (valid rows only), else the row numbers as strings."""
+    if _is_split(data) and hasattr(data, "ids"):
+        ids = np.asarray(data.ids[:])
+        if hasattr(data, "valid_mask"):
+            ids = ids[data.valid_mask()]
+        if len(ids) == n:
+            return ids
+    return np.arange(n).astype(str)
+
+
+def _normalized(X: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm (zero rows stay zero), float32, C-contiguous."""
+    X = np.array(X, dtype=np.float32, copy=True, order="C")
+    if not np.isfinite(X).all():
+        raise ValueError("features contain NaN or inf")
+    faiss.normalize_L2(X)
+    return X
+
+
+def _index(data, normalize: bool) -> tuple[faiss.Index, np.ndarray]:
+    """A flat inner-product index of every row of ``data`` and its labels (n,)."""
+    index = faiss.IndexFlatIP(_dim(data))
+    labels = []
+    for X, y in _blocks(data):
+        index.add(_normalized(X) if normalize else X)
+        labels.append(np.asarray(y))
+    if index.ntotal == 0:
+        raise ValueError("the reference side has no rows")
+    return index, np.concatenate(labels)
+
+
+@dataclass(frozen=True)
+class KnnResult:
+    """k-NN accuracy of a query set against a labelled reference set (non-private).
+
+    Attributes
+    ----------
+    accuracy : float
+        Fraction of query rows whose (similarity-weighted) k-NN vote is their label.
+    k : int
+    n_train, n_test : int
+    private : bool
+        Always False: the vote reads private labels without noise.
+    """
+
+    accuracy: float
+    k: int
+    n_train: int
+    n_test: int
+    private: bool = False
+
+
+def knn_accuracy(train, test, *, k: int = 10, weighted: bool = True, cosine: bool = True) -> KnnResult:
+    """k-NN classification accuracy of ``test`` against ``train``: a non-private reference.
+
+    Parameters
+    ----------
+    train, test : stores.Split or (X (n, D), y (n,)) pair
+        Reference (labels used for the vote) and query rows; the same feature dimension D.
+    k : int
+        Neighbours per query (capped at the training size).
+    weighted : bool
+        Votes weighted by similarity (ties then break towards the nearer neighbours); else one vote each.
+    cosine : bool
+        Cosine similarity (rows L2-normalized, the usual choice for ViT features); else raw inner product.
+
+    Returns
+    -------
+    KnnResult
+        Not a private result: ``private=False``.
+    """
+    if int(k) < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if _dim(train) != _dim(test):
+        raise ValueError(f"train has D={_dim(train)} but test has D={_dim(test)}")
+    index, train_y = _index(train, cosine)
+    classes, train_code = np.unique(train_y, return_inverse=True)
+    k = min(int(k), index.ntotal)
+    correct = total = 0
+    for X, y in _blocks(test):
+        sim, nn = index.search(_normalized(X) if cosine else X, k)
+        votes = np.zeros((len(y), len(classes)), dtype=np.float64)
+        w = np.maximum(sim, 0.0) + 1e-6 if weighted else np.ones_like(sim)
+        w = w * (1.0 + 1e-9 * np.arange(k, 0, -1))  # ties go to the nearer neighbour
+        np.add.at(votes, (np.repeat(np.arange(len(y)), k), train_code[nn].ravel()), w.ravel())
+        correct += int((classes[votes.argmax(1)] == np.asarray(y)).sum())
+        total += len(y)
+    if total == 0:
+        raise ValueError("the query side has no rows")
+    return KnnResult(accuracy=correct / total, k=k, n_train=int(index.ntotal), n_test=total)
+
+
+@dataclass(frozen=True)
+class OverlapReport:
+    """Private rows that have a near-duplicate ("twin") in a public set.
+
+    Attributes
+    ----------
+    threshold : float
+        Cosine similarity at or above which a public row counts as a twin.
+    n_private, n_public : int
+    n_with_twin : int
+        Private rows whose most similar public row reaches ``threshold``.
+    fraction : float
+        ``n_with_twin / n_private``.
+    private_ids, public_ids : ndarray of str (n_with_twin,)
+        The twin pairs, most similar first.
+    similarity : ndarray (n_with_twin,) float32
+    max_similarity : ndarray (n_private,) float32
+        Every private row's best similarity (histogram it to choose a threshold).
+    """
+
+    threshold: float
+    n_private: int
+    n_public: int
+    n_with_twin: int
+    fraction: float
+    private_ids: np.ndarray = field(repr=False)
+    public_ids: np.ndarray = field(repr=False)
+    similarity: np.ndarray = field(repr=False)
+    max_similarity: np.ndarray = field(repr=False)
+
+    def summary(self, show: int = 5) -> str:
+        """One paragraph for a log: counts and the closest pairs."""
+        lines = [f"{self.n_with_twin} of {self.n_private} private rows ({100 * self.fraction:.2f}%) have a public "
+                 f"twin with cosine similarity >= {self.threshold:g} among {self.n_public} public rows"]
+        for p, q, s in list(zip(self.private_ids, self.public_ids, self.similarity))[:show]:
+            lines.append(f"  {p} ~ {q}  cos={s:.4f}")
+        return "\n".join(lines)
+
+
+def overlap_audit(public, private, *, threshold: float = 0.95) -> OverlapReport:
+    """Find private rows with a near-duplicate in ``public`` by cosine similarity of their features.
+
+    Parameters
+    ----------
+    public : stores.Split or (X (m, D), y) pair
+        Features of the public (pretraining) data; held in memory as float32.
+    private : stores.Split or (X (n, D), y) pair
+        Features of the private data, same backbone and head; streamed in blocks.
+    threshold : float in (-1, 1]
+        Similarity at or above which a pair counts as a twin.  Exact copies give 1 (up to float16 rounding);
+        choose it from ``max_similarity`` of a known-clean pair of sets.
+
+    Returns
+    -------
+    OverlapReport
+        Reads private data: the ids it lists are private.  Keep the report with the private data.
+    """
+    if not -1.0 < float(threshold) <= 1.0:
+        raise ValueError(f"threshold must be in (-1, 1], got {threshold}")
+    if _dim(public) != _dim(private):
+        raise ValueError(f"public has D={_dim(public)} but private has D={_dim(private)}: "
+                         "compare features of the same backbone and head")
+    index, _ = _index(public, True)
+    best_sim, best_nn = [], []
+    for X, _y in _blocks(private):
+        sim, nn = index.search(_normalized(X), 1)
+        best_sim.append(sim[:, 0])
+        best_nn.append(nn[:, 0])
+    max_sim = np.concatenate(best_sim).astype(np.float32) if best_sim else np.zeros(0, np.float32)
+    nn = np.concatenate(best_nn) if best_nn else np.zeros(0, np.int64)
+    n_private = int(max_sim.size)
+    if n_private == 0:
+        raise ValueError("the private side has no rows")
+    hit = np.flatnonzero(max_sim >= np.float32(threshold) - 1e-6)
+    hit = hit[np.argsort(-max_sim[hit], kind="stable")]
+    return OverlapReport(threshold=float(threshold), n_private=n_private, n_public=int(index.ntotal),
+                         n_with_twin=int(hit.size), fraction=hit.size / n_private,
+                         private_ids=_ids(private, n_private)[hit], public_ids=_ids(public, index.ntotal)[nn[hit]],
+                         similarity=max_sim[hit], max_similarity=max_sim)
