@@ -1,0 +1,24 @@
+"""DP-MAE: train the backbone itself with differential privacy (the ViP recipe, seeds 000/001).
+
+A masked autoencoder on timm's ViT is pretrained on procedural images
+(public, :mod:`.synthetic`), then trained with DP-AdamW on private images
+(per-example gradients with ``torch.func``, clipping, Poisson sampling,
+noise once per logical step, accounting by ``privlin.accounting``). Its
+encoder, exported in the ViP layout, is a backbone the registry loads.
+
+::
+
+    python -m backbones.mae.train --size vip_toy --data synthetic --steps 1500 --export vip_toy.pth
+"""
+from .checkpoint import export_encoder, load_checkpoint, load_mae_weights, save_checkpoint
+from .data import digits_split, make_source, normalize
+from .dp import DPAccountantState, PrivacyLeakWarning, poisson_sample, reduce_and_privatize
+from .model import MAE_SIZES, MAEConfig, MaskedAutoencoder, build_mae, encoder_from_mae, encoder_state_dict
+from .per_example import clip_and_sum, per_example_grads, per_example_norms, split_params
+from .synthetic import ShaderImages, render_shader
+
+__all__ = ["MAEConfig", "MAE_SIZES", "MaskedAutoencoder", "build_mae", "encoder_from_mae", "encoder_state_dict",
+           "ShaderImages", "render_shader", "digits_split", "make_source", "normalize",
+           "per_example_grads", "per_example_norms", "clip_and_sum", "split_params",
+           "poisson_sample", "reduce_and_privatize", "DPAccountantState", "PrivacyLeakWarning",
+           "save_checkpoint", "load_checkpoint", "load_mae_weights", "export_encoder"]

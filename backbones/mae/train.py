@@ -1,0 +1,393 @@
+"""MAE training loop and CLI: non-private (synthetic warm start) and DP-AdamW (the ViP recipe).
+
+::
+
+    python -m backbones.mae.train --size vip_toy --data synthetic --steps 1500 --out runs/syn
+    python -m backbones.mae.train --size vip_toy --data digits --dp --epsilon 8 \\
+        --init runs/syn/checkpoint.pth --steps 100 --sample-rate 0.25 --out runs/dp
+
+Every ``--ckpt-every`` steps (and at the end) ``<out>/checkpoint.pth`` is
+rewritten atomically; ``--resume`` continues the same run (same batches,
+masks, noise and accountant) from it. ``--export PATH`` writes the encoder
+alone in the ViP release layout for the ``backbones`` registry.
+
+DP mode (``--dp``) is DP-AdamW: each logical step Poisson-samples the private
+set with rate q, computes per-example gradients (``torch.func``) in physical
+batches, clips each to C, sums, adds N(0, sigma^2 C^2) once, divides by q*N
+and takes an AdamW step. sigma comes from ``privlin.accounting`` for the
+target (epsilon, delta) over all ``--steps``. See :mod:`backbones.mae.dp` for
+the full privacy statement.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from .checkpoint import export_encoder, load_checkpoint, load_mae_weights, save_checkpoint
+from .data import make_source, normalize
+from .dp import (DPAccountantState, PrivacyLeakWarning, calibrate_sigma, poisson_sample,
+                 reduce_and_privatize, seeded_generator)
+from .model import MAE_SIZES, MaskedAutoencoder, build_mae
+from .per_example import clip_and_sum, per_example_grads, split_params
+
+__all__ = ["TrainSettings", "train", "lr_at", "main"]
+
+
+@dataclass
+class TrainSettings:
+    """Settings of one MAE training run (stored in its checkpoints).
+
+    Parameters
+    ----------
+    size : str
+        A key of ``MAE_SIZES`` ("toy", "vip_toy", "nano" ... "large").
+    data : str
+        ``synthetic`` (public), ``digits`` or ``imagefolder:PATH`` (private).
+    steps : int
+        Total (logical) optimizer steps of the run.
+    batch_size : int
+        Non-private: images per step. DP: expected logical batch q*N, used
+        when ``sample_rate`` is None.
+    sample_rate : float or None
+        DP Poisson sampling rate q.
+    physical_batch : int
+        Images per forward/backward pass; logical batches are accumulated.
+    lr, min_lr, warmup_steps : float, float, int
+        Linear warmup to ``lr`` then cosine decay to ``min_lr``.
+    weight_decay, beta1, beta2 : float
+        AdamW (ViP: wd 0.005 for DP, betas 0.9/0.95); no decay on biases,
+        norms and tokens.
+    seed : int
+        Seed of the data-sampling and mask generators.
+    noise_seed : int or None
+        Seed of the DP noise; None draws it from the OS's cryptographic source.
+    dp : bool
+        Train with DP-AdamW.
+    epsilon, delta : float, float or None
+        Target privacy; ``delta`` None means 1/(2N) (ViP).
+    clip : float
+        Per-example gradient norm bound C (ViP: 0.1).
+    noise_multiplier : float or None
+        sigma; None calibrates it with ``privlin.accounting``.
+    accountant : {"pld", "rdp"}
+    init : str or None
+        ViP-layout weights to start from (full MAE or encoder only).
+    out : str
+        Run directory (``checkpoint.pth`` inside).
+    ckpt_every, log_every : int
+    export : str or None
+        Where to write the released encoder (float16) at the end.
+    """
+
+    size: str = "vip_toy"
+    data: str = "synthetic"
+    steps: int = 1000
+    batch_size: int = 64
+    sample_rate: float | None = None
+    physical_batch: int = 64
+    lr: float = 1.5e-3
+    min_lr: float = 0.0
+    warmup_steps: int = 50
+    weight_decay: float = 0.05
+    beta1: float = 0.9
+    beta2: float = 0.95
+    seed: int = 0
+    noise_seed: int | None = None
+    dp: bool = False
+    epsilon: float = 8.0
+    delta: float | None = None
+    clip: float = 0.1
+    noise_multiplier: float | None = None
+    accountant: str = "pld"
+    init: str | None = None
+    out: str = "runs/mae"
+    ckpt_every: int = 100
+    log_every: int = 10
+    export: str | None = None
+
+    def __post_init__(self):
+        if self.size not in MAE_SIZES:
+            raise ValueError(f"unknown size {self.size!r}; known: {sorted(MAE_SIZES)}")
+        for name in ("steps", "batch_size", "physical_batch", "ckpt_every", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.warmup_steps < 0 or self.lr <= 0 or self.clip <= 0:
+            raise ValueError("need warmup_steps >= 0, lr > 0 and clip > 0")
+        if self.sample_rate is not None and not 0 < self.sample_rate <= 1:
+            raise ValueError(f"sample_rate must be in (0, 1], got {self.sample_rate}")
+        if self.dp and self.noise_multiplier is None and not self.epsilon > 0:
+            raise ValueError(f"epsilon must be > 0, got {self.epsilon}")
+
+
+def lr_at(step: int, s: TrainSettings) -> float:
+    """Learning rate of step ``step`` (0-based): linear warmup, then half-cosine to ``min_lr``."""
+    if step < s.warmup_steps:
+        return s.lr * (step + 1) / s.warmup_steps
+    frac = (step - s.warmup_steps) / max(1, s.steps - s.warmup_steps)
+    return s.min_lr + (s.lr - s.min_lr) * 0.5 * (1.0 + math.cos(math.pi * min(1.0, frac)))
+
+
+def _param_groups(model: torch.nn.Module, weight_decay: float):
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim <= 1 or name in ("cls_token", "mask_token") else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _dist_info():
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class _Run:
+    """The mutable state of a run: model, optimizer, generators, accountant, history."""
+
+    def __init__(self, s: TrainSettings, source, n_private: int | None):
+        self.s = s
+        self.source = source
+        self.model: MaskedAutoencoder = build_mae(s.size)
+        self.init_missing = load_mae_weights(self.model, s.init) if s.init else []
+        self.optimizer = torch.optim.AdamW(_param_groups(self.model, s.weight_decay), lr=s.lr,
+                                           betas=(s.beta1, s.beta2), eps=1e-8)
+        self.gens = {"data": seeded_generator(s.seed), "mask": seeded_generator(s.seed + 1)}
+        self.step = 0
+        self.history: list[list[float]] = []  # [step, mean loss, epsilon]
+        self.accountant: DPAccountantState | None = None
+        if s.dp:
+            n = n_private
+            q = s.sample_rate if s.sample_rate is not None else min(1.0, s.batch_size / n)
+            delta = s.delta if s.delta is not None else 1.0 / (2 * n)
+            sigma = s.noise_multiplier
+            if sigma is None:
+                sigma = calibrate_sigma(s.epsilon, delta, s.steps, q, s.accountant)
+            self.accountant = DPAccountantState(noise_multiplier=float(sigma), sample_rate=float(q),
+                                                delta=float(delta), target_epsilon=s.epsilon,
+                                                accountant=s.accountant)
+            self.gens["noise"] = seeded_generator(s.noise_seed)
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def save(self, path: str) -> None:
+        save_checkpoint(path, model=self.model, optimizer=self.optimizer, step=self.step,
+                        rng={k: g.get_state() for k, g in self.gens.items()},
+                        accountant=self.accountant.to_dict() if self.accountant else None,
+                        config={"settings": dataclasses.asdict(self.s),
+                                "mae": dataclasses.asdict(self.model.cfg)},
+                        history=self.history)
+
+    def restore(self, path: str) -> None:
+        ck = load_checkpoint(path)
+        saved = ck["config"]["settings"]
+        for key in ("size", "data", "dp", "seed", "clip", "steps", "physical_batch", "batch_size", "sample_rate"):
+            if saved.get(key) != getattr(self.s, key):
+                raise ValueError(f"cannot resume: {key}={getattr(self.s, key)!r} but the checkpoint has "
+                                 f"{saved.get(key)!r}")
+        self.model.load_state_dict(ck["model"], strict=True)
+        self.optimizer.load_state_dict(ck["optimizer"])
+        for k, state in ck["rng"].items():
+            self.gens.setdefault(k, torch.Generator()).set_state(state)
+        self.step = int(ck["step"])
+        self.history = [list(h) for h in ck["history"]]
+        if ck["accountant"] is not None:
+            self.accountant = DPAccountantState(**ck["accountant"])
+
+    # -- steps -------------------------------------------------------------------------------------
+    def _mask_noise(self, b: int) -> torch.Tensor:
+        return torch.rand(b, self.model.cfg.num_patches, generator=self.gens["mask"])
+
+    def _set_lr(self) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr_at(self.step, self.s)
+
+    def nonprivate_step(self) -> float:
+        s, n = self.s, len(self.source)
+        if n > 2**40:  # infinite synthetic stream: fresh images every step
+            idx = torch.arange(self.step * s.batch_size, (self.step + 1) * s.batch_size)
+        else:
+            idx = torch.randperm(n, generator=self.gens["data"])[: s.batch_size]
+        noise = self._mask_noise(len(idx))
+        self.optimizer.zero_grad(set_to_none=True)
+        total = 0.0
+        for chunk, nz in zip(idx.split(s.physical_batch), noise.split(s.physical_batch)):
+            losses = self.model(normalize(self.source[chunk.numpy()]), nz)
+            (losses.sum() / len(idx)).backward()
+            total += float(losses.detach().sum())
+        self._set_lr()
+        self.optimizer.step()
+        return total / len(idx)
+
+    def dp_step(self) -> float:
+        s, acc = self.s, self.accountant
+        rank, world = _dist_info()
+        n = len(self.source)
+        sample = poisson_sample(n, acc.sample_rate, self.gens["data"])  # same on every rank
+        noise = self._mask_noise(len(sample))  # one row per sampled example, same on every rank
+        mine = torch.arange(rank, len(sample), world)
+        trainable, frozen = split_params(self.model)
+        grad_sum = {k: torch.zeros_like(v) for k, v in trainable.items()}
+        loss_sum = torch.zeros(())
+        for part in mine.split(s.physical_batch):
+            imgs = normalize(self.source[sample[part].numpy()])
+            grads, losses = per_example_grads(self.model, trainable, frozen, imgs, noise[part])
+            summed, _ = clip_and_sum(grads, s.clip)
+            for k in grad_sum:
+                grad_sum[k] += summed[k]
+            loss_sum += losses.detach().sum()
+            del grads
+        noisy = reduce_and_privatize(grad_sum, noise_std=acc.noise_multiplier * s.clip,
+                                     denominator=acc.sample_rate * n, generator=self.gens.get("noise"))
+        for name, p in self.model.named_parameters():
+            if p.requires_grad:
+                p.grad = noisy[name]
+        self._set_lr()
+        self.optimizer.step()
+        acc.steps += 1
+        if world > 1:
+            torch.distributed.all_reduce(loss_sum)
+        return float(loss_sum) / max(1, len(sample))
+
+
+def train(s: TrainSettings, resume: bool = False, progress: bool = True) -> dict:
+    """Run (or resume) a MAE training run to ``s.steps`` steps.
+
+    Returns
+    -------
+    dict
+        ``checkpoint`` path, ``step``, ``loss`` (mean of the last logged
+        window), ``epsilon`` spent (DP), ``noise_multiplier``, ``sample_rate``,
+        ``delta``, ``history`` and, when exported, ``export_sha256``.
+    """
+    cfg = MAE_SIZES[s.size]
+    source, private = make_source(s.data, cfg.img_size, seed=s.seed)
+    if private and not s.dp:
+        warnings.warn(f"training on {s.data!r} without --dp: the weights are not differentially private",
+                      PrivacyLeakWarning, stacklevel=2)
+    if s.dp and not private:
+        warnings.warn("--dp on public synthetic data: privacy accounting is meaningless here", stacklevel=2)
+    run = _Run(s, source, len(source) if s.dp else None)
+    ckpt = os.path.join(s.out, "checkpoint.pth")
+    if resume:
+        run.restore(ckpt)
+    rank, _ = _dist_info()
+    if s.dp and rank == 0:
+        warnings.warn("the training loss shown and stored in the (private) checkpoint is computed on private "
+                      "images without noise; do not publish it", PrivacyLeakWarning, stacklevel=2)
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=s.steps, initial=run.step, disable=not progress or rank != 0, desc="DP-MAE" if s.dp else "MAE",
+               unit="step", dynamic_ncols=True)
+    window, t0 = [], time.time()
+    while run.step < s.steps:
+        loss = run.dp_step() if s.dp else run.nonprivate_step()
+        run.step += 1
+        window.append(loss)
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"loss is {loss} at step {run.step}; lower --lr")
+        if run.step % s.log_every == 0 or run.step == s.steps:
+            eps = run.accountant.update() if s.dp else 0.0
+            run.history.append([run.step, sum(window) / len(window), eps])
+            bar.set_postfix(loss=f"{run.history[-1][1]:.4f}", **({"eps": f"{eps:.3f}"} if s.dp else {}))
+            window = []
+        if rank == 0 and (run.step % s.ckpt_every == 0 or run.step == s.steps):
+            run.save(ckpt)
+        bar.update(1)
+    bar.close()
+    result = {"checkpoint": ckpt, "step": run.step, "loss": run.history[-1][1] if run.history else float("nan"),
+              "history": run.history, "seconds": time.time() - t0, "init_missing": run.init_missing}
+    if s.dp:
+        result.update(epsilon=run.accountant.update(), noise_multiplier=run.accountant.noise_multiplier,
+                      sample_rate=run.accountant.sample_rate, delta=run.accountant.delta,
+                      accountant=run.accountant.accountant, neighbouring=run.accountant.neighbouring)
+    if s.export and rank == 0:
+        result["export_sha256"] = export_encoder(run.model, s.export, provenance=_provenance(s, result))
+    return result
+
+
+def _provenance(s: TrainSettings, result: dict) -> dict:
+    hist = result["history"]
+    marks = sorted({0, len(hist) // 4, len(hist) // 2, 3 * len(hist) // 4, len(hist) - 1}) if hist else []
+    prov = {"trained_by": "backbones.mae.train", "settings": dataclasses.asdict(s),
+            "command": "python -m backbones.mae.train " + " ".join(sys.argv[1:]) if sys.argv[0].endswith(
+                ("train.py", "__main__.py", "-m")) else None,
+            "steps": result["step"], "images_seen_approx": result["step"] * s.batch_size,
+            "preprocessing": "RGB in [0,1], ImageNet mean/std, 32x32 for vip_toy",
+            "wall_seconds": round(result["seconds"], 1), "torch": torch.__version__}
+    if s.dp:
+        prov["privacy"] = {k: result[k] for k in ("epsilon", "delta", "noise_multiplier", "sample_rate",
+                                                   "accountant", "neighbouring")}
+        prov["privacy"]["clip"] = s.clip
+        prov["loss_curve"] = "not released (computed on private data without noise)"
+    else:
+        prov["loss_curve"] = {"step_mean_loss": [[hist[i][0], round(hist[i][1], 5)] for i in marks]}
+    return prov
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = TrainSettings()
+    p = argparse.ArgumentParser(prog="python -m backbones.mae.train", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--size", default=d.size, choices=sorted(MAE_SIZES))
+    p.add_argument("--data", default=d.data, help="synthetic | digits | imagefolder:PATH")
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--batch-size", type=int, default=d.batch_size,
+                   help="images per step; with --dp the expected logical batch q*N")
+    p.add_argument("--sample-rate", type=float, default=None, help="DP Poisson rate q (overrides --batch-size)")
+    p.add_argument("--physical-batch", type=int, default=d.physical_batch)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--min-lr", type=float, default=d.min_lr)
+    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--noise-seed", type=int, default=None, help="DP noise seed (default: cryptographic)")
+    p.add_argument("--dp", action="store_true", help="train with DP-AdamW")
+    p.add_argument("--epsilon", type=float, default=d.epsilon)
+    p.add_argument("--delta", type=float, default=None, help="default 1/(2N)")
+    p.add_argument("--clip", type=float, default=d.clip)
+    p.add_argument("--noise-multiplier", type=float, default=None, help="sigma (default: calibrated)")
+    p.add_argument("--accountant", default=d.accountant, choices=["pld", "rdp"])
+    p.add_argument("--init", default=None, help="ViP-layout .pth to start from")
+    p.add_argument("--out", default=d.out)
+    p.add_argument("--ckpt-every", type=int, default=d.ckpt_every)
+    p.add_argument("--log-every", type=int, default=d.log_every)
+    p.add_argument("--export", default=None, help="write the encoder (float16, ViP layout) here at the end")
+    p.add_argument("--resume", action="store_true", help="continue from <out>/checkpoint.pth")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun
+        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    fields = {f.name for f in dataclasses.fields(TrainSettings)}
+    s = TrainSettings(**{k: v for k, v in vars(args).items() if k in fields})
+    try:
+        result = train(s, resume=args.resume, progress=not args.no_progress)
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    line = f"step {result['step']}  loss {result['loss']:.4f}  checkpoint {result['checkpoint']}"
+    if s.dp:
+        line += (f"  (epsilon={result['epsilon']:.3f}, delta={result['delta']:.2e}, sigma="
+                 f"{result['noise_multiplier']:.3f}, q={result['sample_rate']:.4f}, {result['accountant']})")
+    print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
