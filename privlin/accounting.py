@@ -1,0 +1,326 @@
+"""Privacy accounting: the one place privacy numbers are computed.
+
+Every privlin mechanism is a Gaussian mechanism on a sum of per-example
+contributions whose L2 norm is bounded by a public constant (the clip norm C),
+with noise of standard deviation ``sigma * C``; ``sigma`` is its *noise
+multiplier*.
+
+* Full-batch mechanisms (private centering, one full-batch gradient step)
+  compose exactly under Gaussian differential privacy (Dong, Roth & Su, 2019,
+  Cor. 3.3): T mechanisms with multipliers σ_i are together μ-GDP with
+  μ = sqrt(Σ 1/σ_i²), and μ-GDP converts to (ε, δ) exactly (Thm. 2.7).  This
+  is the accounting of DP-RandP (seed 004, App. G).
+* Poisson-subsampled steps go through dp-accounting's PLD (default) or RDP
+  accountant.
+
+Neighbouring relation (stated in every report):
+
+``"add_remove"`` (default)
+    Datasets differ by adding or removing one example; the dataset size N is
+    treated as public (it only normalizes the noisy sum).  One example moves a
+    clipped sum by at most C.
+``"substitute"``
+    Datasets differ by replacing one example.  A clipped sum moves by at most
+    2C, so a full-batch mechanism with multiplier σ is accounted as σ/2;
+    subsampled steps use dp-accounting's REPLACE_ONE relation (PLD only).
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Sequence
+
+import dp_accounting
+import numpy as np
+from dp_accounting import dp_event as _ev
+from dp_accounting.pld import pld_privacy_accountant as _pld
+from dp_accounting.rdp import rdp_privacy_accountant as _rdp
+from scipy import optimize, special
+
+__all__ = [
+    "NEIGHBOURING", "ACCOUNTANTS", "gdp_mu", "gdp_delta", "gdp_epsilon", "gdp_mu_for", "dp_event",
+    "event_epsilon", "dpsgd_epsilon", "calibrate_noise", "split_noise",
+]
+
+#: Accepted spellings of the neighbouring relation -> dp-accounting's enum.
+NEIGHBOURING = {
+    "add_remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+    "add_or_remove_one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+    "substitute": dp_accounting.NeighboringRelation.REPLACE_ONE,
+    "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE,
+}
+ACCOUNTANTS = ("gdp", "pld", "rdp")
+
+# PLD discretization: fine enough that PLD agrees with the exact GDP curve to ~1e-4 relative.
+_PLD_INTERVAL = 1e-4
+
+
+def _relation(neighbouring: str) -> str:
+    """Canonical name ('add_remove' or 'substitute') of a neighbouring relation."""
+    rel = NEIGHBOURING.get(neighbouring)
+    if rel is None:
+        raise ValueError(f"neighbouring must be one of {sorted(NEIGHBOURING)}, got {neighbouring!r}")
+    return "add_remove" if rel == dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE else "substitute"
+
+
+def _check_delta(delta: float) -> float:
+    delta = float(delta)
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    return delta
+
+
+def _multipliers(noise_multipliers) -> np.ndarray:
+    sig = np.atleast_1d(np.asarray(noise_multipliers, dtype=np.float64)).ravel()
+    if sig.size == 0:
+        raise ValueError("need at least one noise multiplier")
+    if np.any(np.isnan(sig)) or np.any(sig <= 0):
+        raise ValueError(f"noise multipliers must be > 0 (use inf for a mechanism that adds no information), got {sig}")
+    return sig
+
+
+# --------------------------------------------------------------------------- Gaussian DP (exact, full batch)
+
+def gdp_mu(noise_multipliers, neighbouring: str = "add_remove") -> float:
+    """μ of the composition of full-batch Gaussian mechanisms: μ = sqrt(Σ 1/σ_i²).
+
+    Parameters
+    ----------
+    noise_multipliers : float or sequence of float
+        σ_i of each mechanism (sensitivity C, noise std σ_i·C); ``inf`` adds nothing.
+    neighbouring : {"add_remove", "substitute"}
+        Under substitution the sensitivity is 2C, which doubles μ.
+    """
+    sig = _multipliers(noise_multipliers)
+    mu = float(np.sqrt(np.sum(1.0 / sig**2)))
+    return 2.0 * mu if _relation(neighbouring) == "substitute" else mu
+
+
+def gdp_delta(mu: float, epsilon: float) -> float:
+    """δ(ε) of μ-GDP (Dong et al. Cor. 2.13): Φ(-ε/μ + μ/2) - e^ε Φ(-ε/μ - μ/2).
+
+    Computed in log space so it stays accurate for tiny δ and large ε.
+    """
+    if mu <= 0:
+        return 0.0
+    a = special.log_ndtr(-epsilon / mu + mu / 2.0)
+    b = epsilon + special.log_ndtr(-epsilon / mu - mu / 2.0)
+    if b >= a:
+        return 0.0
+    return float(np.exp(a) * -np.expm1(b - a))
+
+
+def gdp_epsilon(noise_multipliers, delta: float, neighbouring: str = "add_remove") -> float:
+    """Exact ε at ``delta`` of full-batch Gaussian mechanisms composed under GDP.
+
+    Parameters
+    ----------
+    noise_multipliers : float or sequence of float
+        One σ per mechanism (e.g. ``[sigma_center] + [sigma] * steps``).
+    delta : float
+        Target δ in (0, 1).
+
+    Returns
+    -------
+    float
+        The smallest ε ≥ 0 with δ(ε) ≤ delta (root-found; δ(ε) is decreasing).
+    """
+    delta = _check_delta(delta)
+    return _gdp_epsilon_of_mu(gdp_mu(noise_multipliers, neighbouring), delta)
+
+
+def _gdp_epsilon_of_mu(mu: float, delta: float) -> float:
+    if mu == 0 or gdp_delta(mu, 0.0) <= delta:
+        return 0.0
+    hi = max(1.0, mu * mu)
+    while gdp_delta(mu, hi) > delta:
+        hi *= 2.0
+    eps = optimize.brentq(lambda e: gdp_delta(mu, e) - delta, 0.0, hi, xtol=1e-12, rtol=1e-12)
+    # brentq brackets the root; step to the side that certainly meets delta.
+    while gdp_delta(mu, eps) > delta:
+        eps = math.nextafter(eps, math.inf) * (1 + 1e-12)
+    return float(eps)
+
+
+def gdp_mu_for(epsilon: float, delta: float) -> float:
+    """The largest μ whose μ-GDP guarantee implies (ε, δ)-DP."""
+    delta = _check_delta(delta)
+    if not epsilon > 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon}")
+    lo, hi = 1e-8, 1.0
+    while gdp_delta(hi, epsilon) < delta:
+        hi *= 2.0
+    mu = optimize.brentq(lambda m: gdp_delta(m, epsilon) - delta, lo, hi, xtol=1e-14, rtol=1e-13)
+    while gdp_delta(mu, epsilon) > delta:  # never overshoot
+        mu *= 1 - 1e-12
+    return float(mu)
+
+
+# --------------------------------------------------------------------------- dp-accounting events
+
+def dp_event(noise_multiplier: float, *, steps: int = 1, sample_rate: float = 1.0,
+             extra_noise_multipliers: Sequence[float] = ()) -> _ev.DpEvent:
+    """The dp-accounting event of a training plan.
+
+    Parameters
+    ----------
+    noise_multiplier : float
+        σ of every training step.
+    steps : int
+        Number of steps T.
+    sample_rate : float
+        Poisson sampling probability q of each step; 1.0 means full batch (no sampling event).
+    extra_noise_multipliers : sequence of float
+        Full-batch Gaussian mechanisms run once before training (private centering, ...).
+
+    Returns
+    -------
+    dp_accounting.DpEvent
+        ``ComposedDpEvent([Gaussian(σ_extra)..., SelfComposed(PoissonSampled(q, Gaussian(σ)), T)])``.
+    """
+    steps = int(steps)
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    if not 0.0 < sample_rate <= 1.0:
+        raise ValueError(f"sample_rate must be in (0, 1], got {sample_rate}")
+    _multipliers([noise_multiplier, *extra_noise_multipliers])
+    step = _ev.GaussianDpEvent(float(noise_multiplier))
+    if sample_rate < 1.0:
+        step = _ev.PoissonSampledDpEvent(float(sample_rate), step)
+    train = _ev.SelfComposedDpEvent(step, steps) if steps > 1 else step
+    events = [_ev.GaussianDpEvent(float(s)) for s in extra_noise_multipliers if np.isfinite(s)]
+    return _ev.ComposedDpEvent(events + [train]) if events else train
+
+
+def _flatten_gaussians(event: _ev.DpEvent, count: int = 1) -> list[float] | None:
+    """The σ list of an event made only of full-batch Gaussians (for GDP), else None."""
+    if isinstance(event, _ev.GaussianDpEvent):
+        return [event.noise_multiplier] * count
+    if isinstance(event, _ev.SelfComposedDpEvent):
+        return _flatten_gaussians(event.event, count * event.count)
+    if isinstance(event, _ev.ComposedDpEvent):
+        out: list[float] = []
+        for e in event.events:
+            sub = _flatten_gaussians(e, count)
+            if sub is None:
+                return None
+            out += sub
+        return out
+    if isinstance(event, _ev.NoOpDpEvent):
+        return []
+    return None
+
+
+def event_epsilon(event: _ev.DpEvent, delta: float, *, accountant: str = "pld",
+                  neighbouring: str = "add_remove") -> float:
+    """ε at ``delta`` of any dp-accounting ``event``.
+
+    ``accountant="gdp"`` requires an event of full-batch Gaussians only (exact);
+    ``"pld"`` and ``"rdp"`` use dp-accounting (RDP supports add/remove only).
+    """
+    delta = _check_delta(delta)
+    rel = _relation(neighbouring)
+    if accountant == "gdp":
+        sig = _flatten_gaussians(event)
+        if sig is None:
+            raise ValueError("accountant='gdp' is exact only for full-batch Gaussian mechanisms; "
+                             "use 'pld' or 'rdp' for Poisson-subsampled steps")
+        sig = [s for s in sig if np.isfinite(s)]
+        return gdp_epsilon(sig, delta, rel) if sig else 0.0
+    if accountant == "pld":
+        acc = _pld.PLDAccountant(NEIGHBOURING[rel], value_discretization_interval=_PLD_INTERVAL)
+    elif accountant == "rdp":
+        if rel != "add_remove":
+            raise ValueError("the RDP accountant here supports neighbouring='add_remove' only; use 'pld'")
+        acc = _rdp.RdpAccountant(neighboring_relation=NEIGHBOURING[rel])
+    else:
+        raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {accountant!r}")
+    acc.compose(event)
+    return float(acc.get_epsilon(delta))
+
+
+def dpsgd_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
+                  accountant: str = "pld", neighbouring: str = "add_remove") -> float:
+    """ε of ``steps`` Poisson-subsampled Gaussian steps (DP-SGD) at ``delta``.
+
+    ``sample_rate=1`` is full-batch DP-SGD; there ``accountant="gdp"`` is exact.
+    """
+    return event_epsilon(dp_event(noise_multiplier, steps=steps, sample_rate=sample_rate), delta,
+                         accountant=accountant, neighbouring=neighbouring)
+
+
+# --------------------------------------------------------------------------- calibration
+
+def calibrate_noise(epsilon: float, delta: float, *, steps: int = 1, sample_rate: float = 1.0,
+                    accountant: str = "gdp", neighbouring: str = "add_remove",
+                    extra_ratios: Sequence[float] = (), rtol: float = 1e-4) -> float:
+    """The smallest training noise multiplier σ whose plan meets (ε, δ); never overshoots.
+
+    Parameters
+    ----------
+    epsilon, delta : float
+        Target; ε > 0 and 0 < δ < 1.
+    steps, sample_rate : int, float
+        The training plan (``sample_rate=1``: full batch).
+    accountant : {"gdp", "pld", "rdp"}
+        "gdp" is exact for full-batch plans and is solved in closed form.
+    extra_ratios : sequence of float
+        Extra full-batch Gaussian mechanisms sharing the budget, each with multiplier
+        ``ratio * σ`` (private centering uses one; see :func:`split_noise`).
+    rtol : float
+        Relative precision of the search on σ (dp-accounting accountants).
+
+    Returns
+    -------
+    float
+        σ such that the plan's ε at ``delta`` is ≤ ``epsilon``, within ``rtol`` of the smallest such σ.
+    """
+    delta = _check_delta(delta)
+    if not epsilon > 0:
+        raise ValueError(f"epsilon must be > 0, got {epsilon}")
+    ratios = [float(r) for r in extra_ratios]
+    if any(not r > 0 for r in ratios):
+        raise ValueError(f"extra_ratios must be > 0, got {ratios}")
+
+    def eps_of(sigma: float) -> float:
+        ev = dp_event(sigma, steps=steps, sample_rate=sample_rate, extra_noise_multipliers=[r * sigma for r in ratios])
+        return event_epsilon(ev, delta, accountant=accountant, neighbouring=neighbouring)
+
+    if accountant == "gdp" and sample_rate >= 1.0:
+        mu = gdp_mu_for(epsilon, delta)
+        scale = 2.0 if _relation(neighbouring) == "substitute" else 1.0
+        sigma = scale * math.sqrt(steps + sum(1.0 / r**2 for r in ratios)) / mu
+        while eps_of(sigma) > epsilon:  # float rounding only
+            sigma *= 1 + 1e-12
+        return sigma
+
+    lo, hi = 1e-3, 1.0
+    while eps_of(hi) > epsilon:
+        lo, hi = hi, hi * 2.0
+        if hi > 1e7:
+            raise ValueError(f"no noise multiplier reaches epsilon={epsilon} for this plan")
+    if eps_of(lo) <= epsilon:
+        lo = 1e-6
+    while hi - lo > rtol * hi:  # invariant: eps_of(hi) <= epsilon < eps_of(lo)
+        mid = math.sqrt(lo * hi)
+        if eps_of(mid) <= epsilon:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def split_noise(epsilon: float, delta: float, *, steps: int = 1, center_share: float = 0.0,
+                neighbouring: str = "add_remove") -> tuple[float, float]:
+    """Full-batch plan: (σ_train, σ_center) spending ``center_share`` of μ² on centering.
+
+    Under GDP the budget is μ² = 1/σ_c² + T/σ²; centering gets ``center_share`` of it
+    (DP-RandP Table 23 spends ~0.4% at ε=1), the T steps the rest.  ``center_share=0``
+    returns σ_center = inf (no centering).
+    """
+    if not 0.0 <= center_share < 1.0:
+        raise ValueError(f"center_share must be in [0, 1), got {center_share}")
+    if center_share == 0.0:
+        return calibrate_noise(epsilon, delta, steps=steps, neighbouring=neighbouring), math.inf
+    ratio = math.sqrt((1.0 - center_share) / (center_share * steps))
+    sigma = calibrate_noise(epsilon, delta, steps=steps, neighbouring=neighbouring, extra_ratios=[ratio])
+    return sigma, ratio * sigma

@@ -1,0 +1,101 @@
+"""What a fitted model tells its user about privacy: the report and the leak warning."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Optional
+
+import attr
+
+from dp_accounting import dp_event as _ev
+
+__all__ = ["PrivacyLeakWarning", "PrivacyReport"]
+
+
+class PrivacyLeakWarning(UserWarning):
+    """A data-dependent quantity (class list, norm bound, ...) was read from private data without noise.
+
+    The (ε, δ) in the report does not cover it.  Pass the quantity as public input to avoid it.
+    """
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacyReport:
+    """The guarantee of one fit, and everything needed to re-derive it.
+
+    Attributes
+    ----------
+    epsilon, delta : float
+        The (ε, δ)-DP guarantee of the released model, as computed by ``accountant``.
+    noise_multipliers : dict[str, float]
+        σ of each mechanism, e.g. ``{"center": 120.0, "step": 9.1}`` (noise std is σ·sensitivity).
+    steps : int
+        Training steps T (1 for ``adam1``).
+    sample_rate : float
+        Poisson sampling rate q of each step (1.0: full batch).
+    accountant : str
+        ``"gdp"`` (exact full-batch composition), ``"pld"`` or ``"rdp"`` (dp-accounting).
+    neighbouring : str
+        ``"add_remove"`` (N public) or ``"substitute"``.
+    seeded : bool
+        True when the noise came from a user-given seed (reproducible, so not secret).
+    dp_event : dp_accounting.DpEvent
+        The composed event; feed it to any dp-accounting accountant or a ledger.
+    clip : float
+        Per-example gradient norm bound C (and row norm of the preprocessing).
+    method : str
+    n_rows : int
+        Rows of the private split (public under the neighbouring relation).
+    leaks : tuple of str
+        Quantities read from the data without privacy (each raised a PrivacyLeakWarning).
+    """
+
+    epsilon: float
+    delta: float
+    noise_multipliers: dict
+    steps: int
+    sample_rate: float
+    accountant: str
+    neighbouring: str
+    seeded: bool
+    dp_event: _ev.DpEvent
+    clip: float = 1.0
+    method: str = ""
+    n_rows: int = 0
+    leaks: tuple = ()
+    notes: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (the event as dp-accounting's named-tuple form)."""
+        d = dataclasses.asdict(self)
+        d["dp_event"] = _event_to_dict(self.dp_event)
+        d["noise_multipliers"] = {k: (v if math.isfinite(v) else "inf") for k, v in self.noise_multipliers.items()}
+        d["leaks"] = list(self.leaks)
+        return d
+
+    def __str__(self) -> str:
+        sig = ", ".join(f"{k}={v:.4g}" for k, v in self.noise_multipliers.items())
+        lines = [f"({self.epsilon:.4g}, {self.delta:.3g})-DP, {self.neighbouring} neighbours, {self.accountant} accountant",
+                 f"method={self.method} steps={self.steps} sample_rate={self.sample_rate:g} clip={self.clip:g} "
+                 f"noise multipliers: {sig}",
+                 "noise: seeded (reproducible, not secret)" if self.seeded else "noise: OS-entropy seeded"]
+        if self.leaks:
+            lines.append("NOT covered (read without privacy): " + ", ".join(self.leaks))
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def _event_to_dict(event) -> dict:
+    """A dp-accounting event (attrs class) as nested plain data with its class name."""
+    out = {"name": type(event).__name__}
+    for f in attr.fields(type(event)):
+        v = getattr(event, f.name)
+        if isinstance(v, _ev.DpEvent):
+            v = _event_to_dict(v)
+        elif isinstance(v, (list, tuple)):
+            v = [_event_to_dict(e) if isinstance(e, _ev.DpEvent) else e for e in v]
+        out[f.name] = v
+    return out
