@@ -1,0 +1,633 @@
+"""Many private settings in one data pass: a whole privacy–accuracy curve for about the price of one fit.
+
+Why it is cheap
+---------------
+* ``adam1`` (Mehta et al.: one full-batch DP-Adam step from zero weights, bias −10, sigmoid cross-entropy).
+  At zero weights every example of class k has the same residual r_k, so the clipped gradient is
+  ``Σ_k S_k r_kᵀ`` with ``S_k`` the per-class sum of clipped features.  The sums are computed in **one pass
+  per clip norm**; each ε then only draws its own noise and takes one Adam step on a (D+1, K) matrix.
+* ``sgd`` (DP-RandP: full-batch DP-SGD with momentum, zero init, no bias).  The S settings are stacked: each
+  step multiplies the data once by all S weight matrices side by side (one GEMM of width S·K), so the data is
+  read once per step for all settings.  Settings with fewer steps are frozen once they are done.
+
+Why it is honest
+----------------
+Every setting draws **fresh noise from its own key** (``jax.random.split`` of one base key; the key of each
+setting is in its record, so ``fit_setting(data, setting, key=record["key"])`` reproduces it alone).  Every
+record states its own (ε, δ), noise multipliers, accountant and neighbouring relation: that is the guarantee
+of releasing *that one model*.  Releasing several, or picking the best by looking at private data, costs more:
+:attr:`SweepResult.total_epsilon` is the composition of every setting (what the ledger is charged, before any
+data is read), :meth:`SweepResult.best` marks its pick ``private=False`` unless the evaluation split is public,
+and :func:`privlin.selection.select_private` picks privately on a held-out validation split, with that cost
+accounted too.
+
+Neighbouring relation: add/remove one training example, the dataset size N public (as privlin.accounting).
+Data-dependent inputs are public by construction: ``classes`` (pass them, or they are read from the labels
+with a ``PrivacyLeakWarning``), ``clip`` and the feature normalization norm are constants.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import math
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from dp_accounting import dp_event as _ev
+
+from . import accounting
+from .noise import gaussian, make_key
+
+__all__ = ["sweep", "fit_setting", "SweepResult", "Setting", "PrivacyLeakWarning", "METHODS"]
+
+METHODS = ("adam1", "sgd")
+_BLOCK = 65536
+
+
+try:  # the core defines it; until it lands, this module's own class is the one raised
+    from . import PrivacyLeakWarning  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - depends on the order helpers land
+    class PrivacyLeakWarning(UserWarning):
+        """A data-dependent quantity was read from private data without paying privacy for it."""
+
+
+# --------------------------------------------------------------------------- settings
+
+@dataclass(frozen=True)
+class Setting:
+    """One private training plan.
+
+    Attributes
+    ----------
+    method : {"adam1", "sgd"}
+    epsilon : float or None
+        Target ε; the noise multiplier is calibrated to it.  ``None`` with ``noise_multiplier`` given: use that σ
+        (a paper's stated σ) and report the ε it gives.  ``math.inf``: non-private reference (no noise, no clip
+        change), reported ``private=False``.
+    delta : float
+    learning_rate : float
+    steps : int
+        1 for ``adam1``.
+    clip : float
+        Per-example gradient clip norm C (public).
+    momentum : float
+        ``sgd`` only.
+    normalize : float or None
+        Scale every feature row to this L2 norm first (free: a per-row map with a public constant).
+    center_share : float
+        ``sgd`` only: share of the GDP budget μ² spent on private centering of the normalized rows (DP-RandP);
+        0 = no centering.  Needs ``normalize``.
+    noise_multiplier, center_noise_multiplier : float or None
+        Explicit σ (training) and σ₁ (centering) instead of calibrating from ``epsilon``.
+    bias_init : float
+        ``adam1``: initial bias (−10 as Mehta et al.); its gradient is clipped with the weights.
+    """
+
+    method: str = "adam1"
+    epsilon: float | None = 1.0
+    delta: float = 1e-5
+    learning_rate: float = 1e-3
+    steps: int = 1
+    clip: float = 1.0
+    momentum: float = 0.9
+    normalize: float | None = None
+    center_share: float = 0.0
+    noise_multiplier: float | None = None
+    center_noise_multiplier: float | None = None
+    bias_init: float = -10.0
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.method == "adam1" and self.steps != 1:
+            raise ValueError("adam1 is one full-batch step; use method='sgd' for several steps")
+        if int(self.steps) < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if not (self.clip > 0 and math.isfinite(self.clip)):
+            raise ValueError(f"clip must be a positive number, got {self.clip}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if not 0.0 < self.delta < 1.0:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+        if self.epsilon is None and self.noise_multiplier is None:
+            raise ValueError("give epsilon or noise_multiplier")
+        if self.epsilon is not None and not self.epsilon > 0:
+            raise ValueError(f"epsilon must be > 0, got {self.epsilon}")
+        if self.normalize is not None and not self.normalize > 0:
+            raise ValueError(f"normalize must be > 0, got {self.normalize}")
+        if self.center_share and (self.method != "sgd" or self.normalize is None):
+            raise ValueError("private centering (center_share > 0) needs method='sgd' and normalize=C")
+        if self.center_noise_multiplier is not None and (self.method != "sgd" or self.normalize is None):
+            raise ValueError("center_noise_multiplier needs method='sgd' and normalize=C")
+
+    @property
+    def private(self) -> bool:
+        return self.noise_multiplier is not None or not math.isinf(self.epsilon)
+
+    @property
+    def centered(self) -> bool:
+        return bool(self.center_share) or self.center_noise_multiplier is not None
+
+    def noise(self) -> tuple[float, float]:
+        """(σ_train, σ_center) of this plan; σ_center = inf without centering, (0, inf) when non-private."""
+        if not self.private:
+            return 0.0, math.inf
+        if self.noise_multiplier is not None:
+            return float(self.noise_multiplier), (float(self.center_noise_multiplier)
+                                                  if self.center_noise_multiplier is not None else math.inf)
+        return accounting.split_noise(self.epsilon, self.delta, steps=self.steps, center_share=self.center_share)
+
+    def dp_event(self) -> _ev.DpEvent:
+        """The dp-accounting event of this plan (full-batch Gaussians: centering, then ``steps`` steps)."""
+        if not self.private:
+            return _ev.NonPrivateDpEvent()
+        sigma, sigma_c = self.noise()
+        return accounting.dp_event(sigma, steps=self.steps, extra_noise_multipliers=[sigma_c] if self.centered else [])
+
+    def achieved_epsilon(self) -> float:
+        """ε at ``delta`` of this plan by exact GDP composition (inf when non-private)."""
+        if not self.private:
+            return math.inf
+        return accounting.event_epsilon(self.dp_event(), self.delta, accountant="gdp")
+
+
+def _grid(eps, **grid) -> list[Setting]:
+    """Cartesian product of every list-valued argument (ε first), scalars shared."""
+    axes = {"epsilon": list(eps) if isinstance(eps, Iterable) and not isinstance(eps, str) else [eps]}
+    for name, value in grid.items():
+        axes[name] = list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value]
+    names = list(axes)
+    return [Setting(**dict(zip(names, combo))) for combo in itertools.product(*(axes[n] for n in names))]
+
+
+# --------------------------------------------------------------------------- data
+
+def _is_split(data) -> bool:
+    return hasattr(data, "blocks") and hasattr(data, "dim")
+
+
+def _resolve(data, split: str | None):
+    """A stores.Split or an (X, y) pair, from a store, a store path/URL, a split or arrays."""
+    if isinstance(data, (str, os.PathLike)):
+        import stores
+        data = stores.open(data)
+    if hasattr(data, "splits") and not _is_split(data):
+        if split is None:
+            raise ValueError(f"which split? the store has {list(data.splits)}")
+        return data[split]
+    if _is_split(data):
+        return data
+    if isinstance(data, (tuple, list)) and len(data) == 2:
+        X, y = np.asarray(data[0]), np.asarray(data[1])
+        if X.ndim != 2 or y.shape != (X.shape[0],):
+            raise ValueError(f"X must be (n, D) and y (n,), got {X.shape} and {y.shape}")
+        if not np.isfinite(X).all():
+            raise ValueError("features contain NaN or inf")
+        return X, y
+    raise TypeError(f"expected a store, a store path, a stores.Split or an (X, y) pair, got {type(data).__name__}")
+
+
+def _blocks(data, rows: int = _BLOCK):
+    if _is_split(data):
+        yield from data.blocks(rows=rows, dtype=np.float32)
+        return
+    X, y = data
+    for a in range(0, len(y), rows):
+        yield np.asarray(X[a:a + rows], dtype=np.float32), y[a:a + rows]
+
+
+def _n_dim(data) -> tuple[int, int]:
+    return (len(data), int(data.dim)) if _is_split(data) else (len(data[1]), int(data[0].shape[1]))
+
+
+def _class_index(classes: np.ndarray, y: np.ndarray) -> np.ndarray:
+    idx = np.searchsorted(classes, y)
+    idx = np.clip(idx, 0, len(classes) - 1)
+    bad = classes[idx] != y
+    if bad.any():
+        raise ValueError(f"labels {np.unique(y[bad])[:5].tolist()} are not in classes (public class list)")
+    return idx
+
+
+def _normalize_rows(X: jax.Array, norm) -> jax.Array:
+    n = jnp.linalg.norm(X, axis=1, keepdims=True)
+    return X * (norm / jnp.maximum(n, 1e-12))
+
+
+# --------------------------------------------------------------------------- adam1: stage 1 (one pass per clip, normalize)
+
+@jax.jit
+def _adam1_block_sums(X, yi, onehot_classes, clip, normalize, bias_init):
+    """Per-class sums of clipped augmented rows [x, 1] of one block, (K, D+1); residual norm is per class."""
+    X = jnp.where(normalize > 0, _normalize_rows(X, normalize), X)
+    Xa = jnp.concatenate([X, jnp.ones((X.shape[0], 1), X.dtype)], axis=1)
+    K = onehot_classes.shape[0]
+    p = jax.nn.sigmoid(bias_init)
+    r_norm = jnp.sqrt((1.0 - p) ** 2 + (K - 1) * p**2)  # |σ(b)·1 − e_y|, the same for every example
+    scale = jnp.minimum(1.0, clip / (jnp.linalg.norm(Xa, axis=1) * r_norm + 1e-30))
+    return jax.ops.segment_sum(Xa * scale[:, None], yi, num_segments=K)
+
+
+def _adam1_sums(data, classes, clip: float, normalize: float | None, bias_init: float, progress) -> np.ndarray:
+    K = len(classes)
+    total = None
+    eye = jnp.eye(K)
+    for X, y in _blocks(data):
+        s = _adam1_block_sums(jnp.asarray(X), jnp.asarray(_class_index(classes, np.asarray(y))), eye,
+                              float(clip), float(normalize or 0.0), float(bias_init))
+        total = s if total is None else total + s
+        if progress is not None:
+            progress.update(len(y))
+    return total
+
+
+# --------------------------------------------------------------------------- adam1: stage 2 (noise + Adam step per setting)
+
+def _adam1_noisy_grads(sums, keys, sigmas, clips, bias_init):
+    """Noisy clipped gradients (S, D+1, K) of S settings sharing one clip's class sums ``sums`` (K, D+1)."""
+    K = sums.shape[0]
+    R = jax.nn.sigmoid(bias_init) - jnp.eye(K)  # row k: residual of class k at zero weights
+
+    def one(key, sigma, clip):
+        g = sums.T @ R  # (D+1, K) = Σ_k S_k r_kᵀ
+        return g + gaussian(key, g.shape, sigma * clip, g.dtype)
+
+    return jax.vmap(one)(keys, sigmas, clips)
+
+
+@jax.jit
+def _adam1_release(sums, keys, sigmas, clips, lrs, bias_init):
+    """Weights (S, D, K) and biases (S, K) after one Adam step from zero (bias-corrected m̂/√v̂ = g/|g|)."""
+    g = _adam1_noisy_grads(sums, keys, sigmas, clips, bias_init)
+    update = g / (jnp.abs(g) + 1e-8)  # optax.adam's first step: eps=1e-8
+    theta = -lrs[:, None, None] * update
+    return theta[:, :-1, :], bias_init + theta[:, -1, :]
+
+
+# --------------------------------------------------------------------------- sgd: stacked full-batch DP-SGD with momentum
+
+@jax.jit
+def _sgd_stacked(X, Y, keys, sigmas, sigmas_c, clips, lrs, momenta, steps, normalize, centered, n):
+    """Full-batch DP-SGD with momentum for S stacked settings; returns W (S, D, K).
+
+    X (n, D), already normalized to norm ``normalize`` when > 0; Y (n, K) one-hot.  Setting s may first center
+    privately (DP-RandP): m_s = (Σ x_i + N(0, σ₁²C²)) / n with its own key, rows x_i − m_s renormalized to C.
+    The centered rows are never materialized: with a_si = C/‖x_i − m_s‖ the logits are a_si (x_i W_s − m_s W_s)
+    and the gradient Xᵀ(a ⊙ R̃_s) − m_s (Σ_i a_si r̃_si)ᵀ, so each step multiplies X once by all S weight
+    matrices side by side.  Then ``steps[s]`` steps of g = (Σ_i clip(x_i r_iᵀ) + N(0, σ²C²)) / n,
+    v = m·v + g, W −= lr·v; a setting is frozen after its own steps.
+    """
+    S = keys.shape[0]
+    D, K = X.shape[1], Y.shape[1]
+    ckeys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
+    tkeys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
+    total = X.sum(0)
+    M = jax.vmap(lambda k, sc: (total + gaussian(k, (D,), sc * normalize, X.dtype)) / n)(ckeys, sigmas_c)
+    M = jnp.where(centered[:, None], M, 0.0)  # (S, D)
+    sq = jnp.sum(X * X, axis=1)  # (n,)
+    dist = jnp.sqrt(jnp.maximum(sq[:, None] - 2.0 * (X @ M.T) + jnp.sum(M * M, 1)[None], 0.0))  # ‖x_i − m_s‖ (n, S)
+    A = jnp.where(centered[None], normalize / jnp.maximum(dist, 1e-12), 1.0)  # (n, S)
+    xnorm = A * dist  # ‖row as trained‖
+    T = jnp.max(steps)
+
+    def step(t, carry):
+        W, V = carry  # (S, D, K)
+        XW = (X @ jnp.transpose(W, (1, 0, 2)).reshape(D, S * K)).reshape(-1, S, K)
+        logits = A[..., None] * (XW - jnp.einsum("sd,sdk->sk", M, W)[None])
+        R = jax.nn.softmax(logits, axis=-1) - Y[:, None, :]  # (n, S, K)
+        scale = jnp.minimum(1.0, clips[None] / (xnorm * jnp.linalg.norm(R, axis=-1) + 1e-30))  # ‖x r‖ = ‖x‖‖r‖
+        AR = (A * scale)[..., None] * R
+        G = (X.T @ AR.reshape(-1, S * K)).reshape(D, S, K).transpose(1, 0, 2) - jnp.einsum("sd,sk->sdk", M, AR.sum(0))
+        noise = jax.vmap(lambda k, s, c: gaussian(jax.random.fold_in(k, t), (D, K), s * c, X.dtype))(tkeys, sigmas,
+                                                                                                      clips)
+        g = (G + noise) / n
+        V_new = momenta[:, None, None] * V + g
+        W_new = W - lrs[:, None, None] * V_new
+        live = (t < steps)[:, None, None]
+        return jnp.where(live, W_new, W), jnp.where(live, V_new, V)
+
+    W0 = jnp.zeros((S, D, K), X.dtype)
+    W, _ = jax.lax.fori_loop(0, T, step, (W0, W0))
+    return W
+
+
+# --------------------------------------------------------------------------- results
+
+@dataclass
+class SweepResult:
+    """The outcome of :func:`sweep`: one record per setting, plus the models.
+
+    Attributes
+    ----------
+    records : list of dict
+        Per setting: method, epsilon (target), achieved_epsilon, delta, noise_multiplier,
+        center_noise_multiplier, learning_rate, steps, clip, normalize, accountant ("gdp", exact for full batch),
+        neighbouring ("add_remove"), private, seeded, key (the setting's PRNG key data), accuracy on
+        ``eval_split`` (None without evaluation data), eval_split.
+    coef : ndarray (S, D, K)
+    intercept : ndarray (S, K)
+    classes : ndarray (K,)
+    total_epsilon : float
+        ε at ``total_delta`` of releasing **every** setting (exact GDP composition): what was charged.
+    total_delta : float
+    eval_public : bool
+        Whether the evaluation split was declared public (then picking by its accuracy is free).
+    """
+
+    records: list[dict]
+    coef: np.ndarray = field(repr=False)
+    intercept: np.ndarray = field(repr=False)
+    classes: np.ndarray = field(repr=False)
+    total_epsilon: float = math.nan
+    total_delta: float = math.nan
+    eval_public: bool = False
+
+    COLUMNS = ("method", "epsilon", "achieved_epsilon", "delta", "noise_multiplier", "center_noise_multiplier",
+               "learning_rate", "steps", "clip", "normalize", "accuracy", "eval_split", "private", "seeded",
+               "accountant", "neighbouring")
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def predict(self, i: int, X: np.ndarray) -> np.ndarray:
+        """Labels (n,) predicted by setting ``i`` on features X (n, D) (normalized as in training)."""
+        X = np.asarray(X, dtype=np.float32)
+        norm = self.records[i]["normalize"]
+        if norm:
+            X = X * (norm / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12))
+        return self.classes[np.argmax(X @ self.coef[i] + self.intercept[i], axis=1)]
+
+    def to_csv(self, path: str | os.PathLike | None = None, extra: Mapping[str, Any] | None = None) -> str:
+        """CSV of the records (columns :attr:`COLUMNS`, then ``extra`` constants); written to ``path`` if given."""
+        extra = dict(extra or {})
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=[*extra, *self.COLUMNS], extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        for r in self.records:
+            w.writerow({**extra, **r})
+        text = buf.getvalue()
+        if path is not None:
+            with open(path, "w", newline="") as f:
+                f.write(text)
+        return text
+
+    def table(self) -> str:
+        """Plain-text table for a terminal."""
+        head = f"{'method':7} {'eps':>6} {'eps got':>8} {'sigma':>9} {'lr':>8} {'steps':>5} {'clip':>5} {'acc':>7}"
+        lines = [head, "-" * len(head)]
+        for r in self.records:
+            acc = "-" if r["accuracy"] is None else f"{100 * r['accuracy']:.2f}%"
+            eps = "inf" if r["epsilon"] is None or math.isinf(r["epsilon"] or 0) else f"{r['epsilon']:g}"
+            got = "inf" if math.isinf(r["achieved_epsilon"]) else f"{r['achieved_epsilon']:.3f}"
+            lines.append(f"{r['method']:7} {eps:>6} {got:>8} {r['noise_multiplier']:>9.4g} {r['learning_rate']:>8.2g} "
+                         f"{r['steps']:>5} {r['clip']:>5.3g} {acc:>7}")
+        lines.append(f"releasing all {len(self.records)} settings: ε = {self.total_epsilon:.3f} at δ = "
+                     f"{self.total_delta:g} (composition)")
+        return "\n".join(lines)
+
+    def best(self) -> dict:
+        """The record with the highest evaluation accuracy.
+
+        Choosing by accuracy on a *private* split leaks that split: the returned record then carries
+        ``private=False`` and a :class:`PrivacyLeakWarning` is emitted.  Use
+        :func:`privlin.selection.select_private` for a private choice.
+        """
+        scored = [i for i, r in enumerate(self.records) if r["accuracy"] is not None]
+        if not scored:
+            raise ValueError("no setting was evaluated")
+        i = max(scored, key=lambda j: self.records[j]["accuracy"])
+        rec = dict(self.records[i], index=i)
+        if not self.eval_public:
+            warnings.warn("best() chose by accuracy on a private evaluation split: the chosen number is tuned on "
+                          "that split and is not a private result; use privlin.selection.select_private",
+                          PrivacyLeakWarning, stacklevel=2)
+            rec["private"] = False
+            rec["selected_on"] = f"{rec['eval_split']} (not private)"
+        return rec
+
+
+# --------------------------------------------------------------------------- the sweep
+
+def _evaluate(data, classes, coef, intercept, normalizes) -> np.ndarray:
+    """Accuracy (S,) of S linear models on ``data``, one pass over it."""
+    correct = np.zeros(coef.shape[0], dtype=np.int64)
+    n = 0
+    for X, y in _blocks(data):
+        X = jnp.asarray(X)
+        for s in range(coef.shape[0]):
+            Xs = _normalize_rows(X, normalizes[s]) if normalizes[s] else X
+            pred = classes[np.asarray(jnp.argmax(Xs @ coef[s] + intercept[s], axis=1))]
+            correct[s] += int((pred == np.asarray(y)).sum())
+        n += len(y)
+    if n == 0:
+        raise ValueError("the evaluation split has no rows")
+    return correct / n
+
+
+def _public_classes(data, classes, root_attrs=None) -> np.ndarray:
+    if classes is not None:
+        c = np.unique(np.asarray(classes))
+        if len(c) < 2:
+            raise ValueError("need at least 2 classes")
+        return c
+    attrs_classes = None
+    if _is_split(data):  # featurize records the dataset's class names; labels index them
+        attrs_classes = (data.attrs or {}).get("classes") or (root_attrs or {}).get("classes")
+    if attrs_classes is not None:  # the dataset's published class list (provenance), not read from labels
+        return np.arange(len(attrs_classes))
+    warnings.warn("classes were read from the private labels (their set is revealed); pass classes=... to avoid it",
+                  PrivacyLeakWarning, stacklevel=3)
+    ys = [np.unique(y) for _, y in _blocks(data)]
+    c = np.unique(np.concatenate(ys))
+    if len(c) < 2:
+        raise ValueError("need at least 2 classes")
+    return c
+
+
+def _progress(total: int, enabled: bool, desc: str):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+    return tqdm(total=total, desc=desc, unit="row", leave=False)
+
+
+def sweep(data, eps: float | Sequence[float] = (0.5, 1.0, 2.0, 4.0, 8.0), *, settings: Sequence[Setting] | None = None,
+          split: str = "train", eval_data=None, eval_split: str | None = "test", eval_public: bool = False,
+          classes=None, random_state=None, ledger=None, charge: bool = True, progress: bool = False,
+          **grid) -> SweepResult:
+    """Train every setting of a grid privately, sharing data passes, and evaluate each.
+
+    Parameters
+    ----------
+    data : stores.FeatureStore, store path/URL, stores.Split or (X (n, D), y (n,))
+        The private training data.  ``adam1`` streams it in blocks; ``sgd`` holds it in memory (float32).
+    eps : float or sequence of float
+        Target ε values (one axis of the grid).  ``math.inf`` adds a non-private reference setting.
+    settings : sequence of Setting, optional
+        Explicit settings instead of a grid (e.g. a paper's per-ε σ and learning rate).
+    split : str
+        Training split when ``data`` is a store.
+    eval_data : like ``data``, optional
+        Evaluation rows; default: split ``eval_split`` of the same store (None: no evaluation).
+    eval_public : bool
+        Declare the evaluation split public (then :meth:`SweepResult.best` is free).  Test splits are usually
+        private: leave it False.
+    classes : array-like, optional
+        The public class list.  Default: the store's ``classes`` attribute, else read from the labels with a
+        ``PrivacyLeakWarning``.
+    random_state : None, int or jax key
+        Base key; setting s uses ``jax.random.split(key, S)[s]``.  None: OS entropy.
+    ledger : privlin.ledger.PrivacyLedger, optional
+        Charged with the composition of every setting before any row is read (default: the ledger beside a
+        store split, an in-memory one for arrays; ``charge=False`` skips it).
+    progress : bool
+        tqdm progress bar over the data passes.
+    **grid
+        Setting fields, each a scalar or a list (Cartesian product): ``method``, ``delta``, ``learning_rate``,
+        ``steps``, ``clip``, ``momentum``, ``normalize``, ``center_share``, ``bias_init``.
+
+    Returns
+    -------
+    SweepResult
+    """
+    if settings is None:
+        settings = _grid(eps, **grid)
+    else:
+        if grid:
+            raise ValueError(f"give either settings or grid arguments, not both ({sorted(grid)})")
+        settings = [s if isinstance(s, Setting) else Setting(**s) for s in settings]
+    if not settings:
+        raise ValueError("no settings to train")
+    train = _resolve(data, split)
+    evaluation = None
+    if eval_data is not None:
+        evaluation = _resolve(eval_data, eval_split)
+    elif eval_split is not None and hasattr(_store_of(data), "splits"):
+        st = _store_of(data)
+        if eval_split not in st.splits:
+            raise ValueError(f"eval_split {eval_split!r} is not in the store; it has {list(st.splits)}")
+        evaluation = st[eval_split]
+    classes = _public_classes(train, classes, getattr(_store_of(data), "attrs", None))
+
+    # privacy first: the plan's total, charged before any data is read
+    deltas = {s.delta for s in settings}
+    total_delta = max(deltas)
+    private = [s for s in settings if s.private]
+    events = [s.dp_event() for s in private]
+    total_eps = (accounting.event_epsilon(_ev.ComposedDpEvent(events), total_delta, accountant="gdp")
+                 if events else 0.0)
+    if len(private) < len(settings):
+        total_eps = math.inf
+    if charge:
+        from .ledger import ledger_for
+        led = ledger_for(train if isinstance(data, (tuple, list)) else data, split, ledger=ledger)
+        led.charge(_ev.ComposedDpEvent([s.dp_event() for s in settings]),
+                   mechanism=f"privlin.sweep/{'+'.join(sorted({s.method for s in settings}))}",
+                   epsilon=total_eps, delta=total_delta,
+                   params={"settings": len(settings),
+                           "epsilons": [None if s.epsilon is None else str(s.epsilon) for s in settings]})
+
+    info = make_key(random_state)
+    keys = jax.random.split(info.key, len(settings))
+    n, D = _n_dim(train)
+    K = len(classes)
+    coef = np.zeros((len(settings), D, K), np.float32)
+    intercept = np.zeros((len(settings), K), np.float32)
+
+    # adam1: one pass per (clip, normalize, bias_init); every ε of that group shares the sums
+    groups: dict[tuple, list[int]] = {}
+    for i, s in enumerate(settings):
+        if s.method == "adam1":
+            groups.setdefault((s.clip, s.normalize, s.bias_init), []).append(i)
+    bar = _progress(n * len(groups), progress and bool(groups), "adam1 class sums")
+    for (clip, norm, bias), idx in groups.items():
+        sums = _adam1_sums(train, classes, clip, norm, bias, bar)
+        sig = jnp.asarray([settings[i].noise()[0] for i in idx], jnp.float32)
+        W, b = _adam1_release(sums, keys[jnp.asarray(idx)], sig, jnp.full(len(idx), clip, jnp.float32),
+                              jnp.asarray([settings[i].learning_rate for i in idx], jnp.float32), float(bias))
+        coef[idx], intercept[idx] = np.asarray(W), np.asarray(b)
+    if bar is not None:
+        bar.close()
+
+    # sgd: every setting with the same row normalization shares the steps (stacked)
+    sgd_groups: dict[Any, list[int]] = {}
+    for i, s in enumerate(settings):
+        if s.method == "sgd":
+            sgd_groups.setdefault(s.normalize, []).append(i)
+    if sgd_groups:
+        X_all, y_all = _load(train)
+        Y = jnp.asarray(np.eye(K, dtype=np.float32)[_class_index(classes, y_all)])
+        for norm, idx in sgd_groups.items():
+            X = _normalize_rows(jnp.asarray(X_all), norm) if norm else jnp.asarray(X_all)
+            coef[idx] = np.asarray(_run_sgd(X, Y, keys[jnp.asarray(idx)], [settings[i] for i in idx], n))
+
+    acc = _evaluate(evaluation, classes, coef, intercept, [s.normalize for s in settings]) if evaluation else None
+    key_data = np.asarray(jax.random.key_data(keys))
+    records = []
+    for i, s in enumerate(settings):
+        sigma, sigma_c = s.noise()
+        records.append({
+            "method": s.method, "epsilon": s.epsilon, "achieved_epsilon": s.achieved_epsilon(), "delta": s.delta,
+            "noise_multiplier": sigma, "center_noise_multiplier": sigma_c if s.centered else None,
+            "learning_rate": s.learning_rate, "steps": s.steps, "clip": s.clip, "normalize": s.normalize,
+            "momentum": s.momentum if s.method == "sgd" else None, "bias_init": s.bias_init if s.method == "adam1"
+            else None, "accountant": "gdp", "neighbouring": "add_remove", "private": s.private,
+            "seeded": info.seeded, "key": key_data[i].tolist(),
+            "accuracy": None if acc is None else float(acc[i]),
+            "eval_split": None if evaluation is None else (eval_split or "eval"), "setting": s,
+        })
+    return SweepResult(records, coef, intercept, classes, total_eps, total_delta, eval_public)
+
+
+def _store_of(data):
+    if isinstance(data, (str, os.PathLike)):
+        import stores
+        return stores.open(data)
+    return data
+
+
+def _load(train) -> tuple[np.ndarray, np.ndarray]:
+    if _is_split(train):
+        return train.to_numpy(dtype=np.float32)
+    return np.asarray(train[0], np.float32), np.asarray(train[1])
+
+
+def _run_sgd(X, Y, keys, settings: list[Setting], n: int):
+    noise = [s.noise() for s in settings]
+    norm = settings[0].normalize or 0.0
+    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
+    return _sgd_stacked(X, Y, keys, f32([a for a, _ in noise]),
+                        f32([b if math.isfinite(b) else 1.0 for _, b in noise]), f32([s.clip for s in settings]),
+                        f32([s.learning_rate for s in settings]), f32([s.momentum for s in settings]),
+                        jnp.asarray([s.steps for s in settings], jnp.int32), float(norm),
+                        jnp.asarray([s.centered for s in settings]), float(n))
+
+
+def fit_setting(data, setting: Setting, *, key, split: str = "train", classes=None) -> tuple[np.ndarray, np.ndarray]:
+    """Train one setting alone (no shared pass, nothing charged): ``(coef (D, K), intercept (K,))``.
+
+    ``key`` is a record's ``key`` (or any JAX key): the same setting and key give the sweep's model.
+    Meant for checking a sweep and for re-deriving one released model; it charges no ledger.
+    """
+    train = _resolve(data, split)
+    classes = _public_classes(train, classes, getattr(_store_of(data), "attrs", None))
+    key = key if isinstance(key, jax.Array) else jnp.asarray(np.asarray(key, np.uint32))
+    keys = make_key(key).key[None]
+    n, D = _n_dim(train)
+    if setting.method == "adam1":
+        sums = _adam1_sums(train, classes, setting.clip, setting.normalize, setting.bias_init, None)
+        W, b = _adam1_release(sums, keys, jnp.asarray([setting.noise()[0]], jnp.float32),
+                              jnp.asarray([setting.clip], jnp.float32),
+                              jnp.asarray([setting.learning_rate], jnp.float32), float(setting.bias_init))
+        return np.asarray(W[0]), np.asarray(b[0])
+    X, y = _load(train)
+    Y = jnp.asarray(np.eye(len(classes), dtype=np.float32)[_class_index(classes, y)])
+    X = _normalize_rows(jnp.asarray(X), setting.normalize) if setting.normalize else jnp.asarray(X)
+    W = _run_sgd(X, Y, keys, [setting], n)
+    return np.asarray(W[0]), np.zeros(len(classes), np.float32)
