@@ -34,6 +34,7 @@ import math
 import os
 import warnings
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Iterable, Mapping, Sequence
 
 import jax
@@ -41,8 +42,9 @@ import jax.numpy as jnp
 import numpy as np
 from dp_accounting import dp_event as _ev
 
-from . import accounting
-from .noise import gaussian, make_key
+from . import accounting, train as _train
+from .noise import make_key
+from .preprocess import normalize_rows as _normalize_rows_core, private_mean
 
 __all__ = ["sweep", "fit_setting", "SweepResult", "Setting", "PrivacyLeakWarning", "METHODS"]
 
@@ -50,11 +52,7 @@ METHODS = ("adam1", "sgd")
 _BLOCK = 65536
 
 
-try:  # the core defines it; until it lands, this module's own class is the one raised
-    from . import PrivacyLeakWarning  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - depends on the order helpers land
-    class PrivacyLeakWarning(UserWarning):
-        """A data-dependent quantity was read from private data without paying privacy for it."""
+from .report import PrivacyLeakWarning
 
 
 # --------------------------------------------------------------------------- settings
@@ -86,7 +84,10 @@ class Setting:
     noise_multiplier, center_noise_multiplier : float or None
         Explicit σ (training) and σ₁ (centering) instead of calibrating from ``epsilon``.
     bias_init : float
-        ``adam1``: initial bias (−10 as Mehta et al.); its gradient is clipped with the weights.
+        ``adam1``: initial bias (−10 as Mehta et al.).
+    fit_intercept : bool
+        ``adam1``: train the bias too (its gradient is clipped and noised with the weights); default False, as
+        ``privlin.train``.
     """
 
     method: str = "adam1"
@@ -101,6 +102,7 @@ class Setting:
     noise_multiplier: float | None = None
     center_noise_multiplier: float | None = None
     bias_init: float = -10.0
+    fit_intercept: bool = False
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -216,105 +218,74 @@ def _class_index(classes: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _normalize_rows(X: jax.Array, norm) -> jax.Array:
-    n = jnp.linalg.norm(X, axis=1, keepdims=True)
-    return X * (norm / jnp.maximum(n, 1e-12))
+    return _normalize_rows_core(X, norm)
 
 
-# --------------------------------------------------------------------------- adam1: stage 1 (one pass per clip, normalize)
+# --------------------------------------------------------------------------- adam1 (privlin.train's two stages)
 
-@jax.jit
-def _adam1_block_sums(X, yi, onehot_classes, clip, normalize, bias_init):
-    """Per-class sums of clipped augmented rows [x, 1] of one block, (K, D+1); residual norm is per class."""
+@partial(jax.jit, static_argnames=("fit_intercept",))
+def _adam1_block(acc, X, yi, K, clip, normalize, bias_init, fit_intercept):
+    """Stage 1 on one block: normalize (if asked), then privlin.train.class_sums_update."""
     X = jnp.where(normalize > 0, _normalize_rows(X, normalize), X)
-    Xa = jnp.concatenate([X, jnp.ones((X.shape[0], 1), X.dtype)], axis=1)
-    K = onehot_classes.shape[0]
-    p = jax.nn.sigmoid(bias_init)
-    r_norm = jnp.sqrt((1.0 - p) ** 2 + (K - 1) * p**2)  # |σ(b)·1 − e_y|, the same for every example
-    scale = jnp.minimum(1.0, clip / (jnp.linalg.norm(Xa, axis=1) * r_norm + 1e-30))
-    return jax.ops.segment_sum(Xa * scale[:, None], yi, num_segments=K)
+    Y = jax.nn.one_hot(yi, K.shape[0], dtype=jnp.float32)
+    return _train.class_sums_update(acc, X, Y, jnp.ones(X.shape[0], jnp.float32), clip, loss="sigmoid",
+                                    bias_init=bias_init, fit_intercept=fit_intercept)
 
 
-def _adam1_sums(data, classes, clip: float, normalize: float | None, bias_init: float, progress) -> np.ndarray:
-    K = len(classes)
-    total = None
-    eye = jnp.eye(K)
+def _adam1_sums(data, classes, setting: "Setting", progress):
+    """One pass over the data: privlin.train.ClassSums for this (clip, normalize, bias, intercept) group."""
+    _, D = _n_dim(data)
+    acc = _train.class_sums_init(D, len(classes))
+    K = jnp.zeros(len(classes))
     for X, y in _blocks(data):
-        s = _adam1_block_sums(jnp.asarray(X), jnp.asarray(_class_index(classes, np.asarray(y))), eye,
-                              float(clip), float(normalize or 0.0), float(bias_init))
-        total = s if total is None else total + s
+        acc = _adam1_block(acc, jnp.asarray(X), jnp.asarray(_class_index(classes, np.asarray(y))), K,
+                           float(setting.clip), float(setting.normalize or 0.0), float(setting.bias_init),
+                           bool(setting.fit_intercept))
         if progress is not None:
             progress.update(len(y))
-    return total
+    return acc
 
 
-# --------------------------------------------------------------------------- adam1: stage 2 (noise + Adam step per setting)
-
-def _adam1_noisy_grads(sums, keys, sigmas, clips, bias_init):
-    """Noisy clipped gradients (S, D+1, K) of S settings sharing one clip's class sums ``sums`` (K, D+1)."""
-    K = sums.shape[0]
-    R = jax.nn.sigmoid(bias_init) - jnp.eye(K)  # row k: residual of class k at zero weights
-
-    def one(key, sigma, clip):
-        g = sums.T @ R  # (D+1, K) = Σ_k S_k r_kᵀ
-        return g + gaussian(key, g.shape, sigma * clip, g.dtype)
-
-    return jax.vmap(one)(keys, sigmas, clips)
+@partial(jax.jit, static_argnames=("fit_intercept",))
+def _adam1_release(sums, keys, sigmas, lrs, clip, bias_init, fit_intercept):
+    """Stage 2 for S settings sharing ``sums``: privlin.train.adam1_step vmapped over (key, σ, lr)."""
+    step = lambda k, s, lr: _train.adam1_step(sums, k, s, lr, clip=clip, loss="sigmoid",  # noqa: E731
+                                              bias_init=bias_init, fit_intercept=fit_intercept)
+    p = jax.vmap(step)(keys, sigmas, lrs)
+    return p.W, p.b
 
 
-@jax.jit
-def _adam1_release(sums, keys, sigmas, clips, lrs, bias_init):
-    """Weights (S, D, K) and biases (S, K) after one Adam step from zero (bias-corrected m̂/√v̂ = g/|g|)."""
-    g = _adam1_noisy_grads(sums, keys, sigmas, clips, bias_init)
-    update = g / (jnp.abs(g) + 1e-8)  # optax.adam's first step: eps=1e-8
-    theta = -lrs[:, None, None] * update
-    return theta[:, :-1, :], bias_init + theta[:, -1, :]
+def _adam1_noisy_grads(sums, keys, sigmas, clip, fit_intercept=False):
+    """The noisy clipped gradient sums (S, D, K) that stage 2 feeds to Adam (for checking the noise)."""
+    g = _train.adam1_gradient(sums)
+    return jax.vmap(lambda k, s: _train.privatize(g, k, s, clip, fit_intercept=fit_intercept).W)(keys, sigmas)
 
 
-# --------------------------------------------------------------------------- sgd: stacked full-batch DP-SGD with momentum
+# --------------------------------------------------------------------------- sgd: privlin.train.fit_full_batch, vmapped
 
-@jax.jit
-def _sgd_stacked(X, Y, keys, sigmas, sigmas_c, clips, lrs, momenta, steps, normalize, centered, n):
-    """Full-batch DP-SGD with momentum for S stacked settings; returns W (S, D, K).
+@partial(jax.jit, static_argnames=("steps", "clip", "momentum"))
+def _sgd_vmapped(X, Y, keys, sigmas, lrs, steps, clip, momentum):
+    """S settings of full-batch DP-SGD with momentum in one vmapped run: each step multiplies X once by the S
+    weight matrices side by side (X is not batched), so the data is read once per step for all settings."""
+    mask = jnp.ones(X.shape[0], jnp.float32)
+    fit = lambda k, s, lr: _train.fit_full_batch(X, Y, mask, k, s, lr, steps=steps, clip=clip,  # noqa: E731
+                                                 loss="softmax", optimizer="sgd", momentum=momentum)
+    return jax.vmap(fit)(keys, sigmas, lrs).W
 
-    X (n, D), already normalized to norm ``normalize`` when > 0; Y (n, K) one-hot.  Setting s may first center
-    privately (DP-RandP): m_s = (Σ x_i + N(0, σ₁²C²)) / n with its own key, rows x_i − m_s renormalized to C.
-    The centered rows are never materialized: with a_si = C/‖x_i − m_s‖ the logits are a_si (x_i W_s − m_s W_s)
-    and the gradient Xᵀ(a ⊙ R̃_s) − m_s (Σ_i a_si r̃_si)ᵀ, so each step multiplies X once by all S weight
-    matrices side by side.  Then ``steps[s]`` steps of g = (Σ_i clip(x_i r_iᵀ) + N(0, σ²C²)) / n,
-    v = m·v + g, W −= lr·v; a setting is frozen after its own steps.
+
+def _sgd_centered(X, Y, key, setting: "Setting", n: int):
+    """One DP-RandP setting with private centering: its own centered copy of X, then fit_full_batch.
+
+    Key use: ``k_center, k_train = split(key)`` (fresh noise for the mean and for every step).
     """
-    S = keys.shape[0]
-    D, K = X.shape[1], Y.shape[1]
-    ckeys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
-    tkeys = jax.vmap(lambda k: jax.random.fold_in(k, 1))(keys)
-    total = X.sum(0)
-    M = jax.vmap(lambda k, sc: (total + gaussian(k, (D,), sc * normalize, X.dtype)) / n)(ckeys, sigmas_c)
-    M = jnp.where(centered[:, None], M, 0.0)  # (S, D)
-    sq = jnp.sum(X * X, axis=1)  # (n,)
-    dist = jnp.sqrt(jnp.maximum(sq[:, None] - 2.0 * (X @ M.T) + jnp.sum(M * M, 1)[None], 0.0))  # ‖x_i − m_s‖ (n, S)
-    A = jnp.where(centered[None], normalize / jnp.maximum(dist, 1e-12), 1.0)  # (n, S)
-    xnorm = A * dist  # ‖row as trained‖
-    T = jnp.max(steps)
-
-    def step(t, carry):
-        W, V = carry  # (S, D, K)
-        XW = (X @ jnp.transpose(W, (1, 0, 2)).reshape(D, S * K)).reshape(-1, S, K)
-        logits = A[..., None] * (XW - jnp.einsum("sd,sdk->sk", M, W)[None])
-        R = jax.nn.softmax(logits, axis=-1) - Y[:, None, :]  # (n, S, K)
-        scale = jnp.minimum(1.0, clips[None] / (xnorm * jnp.linalg.norm(R, axis=-1) + 1e-30))  # ‖x r‖ = ‖x‖‖r‖
-        AR = (A * scale)[..., None] * R
-        G = (X.T @ AR.reshape(-1, S * K)).reshape(D, S, K).transpose(1, 0, 2) - jnp.einsum("sd,sk->sdk", M, AR.sum(0))
-        noise = jax.vmap(lambda k, s, c: gaussian(jax.random.fold_in(k, t), (D, K), s * c, X.dtype))(tkeys, sigmas,
-                                                                                                      clips)
-        g = (G + noise) / n
-        V_new = momenta[:, None, None] * V + g
-        W_new = W - lrs[:, None, None] * V_new
-        live = (t < steps)[:, None, None]
-        return jnp.where(live, W_new, W), jnp.where(live, V_new, V)
-
-    W0 = jnp.zeros((S, D, K), X.dtype)
-    W, _ = jax.lax.fori_loop(0, T, step, (W0, W0))
-    return W
+    sigma, sigma_c = setting.noise()
+    k_center, k_train = jax.random.split(key)
+    norm = float(setting.normalize)
+    mean = private_mean(jnp.sum(X, axis=0), n, k_center, sigma_c, norm)
+    Xc = _normalize_rows(X - mean, norm)
+    return _sgd_vmapped(Xc, Y, k_train[None], jnp.asarray([sigma], jnp.float32),
+                        jnp.asarray([setting.learning_rate], jnp.float32), int(setting.steps), float(setting.clip),
+                        float(setting.momentum))[0]
 
 
 # --------------------------------------------------------------------------- results
@@ -540,32 +511,30 @@ def sweep(data, eps: float | Sequence[float] = (0.5, 1.0, 2.0, 4.0, 8.0), *, set
     coef = np.zeros((len(settings), D, K), np.float32)
     intercept = np.zeros((len(settings), K), np.float32)
 
-    # adam1: one pass per (clip, normalize, bias_init); every ε of that group shares the sums
+    # adam1: one pass per (clip, normalize, bias, intercept) group; every ε and lr of the group shares the sums
     groups: dict[tuple, list[int]] = {}
     for i, s in enumerate(settings):
         if s.method == "adam1":
-            groups.setdefault((s.clip, s.normalize, s.bias_init), []).append(i)
+            groups.setdefault((s.clip, s.normalize, s.bias_init, s.fit_intercept), []).append(i)
     bar = _progress(n * len(groups), progress and bool(groups), "adam1 class sums")
-    for (clip, norm, bias), idx in groups.items():
-        sums = _adam1_sums(train, classes, clip, norm, bias, bar)
-        sig = jnp.asarray([settings[i].noise()[0] for i in idx], jnp.float32)
-        W, b = _adam1_release(sums, keys[jnp.asarray(idx)], sig, jnp.full(len(idx), clip, jnp.float32),
-                              jnp.asarray([settings[i].learning_rate for i in idx], jnp.float32), float(bias))
-        coef[idx], intercept[idx] = np.asarray(W), np.asarray(b)
+    for idx in groups.values():
+        coef[idx], intercept[idx] = _adam1_group(train, classes, [settings[i] for i in idx], keys[jnp.asarray(idx)],
+                                                 bar)
     if bar is not None:
         bar.close()
 
-    # sgd: every setting with the same row normalization shares the steps (stacked)
-    sgd_groups: dict[Any, list[int]] = {}
+    # sgd: settings with the same (normalize, steps, clip, momentum) run vmapped, one data read per step for all;
+    # privately centered settings each get their own centered copy of the rows
+    sgd_groups: dict[tuple, list[int]] = {}
     for i, s in enumerate(settings):
         if s.method == "sgd":
-            sgd_groups.setdefault(s.normalize, []).append(i)
+            sgd_groups.setdefault((s.normalize, s.steps, s.clip, s.momentum, s.centered), []).append(i)
     if sgd_groups:
         X_all, y_all = _load(train)
         Y = jnp.asarray(np.eye(K, dtype=np.float32)[_class_index(classes, y_all)])
-        for norm, idx in sgd_groups.items():
+        for (norm, *_), idx in sgd_groups.items():
             X = _normalize_rows(jnp.asarray(X_all), norm) if norm else jnp.asarray(X_all)
-            coef[idx] = np.asarray(_run_sgd(X, Y, keys[jnp.asarray(idx)], [settings[i] for i in idx], n))
+            coef[idx] = _sgd_group(X, Y, [settings[i] for i in idx], keys[jnp.asarray(idx)], n)
 
     acc = _evaluate(evaluation, classes, coef, intercept, [s.normalize for s in settings]) if evaluation else None
     key_data = np.asarray(jax.random.key_data(keys))
@@ -598,15 +567,22 @@ def _load(train) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(train[0], np.float32), np.asarray(train[1])
 
 
-def _run_sgd(X, Y, keys, settings: list[Setting], n: int):
-    noise = [s.noise() for s in settings]
-    norm = settings[0].normalize or 0.0
-    f32 = lambda v: jnp.asarray(v, jnp.float32)  # noqa: E731
-    return _sgd_stacked(X, Y, keys, f32([a for a, _ in noise]),
-                        f32([b if math.isfinite(b) else 1.0 for _, b in noise]), f32([s.clip for s in settings]),
-                        f32([s.learning_rate for s in settings]), f32([s.momentum for s in settings]),
-                        jnp.asarray([s.steps for s in settings], jnp.int32), float(norm),
-                        jnp.asarray([s.centered for s in settings]), float(n))
+def _adam1_group(train, classes, group: list[Setting], keys, bar) -> tuple[np.ndarray, np.ndarray]:
+    first = group[0]
+    sums = _adam1_sums(train, classes, first, bar)
+    W, b = _adam1_release(sums, keys, jnp.asarray([s.noise()[0] for s in group], jnp.float32),
+                          jnp.asarray([s.learning_rate for s in group], jnp.float32), float(first.clip),
+                          float(first.bias_init), bool(first.fit_intercept))
+    return np.asarray(W), np.asarray(b)
+
+
+def _sgd_group(X, Y, group: list[Setting], keys, n: int) -> np.ndarray:
+    first = group[0]
+    if first.centered:
+        return np.stack([np.asarray(_sgd_centered(X, Y, keys[i], s, n)) for i, s in enumerate(group)])
+    return np.asarray(_sgd_vmapped(X, Y, keys, jnp.asarray([s.noise()[0] for s in group], jnp.float32),
+                                   jnp.asarray([s.learning_rate for s in group], jnp.float32), int(first.steps),
+                                   float(first.clip), float(first.momentum)))
 
 
 def fit_setting(data, setting: Setting, *, key, split: str = "train", classes=None) -> tuple[np.ndarray, np.ndarray]:
@@ -621,13 +597,9 @@ def fit_setting(data, setting: Setting, *, key, split: str = "train", classes=No
     keys = make_key(key).key[None]
     n, D = _n_dim(train)
     if setting.method == "adam1":
-        sums = _adam1_sums(train, classes, setting.clip, setting.normalize, setting.bias_init, None)
-        W, b = _adam1_release(sums, keys, jnp.asarray([setting.noise()[0]], jnp.float32),
-                              jnp.asarray([setting.clip], jnp.float32),
-                              jnp.asarray([setting.learning_rate], jnp.float32), float(setting.bias_init))
-        return np.asarray(W[0]), np.asarray(b[0])
+        W, b = _adam1_group(train, classes, [setting], keys, None)
+        return W[0], b[0]
     X, y = _load(train)
     Y = jnp.asarray(np.eye(len(classes), dtype=np.float32)[_class_index(classes, y)])
     X = _normalize_rows(jnp.asarray(X), setting.normalize) if setting.normalize else jnp.asarray(X)
-    W = _run_sgd(X, Y, keys, [setting], n)
-    return np.asarray(W[0]), np.zeros(len(classes), np.float32)
+    return _sgd_group(X, Y, [setting], keys, n)[0], np.zeros(len(classes), np.float32)

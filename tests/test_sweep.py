@@ -14,6 +14,7 @@ from dp_accounting import dp_event as ev
 from dp_accounting.pld import pld_privacy_accountant as pld
 
 import stores
+from privlin.train import ClassSums
 from privlin.ledger import PrivacyBudgetExceeded, PrivacyLedger
 from privlin.sweep import PrivacyLeakWarning, Setting, _adam1_noisy_grads, fit_setting, sweep
 
@@ -76,9 +77,11 @@ def test_sgd_stacked_settings_equal_each_fitted_alone(data):
         np.testing.assert_allclose(W, res.coef[i], rtol=2e-4, atol=2e-5 * np.abs(W).max())
 
 
-def test_adam1_without_noise_is_optax_adam_on_autodiff_clipped_gradients(data):
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_adam1_without_noise_is_optax_adam_on_autodiff_clipped_gradients(data, fit_intercept):
     X, y = data
-    res = sweep((X, y), settings=[Setting(method="adam1", epsilon=math.inf, learning_rate=0.05, clip=0.7)],
+    res = sweep((X, y), settings=[Setting(method="adam1", epsilon=math.inf, learning_rate=0.05, clip=0.7,
+                                          fit_intercept=fit_intercept)],
                 classes=CLASSES, eval_split=None, random_state=0)
     Y = jax.nn.one_hot(y, 4)
 
@@ -88,10 +91,12 @@ def test_adam1_without_noise_is_optax_adam_on_autodiff_clipped_gradients(data):
 
     theta0 = jnp.zeros((X.shape[1] + 1, 4)).at[-1].set(-10.0)
     g = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(theta0, jnp.asarray(X), Y)  # per-example (n, D+1, K)
+    if not fit_intercept:
+        g = g.at[:, -1].set(0.0)  # a frozen intercept is not part of the clipped gradient
     norms = jnp.sqrt((g**2).sum((1, 2)))
-    g_sum = (g * jnp.minimum(1.0, 0.7 / norms)[:, None, None]).sum(0)
+    g_mean = (g * jnp.minimum(1.0, 0.7 / norms)[:, None, None]).sum(0) / len(y)
     opt = optax.adam(0.05)
-    upd, _ = opt.update(g_sum, opt.init(theta0), theta0)
+    upd, _ = opt.update(g_mean, opt.init(theta0), theta0)
     theta1 = optax.apply_updates(theta0, upd)
     np.testing.assert_allclose(res.coef[0], theta1[:-1], rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(res.intercept[0], theta1[-1], rtol=1e-5)
@@ -124,16 +129,16 @@ def test_noise_of_different_settings_is_independent_and_has_the_stated_scale():
     K, D1, S = 10, 2000, 5
     keys = jax.random.split(jax.random.key(11), S)
     sig = jnp.asarray([0.5, 1.0, 2.0, 4.0, 8.0])
-    clips = jnp.asarray([1.0, 1.0, 2.0, 0.5, 1.0])
-    g = np.asarray(_adam1_noisy_grads(jnp.zeros((K, D1)), keys, sig, clips, -10.0))  # zero signal: pure noise
-    Z = (g / (np.asarray(sig) * np.asarray(clips))[:, None, None]).reshape(S, -1)
+    zero = ClassSums(jnp.zeros((K, D1)), jnp.zeros(K), jnp.zeros(()))  # no signal: the sums are pure noise
+    g = np.asarray(_adam1_noisy_grads(zero, keys, sig, 2.0))
+    Z = (g / (2.0 * np.asarray(sig))[:, None, None]).reshape(S, -1)
     m = Z.shape[1]
     np.testing.assert_allclose(Z.std(1), 1.0, rtol=0.025)
     C = np.corrcoef(Z)
     off = C[~np.eye(S, dtype=bool)]
     assert np.abs(off).max() < 5 / math.sqrt(m)  # independent draws: |r| ~ 1/sqrt(m)
     # the same key twice would give r = 1: the check has teeth
-    g2 = np.asarray(_adam1_noisy_grads(jnp.zeros((K, D1)), jnp.stack([keys[0], keys[0]]), sig[:2], clips[:2], -10.0))
+    g2 = np.asarray(_adam1_noisy_grads(zero, jnp.stack([keys[0], keys[0]]), sig[:2], 2.0))
     assert np.corrcoef(g2.reshape(2, -1))[0, 1] > 0.999
 
 
