@@ -12,8 +12,10 @@ Why it is cheap
 
 Why it is honest
 ----------------
-Every setting draws **fresh noise from its own key** (``jax.random.split`` of one base key; the key of each
-setting is in its record, so ``fit_setting(data, setting, key=record["key"])`` reproduces it alone).  Every
+Every setting draws **fresh noise from its own key** (``jax.random.split`` of one base key, then split into a
+centering and a training key as :class:`privlin.estimator.DPLinearClassifier` does; the key of each setting is
+in its record, so ``DPLinearClassifier(..., random_state=record["key"])`` or
+``fit_setting(data, setting, key=record["key"])`` reproduces it alone).  Every
 record states its own (ε, δ), noise multipliers, accountant and neighbouring relation: that is the guarantee
 of releasing *that one model*.  Releasing several, or picking the best by looking at private data, costs more:
 :attr:`SweepResult.total_epsilon` is the composition of every setting (what the ledger is charged, before any
@@ -273,13 +275,17 @@ def _sgd_vmapped(X, Y, keys, sigmas, lrs, steps, clip, momentum):
     return jax.vmap(fit)(keys, sigmas, lrs).W
 
 
-def _sgd_centered(X, Y, key, setting: "Setting", n: int):
-    """One DP-RandP setting with private centering: its own centered copy of X, then fit_full_batch.
+def _stage_keys(keys):
+    """(center keys, train keys), each (S,): ``noise.split_named(key, "center", "train")`` of every setting's key,
+    the derivation DPLinearClassifier uses, so a setting equals the estimator fitted alone with its key."""
+    both = jax.vmap(lambda k: jax.random.split(k, 2))(keys)
+    return both[:, 0], both[:, 1]
 
-    Key use: ``k_center, k_train = split(key)`` (fresh noise for the mean and for every step).
-    """
+
+def _sgd_centered(X, Y, key, setting: "Setting", n: int):
+    """One DP-RandP setting with private centering: its own centered copy of X, then fit_full_batch."""
     sigma, sigma_c = setting.noise()
-    k_center, k_train = jax.random.split(key)
+    (k_center,), (k_train,) = _stage_keys(key[None])
     norm = float(setting.normalize)
     mean = private_mean(jnp.sum(X, axis=0), n, k_center, sigma_c, norm)
     Xc = _normalize_rows(X - mean, norm)
@@ -570,7 +576,7 @@ def _load(train) -> tuple[np.ndarray, np.ndarray]:
 def _adam1_group(train, classes, group: list[Setting], keys, bar) -> tuple[np.ndarray, np.ndarray]:
     first = group[0]
     sums = _adam1_sums(train, classes, first, bar)
-    W, b = _adam1_release(sums, keys, jnp.asarray([s.noise()[0] for s in group], jnp.float32),
+    W, b = _adam1_release(sums, _stage_keys(keys)[1], jnp.asarray([s.noise()[0] for s in group], jnp.float32),
                           jnp.asarray([s.learning_rate for s in group], jnp.float32), float(first.clip),
                           float(first.bias_init), bool(first.fit_intercept))
     return np.asarray(W), np.asarray(b)
@@ -580,7 +586,7 @@ def _sgd_group(X, Y, group: list[Setting], keys, n: int) -> np.ndarray:
     first = group[0]
     if first.centered:
         return np.stack([np.asarray(_sgd_centered(X, Y, keys[i], s, n)) for i, s in enumerate(group)])
-    return np.asarray(_sgd_vmapped(X, Y, keys, jnp.asarray([s.noise()[0] for s in group], jnp.float32),
+    return np.asarray(_sgd_vmapped(X, Y, _stage_keys(keys)[1], jnp.asarray([s.noise()[0] for s in group], jnp.float32),
                                    jnp.asarray([s.learning_rate for s in group], jnp.float32), int(first.steps),
                                    float(first.clip), float(first.momentum)))
 
