@@ -64,6 +64,7 @@ class PrivacyReport:
     method: str = ""
     n_rows: int = 0
     leaks: tuple = ()
+    learning_rate: float = float("nan")
     notes: Optional[str] = None
 
     def to_dict(self) -> dict:

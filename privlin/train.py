@@ -1,0 +1,278 @@
+"""DP trainers for linear classifiers: small pure jittable pieces (optax style).
+
+Why it is cheap: for a linear model with logits ``z = x W + b`` the
+per-example gradient is the outer product ``x r^T`` (``r = dloss/dz``), so its
+norm is ``||x|| * ||r||`` (``sqrt(||x||² + 1) * ||r||`` with an intercept).
+Clipping is one scale per row, and the clipped sum is one GEMM
+``X^T (c * R)``: per-example gradients are never materialized.
+
+Pieces (all pure; keys and noise multipliers are arguments, so ``jax.vmap``
+runs many (key, σ, lr) settings at once and an audit vmaps over seeds):
+
+* :func:`clipped_grad_sum` — Σ_i clip_C(∇ℓ_i) for one block of rows (mask drops padding).
+* :func:`privatize` — add N(0, (σC)²) to every coordinate, fresh key per leaf.
+* ``adam1`` (Mehta et al., seed 003): single full-batch DP-Adam step from zero
+  init, bias init −10, sigmoid CE.  From zero init every example's residual
+  has the same norm, so the whole gradient is a function of per-class sums of
+  clipped rows.  Two stages, so a sweep does the data pass once:
+
+  1. :func:`class_sums_init` / :func:`class_sums_update` — one streaming pass
+     accumulating :class:`ClassSums` (per-class Σ c_i x_i and Σ c_i);
+  2. :func:`adam1_step` — gradient from the sums, noise, one Adam step.
+
+* ``sgd`` (DP-RandP, seed 004): full-batch DP-SGD with momentum, zero init, no
+  bias: :func:`noisy_update` per step (streaming) or :func:`fit_full_batch`
+  (in memory, ``lax.scan``).
+* ``minibatch``: Poisson-subsampled DP-SGD / DP-Adam / DP-LAMB:
+  :func:`fit_minibatch` (in memory; every step draws its own Poisson mask).
+
+Shapes: ``X`` (n, d) float32, ``Y`` (n, k) one-hot float32, ``mask`` (n,) 0/1,
+``W`` (d, k), ``b`` (k,).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from . import noise
+
+__all__ = [
+    "LinearParams", "ClassSums", "TrainState", "residuals", "grad_norms", "clip_factors", "clipped_grad_sum",
+    "privatize", "init_params", "make_optimizer", "init_state", "noisy_update", "fit_full_batch", "fit_minibatch",
+    "zero_init_residual_norm", "class_sums_init", "class_sums_update", "adam1_gradient", "adam1_step",
+    "decision_function", "LOSSES", "OPTIMIZERS",
+]
+
+LOSSES = ("sigmoid", "softmax")
+OPTIMIZERS = ("sgd", "adam", "lamb")
+_TINY = 1e-12
+
+
+class LinearParams(NamedTuple):
+    """Weights ``W`` (d, k) and intercept ``b`` (k,)."""
+
+    W: jax.Array
+    b: jax.Array
+
+
+class ClassSums(NamedTuple):
+    """Sufficient statistics of ``adam1``: per-class sums of clip factors times rows.
+
+    ``S`` (k, d): Σ_{i in class j} c_i x_i;  ``w`` (k,): Σ_{i in class j} c_i;  ``n``: rows seen.
+    """
+
+    S: jax.Array
+    w: jax.Array
+    n: jax.Array
+
+
+class TrainState(NamedTuple):
+    """Parameters and optimizer state between steps."""
+
+    params: LinearParams
+    opt_state: optax.OptState
+
+
+def init_params(d: int, k: int, bias_init: float = 0.0) -> LinearParams:
+    """Zero weights (Mehta et al.: zero init is crucial under DP) and a constant intercept."""
+    return LinearParams(jnp.zeros((d, k), jnp.float32), jnp.full((k,), bias_init, jnp.float32))
+
+
+def decision_function(params: LinearParams, X) -> jax.Array:
+    """Logits ``X W + b``, shape (n, k)."""
+    return jnp.asarray(X, jnp.float32) @ params.W + params.b
+
+
+def residuals(logits, Y, loss: str) -> jax.Array:
+    """dℓ/dz for sigmoid (one-vs-rest) or softmax cross-entropy; shape (n, k)."""
+    if loss == "sigmoid":
+        return jax.nn.sigmoid(logits) - Y
+    if loss == "softmax":
+        return jax.nn.softmax(logits, axis=-1) - Y
+    raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+
+
+def grad_norms(X, R, fit_intercept: bool) -> jax.Array:
+    """Per-example gradient norms ``||x_i|| ||r_i||`` (intercept: ``sqrt(||x_i||²+1) ||r_i||``); shape (n,)."""
+    x2 = jnp.sum(X * X, axis=1) + (1.0 if fit_intercept else 0.0)
+    return jnp.sqrt(x2) * jnp.sqrt(jnp.sum(R * R, axis=1))
+
+
+def clip_factors(norms, clip) -> jax.Array:
+    """``min(1, C / norm)`` per example (0-norm rows get 1)."""
+    return jnp.minimum(1.0, clip / jnp.maximum(norms, _TINY))
+
+
+def clipped_grad_sum(params: LinearParams, X, Y, mask, clip, *, loss: str = "softmax",
+                     fit_intercept: bool = False) -> LinearParams:
+    """Σ_i mask_i · clip_C(∇_θ ℓ(θ; x_i, y_i)) without materializing per-example gradients.
+
+    Returns
+    -------
+    LinearParams
+        ``W`` (d, k) and ``b`` (k,) sums (``b`` is zero when ``fit_intercept`` is False).
+    """
+    X = jnp.asarray(X, jnp.float32)
+    R = residuals(decision_function(params, X), Y, loss)
+    c = clip_factors(grad_norms(X, R, fit_intercept), clip) * mask
+    Rc = R * c[:, None]
+    gb = jnp.sum(Rc, axis=0) if fit_intercept else jnp.zeros_like(params.b)
+    return LinearParams(X.T @ Rc, gb)
+
+
+def privatize(grad_sum: LinearParams, key, sigma, clip, *, fit_intercept: bool = False) -> LinearParams:
+    """Add Gaussian noise of std ``sigma * clip`` to every coordinate (fresh keys for W and b).
+
+    The intercept gets noise only when it is trained (its gradient is part of the clipped vector).
+    """
+    kw, kb = jax.random.split(key)
+    W = grad_sum.W + noise.gaussian(kw, grad_sum.W.shape, sigma * clip)
+    b = grad_sum.b + noise.gaussian(kb, grad_sum.b.shape, sigma * clip) if fit_intercept else grad_sum.b
+    return LinearParams(W, b)
+
+
+def make_optimizer(name: str, learning_rate, *, momentum: float = 0.9, b1: float = 0.9, b2: float = 0.999,
+                   eps: float = 1e-8) -> optax.GradientTransformation:
+    """optax optimizer by name: ``"sgd"`` (heavy-ball momentum), ``"adam"`` or ``"lamb"``.
+
+    ``learning_rate`` may be a traced value (vmap over learning rates).
+    """
+    if name == "sgd":
+        return optax.sgd(learning_rate, momentum=momentum)
+    if name == "adam":
+        return optax.adam(learning_rate, b1=b1, b2=b2, eps=eps)
+    if name == "lamb":
+        return optax.lamb(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=0.0)
+    raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {name!r}")
+
+
+def init_state(d: int, k: int, opt: optax.GradientTransformation, bias_init: float = 0.0) -> TrainState:
+    params = init_params(d, k, bias_init)
+    return TrainState(params, opt.init(params))
+
+
+def noisy_update(state: TrainState, grad_sum: LinearParams, key, sigma, denom, opt: optax.GradientTransformation,
+                 *, clip, fit_intercept: bool = False) -> TrainState:
+    """One DP step: noise on the clipped sum, divide by the public ``denom`` (N, or q·N), optimizer update."""
+    g = privatize(grad_sum, key, sigma, clip, fit_intercept=fit_intercept)
+    g = jax.tree.map(lambda t: t / denom, g)
+    if not fit_intercept:
+        g = LinearParams(g.W, jnp.zeros_like(g.b))
+    updates, opt_state = opt.update(g, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    if not fit_intercept:  # LAMB's trust ratio / weight decay must not move a frozen intercept
+        params = LinearParams(params.W, state.params.b)
+    return TrainState(params, opt_state)
+
+
+def fit_full_batch(X, Y, mask, key, sigma, learning_rate, *, steps: int, clip: float = 1.0, loss: str = "softmax",
+                   optimizer: str = "sgd", momentum: float = 0.9, fit_intercept: bool = False,
+                   bias_init: float = 0.0) -> LinearParams:
+    """Full-batch DP-SGD (DP-RandP) for ``steps`` steps on in-memory rows; pure, jittable, vmappable.
+
+    Parameters
+    ----------
+    X : (n, d) preprocessed rows; Y : (n, k) one-hot; mask : (n,) 1 for real rows, 0 for padding.
+    key : jax key (split into one key per step); sigma, learning_rate : scalars (may be traced).
+
+    Every step adds fresh noise N(0, (σC)²) to the clipped gradient sum and divides by N = Σ mask.
+    """
+    opt = make_optimizer(optimizer, learning_rate, momentum=momentum)
+    state = init_state(X.shape[1], Y.shape[1], opt, bias_init)
+    n = jnp.sum(mask)
+
+    def step(state, k):
+        g = clipped_grad_sum(state.params, X, Y, mask, clip, loss=loss, fit_intercept=fit_intercept)
+        return noisy_update(state, g, k, sigma, n, opt, clip=clip, fit_intercept=fit_intercept), None
+
+    state, _ = jax.lax.scan(step, state, jax.random.split(key, steps))
+    return state.params
+
+
+def fit_minibatch(X, Y, mask, key, sigma, learning_rate, *, steps: int, sample_rate: float, clip: float = 1.0,
+                  loss: str = "softmax", optimizer: str = "sgd", momentum: float = 0.9, fit_intercept: bool = False,
+                  bias_init: float = 0.0) -> LinearParams:
+    """Poisson-subsampled DP-SGD / DP-Adam / DP-LAMB on in-memory rows; pure, jittable, vmappable.
+
+    Each step includes every row independently with probability ``sample_rate`` (the
+    sampling the accountant assumes), sums clipped gradients of the sampled rows, adds
+    fresh noise and divides by the expected batch size q·N (public), as in Opacus.
+    The sampling key and the noise key of a step are independent.
+    """
+    opt = make_optimizer(optimizer, learning_rate, momentum=momentum)
+    state = init_state(X.shape[1], Y.shape[1], opt, bias_init)
+    denom = sample_rate * jnp.sum(mask)
+
+    def step(state, k):
+        k_sample, k_noise = jax.random.split(k)
+        take = jax.random.bernoulli(k_sample, sample_rate, mask.shape).astype(jnp.float32) * mask
+        g = clipped_grad_sum(state.params, X, Y, take, clip, loss=loss, fit_intercept=fit_intercept)
+        return noisy_update(state, g, k_noise, sigma, denom, opt, clip=clip, fit_intercept=fit_intercept), None
+
+    state, _ = jax.lax.scan(step, state, jax.random.split(key, steps))
+    return state.params
+
+
+# --------------------------------------------------------------------------- adam1 (Mehta et al.)
+
+def zero_init_residual_norm(k: int, loss: str = "sigmoid", bias_init: float = -10.0) -> float:
+    """``||r_i||`` at zero weights and constant intercept: the same for every example.
+
+    sigmoid: r = p·1 − e_y with p = sigmoid(b0); softmax: p = 1/k.
+    """
+    p = 1.0 / (1.0 + jnp.exp(-bias_init)) if loss == "sigmoid" else 1.0 / k
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    return jnp.sqrt((1.0 - p) ** 2 + (k - 1) * p**2)
+
+
+def class_sums_init(d: int, k: int) -> ClassSums:
+    return ClassSums(jnp.zeros((k, d), jnp.float32), jnp.zeros((k,), jnp.float32), jnp.zeros((), jnp.float32))
+
+
+def class_sums_update(acc: ClassSums, X, Y, mask, clip, *, loss: str = "sigmoid", bias_init: float = -10.0,
+                      fit_intercept: bool = False) -> ClassSums:
+    """Add one block of rows to the ``adam1`` statistics (stage 1; one streaming pass).
+
+    The clip factor is ``min(1, C / (||x_i|| ||r||))`` with the constant zero-init ``||r||``.
+    """
+    X = jnp.asarray(X, jnp.float32)
+    r = zero_init_residual_norm(Y.shape[1], loss, bias_init)
+    x2 = jnp.sum(X * X, axis=1) + (1.0 if fit_intercept else 0.0)
+    c = clip_factors(jnp.sqrt(x2) * r, clip) * mask
+    Yc = Y * c[:, None]
+    return ClassSums(acc.S + Yc.T @ X, acc.w + jnp.sum(Yc, axis=0), acc.n + jnp.sum(mask))
+
+
+def adam1_gradient(sums: ClassSums, *, loss: str = "sigmoid", bias_init: float = -10.0) -> LinearParams:
+    """The exact clipped full-batch gradient sum at zero init, from the class sums.
+
+    Σ_i c_i x_i (p·1 − e_{y_i})^T = p·(Σ_j S_j) 1^T − S^T, and likewise for the intercept.
+    """
+    k = sums.S.shape[0]
+    p = jax.nn.sigmoid(bias_init) if loss == "sigmoid" else 1.0 / k
+    total = jnp.sum(sums.S, axis=0)
+    return LinearParams(p * total[:, None] - sums.S.T, p * jnp.sum(sums.w) - sums.w)
+
+
+def adam1_step(sums: ClassSums, key, sigma, learning_rate, *, clip: float = 1.0, loss: str = "sigmoid",
+               bias_init: float = -10.0, fit_intercept: bool = False, eps: float = 1e-8,
+               b1: float = 0.9, b2: float = 0.999) -> LinearParams:
+    """Stage 2 of ``adam1``: noise the gradient, divide by N, take one Adam step from zero init.
+
+    Pure and cheap (no data): vmap it over (key, σ, lr) after one pass of stage 1.
+    The first Adam step is ``-lr · g / (|g| + eps)`` (bias-corrected), ≈ signSGD (Mehta et al. App. E).
+    """
+    d = sums.S.shape[1]
+    k = sums.S.shape[0]
+    g = privatize(adam1_gradient(sums, loss=loss, bias_init=bias_init), key, sigma, clip, fit_intercept=fit_intercept)
+    g = jax.tree.map(lambda t: t / jnp.maximum(sums.n, 1.0), g)
+    if not fit_intercept:
+        g = LinearParams(g.W, jnp.zeros_like(g.b))
+    opt = make_optimizer("adam", learning_rate, b1=b1, b2=b2, eps=eps)
+    state = init_state(d, k, opt, bias_init)
+    updates, _ = opt.update(g, state.opt_state, state.params)
+    return optax.apply_updates(state.params, updates)
