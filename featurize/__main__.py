@@ -15,6 +15,7 @@ import argparse
 import sys
 
 import backbones
+import stores
 
 from .datasets import DatasetError
 from .job import CorruptImageError, extract
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                          dtype=args.dtype, shard=args.shard, shard_rows=args.shard_rows, skip_bad=args.skip_bad,
                          progress=not args.no_progress)
     except (DatasetError, CorruptImageError, backbones.WeightsNotFoundError, backbones.CheckpointMismatchError,
-            KeyError, ValueError) as e:
+            stores.StoreError, KeyError, ValueError) as e:
         print(f"featurize: error: {e.args[0] if isinstance(e, KeyError) and e.args else e}", file=sys.stderr)
         return 2
     for s in result["splits"]:

@@ -113,6 +113,21 @@ def _check_same_extraction(out, provenance: dict) -> None:
                          "use another --out instead of mixing features")
 
 
+def _open_writer(out, split, *, tries: int = 40, **kwargs):
+    """``stores.create_split``, retried while another rank is half-way through creating the same split.
+
+    Ranks started together (torchrun) race to create the split; the loser can see the group before its arrays
+    exist (KeyError). Waiting a moment and reopening is enough.
+    """
+    for attempt in range(tries):
+        try:
+            return stores.create_split(out, split, **kwargs)
+        except KeyError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.25)
+
+
 def _forward(model: torch.nn.Module, images: torch.Tensor, device: torch.device) -> np.ndarray:
     images = images.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
@@ -145,9 +160,8 @@ def extract_split(bb: Backbone, source: ImageSplit, out, *, assignment: ShardAss
     attrs = {"dataset": source.dataset, "split": source.split, "source": source.attrs, "n_examples": len(source),
              "skip_bad": bool(skip_bad), "device_type": device.type,
              "autocast": "bfloat16" if device.type == "cuda" else None}
-    writer = stores.create_split(out, source.split, n_rows=len(source), dim=bb.dim, dtype=dtype,
-                                 shard_rows=shard_rows, attrs=attrs, root_attrs=root_attrs,
-                                 writer_id=assignment.writer_id)
+    writer = _open_writer(out, source.split, n_rows=len(source), dim=bb.dim, dtype=dtype, shard_rows=shard_rows,
+                          attrs=attrs, root_attrs=root_attrs, writer_id=assignment.writer_id)
     pending = set(writer.pending())
     mine = [s for s in writer.shards_for(assignment.rank, assignment.world) if s in pending]
     bounds = [writer.shard_bounds(s) for s in mine]
