@@ -1,0 +1,59 @@
+"""privlin.preprocess: normalization is exact, centering noise has the stated scale, sensitivity is the row norm."""
+import jax
+import numpy as np
+import pytest
+
+from privlin import preprocess as P
+
+
+def rows(n=50, d=7, seed=0):
+    return np.random.default_rng(seed).normal(size=(n, d)).astype(np.float32) * 5
+
+
+def test_normalize_rows_to_norm_c_and_zero_rows_stay_zero():
+    X = rows()
+    X[3] = 0
+    Xn = np.asarray(P.normalize_rows(X, 2.5))
+    norms = np.linalg.norm(Xn, axis=1)
+    assert np.allclose(np.delete(norms, 3), 2.5, rtol=1e-5)
+    assert norms[3] == 0
+    # direction unchanged
+    assert np.allclose(Xn[0] / 2.5, X[0] / np.linalg.norm(X[0]), atol=1e-6)
+
+
+def test_row_sum_sensitivity_is_the_norm():
+    X = rows(n=20, d=5, seed=1)
+    full = np.asarray(P.row_sum(X, norm=3.0))
+    for i in range(len(X)):
+        drop = np.asarray(P.row_sum(np.delete(X, i, axis=0), norm=3.0))
+        assert np.linalg.norm(full - drop) <= 3.0 * (1 + 1e-5)
+    mask = np.ones(len(X), np.float32)
+    mask[:5] = 0
+    assert np.allclose(P.row_sum(X, mask, 3.0), P.row_sum(X[5:], norm=3.0), atol=1e-5)
+
+
+def test_private_mean_noise_std_is_sigma_times_norm():
+    d, sigma, norm, n = 200_000, 4.0, 2.0, 10
+    total = np.zeros(d, np.float32)
+    m = np.asarray(P.private_mean(total, n, jax.random.key(0), sigma, norm))
+    # the noise on the SUM has std sigma*norm; the mean divides it by the public n
+    assert np.std(m * n) == pytest.approx(sigma * norm, rel=0.02)
+    assert abs(np.mean(m * n)) < 5 * sigma * norm / np.sqrt(d)
+
+
+def test_private_mean_fresh_noise_per_key():
+    total = np.ones(1000, np.float32)
+    a = np.asarray(P.private_mean(total, 1, jax.random.key(1), 1.0))
+    b = np.asarray(P.private_mean(total, 1, jax.random.key(2), 1.0))
+    assert abs(np.corrcoef(a, b)[0, 1]) < 0.15
+
+
+def test_apply_centers_then_renormalizes():
+    X = rows(seed=2) + 10.0  # far from the origin: centering matters
+    mean = np.asarray(P.normalize_rows(X)).mean(0)
+    Xc = np.asarray(P.apply(X, P.Preprocessing(1.0, mean)))
+    assert np.allclose(np.linalg.norm(Xc, axis=1), 1.0, rtol=1e-5)
+    expect = np.asarray(P.normalize_rows(X)) - mean
+    expect /= np.linalg.norm(expect, axis=1, keepdims=True)
+    assert np.allclose(Xc, expect, atol=1e-5)
+    assert np.allclose(P.apply(X, P.Preprocessing(2.0)), P.normalize_rows(X, 2.0))
