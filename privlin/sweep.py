@@ -35,7 +35,7 @@ import itertools
 import math
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -71,7 +71,9 @@ class Setting:
         (a paper's stated σ) and report the ε it gives.  ``math.inf``: non-private reference (no noise, no clip
         change), reported ``private=False``.
     delta : float
-    learning_rate : float
+    learning_rate : float or None
+        None: DPLinearClassifier's default rule, 1e-3 for ``adam1`` and ``LR_NOISE_RATIO · N / σ`` for ``sgd``
+        (DP-RandP's tuned lr·σ/N, a public rule; resolved when N is known).
     steps : int
         1 for ``adam1``.
     clip : float
@@ -81,7 +83,7 @@ class Setting:
     normalize : float or None
         Scale every feature row to this L2 norm first (free: a per-row map with a public constant).
     center_share : float
-        ``sgd`` only: share of the GDP budget μ² spent on private centering of the normalized rows (DP-RandP);
+        Share of the GDP budget μ² spent on private centering of the normalized rows (DP-RandP);
         0 = no centering.  Needs ``normalize``.
     noise_multiplier, center_noise_multiplier : float or None
         Explicit σ (training) and σ₁ (centering) instead of calibrating from ``epsilon``.
@@ -95,7 +97,7 @@ class Setting:
     method: str = "adam1"
     epsilon: float | None = 1.0
     delta: float = 1e-5
-    learning_rate: float = 1e-3
+    learning_rate: float | None = 1e-3
     steps: int = 1
     clip: float = 1.0
     momentum: float = 0.9
@@ -115,8 +117,8 @@ class Setting:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
         if not (self.clip > 0 and math.isfinite(self.clip)):
             raise ValueError(f"clip must be a positive number, got {self.clip}")
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.learning_rate is not None and not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0 (or None for the default rule), got {self.learning_rate}")
         if not 0.0 < self.delta < 1.0:
             raise ValueError(f"delta must be in (0, 1), got {self.delta}")
         if self.epsilon is None and self.noise_multiplier is None:
@@ -125,10 +127,8 @@ class Setting:
             raise ValueError(f"epsilon must be > 0, got {self.epsilon}")
         if self.normalize is not None and not self.normalize > 0:
             raise ValueError(f"normalize must be > 0, got {self.normalize}")
-        if self.center_share and (self.method != "sgd" or self.normalize is None):
-            raise ValueError("private centering (center_share > 0) needs method='sgd' and normalize=C")
-        if self.center_noise_multiplier is not None and (self.method != "sgd" or self.normalize is None):
-            raise ValueError("center_noise_multiplier needs method='sgd' and normalize=C")
+        if (self.center_share or self.center_noise_multiplier is not None) and self.normalize is None:
+            raise ValueError("private centering needs normalize=C (the mean's sensitivity)")
 
     @property
     def private(self) -> bool:
@@ -225,24 +225,25 @@ def _normalize_rows(X: jax.Array, norm) -> jax.Array:
 
 # --------------------------------------------------------------------------- adam1 (privlin.train's two stages)
 
-@partial(jax.jit, static_argnames=("fit_intercept",))
-def _adam1_block(acc, X, yi, K, clip, normalize, bias_init, fit_intercept):
-    """Stage 1 on one block: normalize (if asked), then privlin.train.class_sums_update."""
-    X = jnp.where(normalize > 0, _normalize_rows(X, normalize), X)
+@partial(jax.jit, static_argnames=("fit_intercept", "normalize", "centered"))
+def _adam1_block(acc, X, yi, K, mean, clip, bias_init, fit_intercept, normalize, centered):
+    """Stage 1 on one block: rows as trained (:func:`_prep`), then privlin.train.class_sums_update."""
+    X = _prep(X, normalize, mean if centered else None)
     Y = jax.nn.one_hot(yi, K.shape[0], dtype=jnp.float32)
     return _train.class_sums_update(acc, X, Y, jnp.ones(X.shape[0], jnp.float32), clip, loss="sigmoid",
                                     bias_init=bias_init, fit_intercept=fit_intercept)
 
 
-def _adam1_sums(data, classes, setting: "Setting", progress):
-    """One pass over the data: privlin.train.ClassSums for this (clip, normalize, bias, intercept) group."""
+def _adam1_sums(data, classes, setting: "Setting", progress, mean=None):
+    """One pass over the data: privlin.train.ClassSums for this (clip, normalize, bias, intercept[, mean])."""
     _, D = _n_dim(data)
     acc = _train.class_sums_init(D, len(classes))
     K = jnp.zeros(len(classes))
+    m = jnp.zeros(D, jnp.float32) if mean is None else mean
     for X, y in _blocks(data):
-        acc = _adam1_block(acc, jnp.asarray(X), jnp.asarray(_class_index(classes, np.asarray(y))), K,
-                           float(setting.clip), float(setting.normalize or 0.0), float(setting.bias_init),
-                           bool(setting.fit_intercept))
+        acc = _adam1_block(acc, jnp.asarray(X), jnp.asarray(_class_index(classes, np.asarray(y))), K, m,
+                           float(setting.clip), float(setting.bias_init), bool(setting.fit_intercept),
+                           float(setting.normalize or 0.0), mean is not None)
         if progress is not None:
             progress.update(len(y))
     return acc
@@ -289,9 +290,20 @@ def _sgd_centered(X, Y, key, setting: "Setting", n: int):
     norm = float(setting.normalize)
     mean = private_mean(jnp.sum(X, axis=0), n, k_center, sigma_c, norm)
     Xc = _normalize_rows(X - mean, norm)
-    return _sgd_vmapped(Xc, Y, k_train[None], jnp.asarray([sigma], jnp.float32),
-                        jnp.asarray([setting.learning_rate], jnp.float32), int(setting.steps), float(setting.clip),
-                        float(setting.momentum))[0]
+    W = _sgd_vmapped(Xc, Y, k_train[None], jnp.asarray([sigma], jnp.float32),
+                     jnp.asarray([setting.learning_rate], jnp.float32), int(setting.steps), float(setting.clip),
+                     float(setting.momentum))[0]
+    return W, mean
+
+
+def _prep(X, norm, mean):
+    """Rows as a model was trained on them: normalized to ``norm``, then centered by its released ``mean`` and
+    normalized again (DP-RandP); ``mean`` None: no centering."""
+    if norm:
+        X = _normalize_rows(X, norm)
+    if mean is not None:
+        X = _normalize_rows(X - mean, norm)
+    return X
 
 
 # --------------------------------------------------------------------------- results
@@ -310,6 +322,8 @@ class SweepResult:
     coef : ndarray (S, D, K)
     intercept : ndarray (S, K)
     classes : ndarray (K,)
+    means : list of (ndarray (D,) or None)
+        The released noisy mean of each privately centered setting (public: part of its model).
     total_epsilon : float
         ε at ``total_delta`` of releasing **every** setting (exact GDP composition): what was charged.
     total_delta : float
@@ -324,6 +338,11 @@ class SweepResult:
     total_epsilon: float = math.nan
     total_delta: float = math.nan
     eval_public: bool = False
+    means: list = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.means is None:
+            self.means = [None] * len(self.records)
 
     COLUMNS = ("method", "epsilon", "achieved_epsilon", "delta", "noise_multiplier", "center_noise_multiplier",
                "learning_rate", "steps", "clip", "normalize", "accuracy", "eval_split", "private", "seeded",
@@ -334,10 +353,7 @@ class SweepResult:
 
     def predict(self, i: int, X: np.ndarray) -> np.ndarray:
         """Labels (n,) predicted by setting ``i`` on features X (n, D) (normalized as in training)."""
-        X = np.asarray(X, dtype=np.float32)
-        norm = self.records[i]["normalize"]
-        if norm:
-            X = X * (norm / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12))
+        X = np.asarray(_prep(jnp.asarray(X, jnp.float32), self.records[i]["normalize"], self.means[i]))
         return self.classes[np.argmax(X @ self.coef[i] + self.intercept[i], axis=1)]
 
     def to_csv(self, path: str | os.PathLike | None = None, extra: Mapping[str, Any] | None = None) -> str:
@@ -391,14 +407,14 @@ class SweepResult:
 
 # --------------------------------------------------------------------------- the sweep
 
-def _evaluate(data, classes, coef, intercept, normalizes) -> np.ndarray:
+def _evaluate(data, classes, coef, intercept, normalizes, means) -> np.ndarray:
     """Accuracy (S,) of S linear models on ``data``, one pass over it."""
     correct = np.zeros(coef.shape[0], dtype=np.int64)
     n = 0
     for X, y in _blocks(data):
         X = jnp.asarray(X)
         for s in range(coef.shape[0]):
-            Xs = _normalize_rows(X, normalizes[s]) if normalizes[s] else X
+            Xs = _prep(X, normalizes[s], means[s])
             pred = classes[np.asarray(jnp.argmax(Xs @ coef[s] + intercept[s], axis=1))]
             correct[s] += int((pred == np.asarray(y)).sum())
         n += len(y)
@@ -491,6 +507,7 @@ def sweep(data, eps: float | Sequence[float] = (0.5, 1.0, 2.0, 4.0, 8.0), *, set
             raise ValueError(f"eval_split {eval_split!r} is not in the store; it has {list(st.splits)}")
         evaluation = st[eval_split]
     classes = _public_classes(train, classes, getattr(_store_of(data), "attrs", None))
+    settings = [_resolve_lr(s, _n_dim(train)[0]) for s in settings]
 
     # privacy first: the plan's total, charged before any data is read
     deltas = {s.delta for s in settings}
@@ -515,17 +532,20 @@ def sweep(data, eps: float | Sequence[float] = (0.5, 1.0, 2.0, 4.0, 8.0), *, set
     n, D = _n_dim(train)
     K = len(classes)
     coef = np.zeros((len(settings), D, K), np.float32)
+    means: list = [None] * len(settings)
     intercept = np.zeros((len(settings), K), np.float32)
 
     # adam1: one pass per (clip, normalize, bias, intercept) group; every ε and lr of the group shares the sums
     groups: dict[tuple, list[int]] = {}
     for i, s in enumerate(settings):
         if s.method == "adam1":
-            groups.setdefault((s.clip, s.normalize, s.bias_init, s.fit_intercept), []).append(i)
+            groups.setdefault((s.clip, s.normalize, s.bias_init, s.fit_intercept, s.centered), []).append(i)
     bar = _progress(n * len(groups), progress and bool(groups), "adam1 class sums")
     for idx in groups.values():
-        coef[idx], intercept[idx] = _adam1_group(train, classes, [settings[i] for i in idx], keys[jnp.asarray(idx)],
-                                                 bar)
+        coef[idx], intercept[idx], group_means = _adam1_group(train, classes, [settings[i] for i in idx],
+                                                              keys[jnp.asarray(idx)], bar)
+        for i, m in zip(idx, group_means):
+            means[i] = m
     if bar is not None:
         bar.close()
 
@@ -540,9 +560,12 @@ def sweep(data, eps: float | Sequence[float] = (0.5, 1.0, 2.0, 4.0, 8.0), *, set
         Y = jnp.asarray(np.eye(K, dtype=np.float32)[_class_index(classes, y_all)])
         for (norm, *_), idx in sgd_groups.items():
             X = _normalize_rows(jnp.asarray(X_all), norm) if norm else jnp.asarray(X_all)
-            coef[idx] = _sgd_group(X, Y, [settings[i] for i in idx], keys[jnp.asarray(idx)], n)
+            coef[idx], group_means = _sgd_group(X, Y, [settings[i] for i in idx], keys[jnp.asarray(idx)], n)
+            for i, m in zip(idx, group_means):
+                means[i] = m
 
-    acc = _evaluate(evaluation, classes, coef, intercept, [s.normalize for s in settings]) if evaluation else None
+    acc = (_evaluate(evaluation, classes, coef, intercept, [s.normalize for s in settings], means)
+           if evaluation else None)
     key_data = np.asarray(jax.random.key_data(keys))
     records = []
     for i, s in enumerate(settings):
@@ -557,7 +580,20 @@ def sweep(data, eps: float | Sequence[float] = (0.5, 1.0, 2.0, 4.0, 8.0), *, set
             "accuracy": None if acc is None else float(acc[i]),
             "eval_split": None if evaluation is None else (eval_split or "eval"), "setting": s,
         })
-    return SweepResult(records, coef, intercept, classes, total_eps, total_delta, eval_public)
+    return SweepResult(records, coef, intercept, classes, total_eps, total_delta, eval_public, means)
+
+
+def _resolve_lr(s: Setting, n: int) -> Setting:
+    """Fill a ``learning_rate=None`` with DPLinearClassifier's public default rule."""
+    if s.learning_rate is not None:
+        return s
+    if s.method == "adam1":
+        return replace(s, learning_rate=1e-3)
+    sigma = s.noise()[0]
+    if sigma == 0:
+        raise ValueError("learning_rate=None scales with 1/σ; give a learning rate for a non-private sgd setting")
+    from .estimator import LR_NOISE_RATIO
+    return replace(s, learning_rate=LR_NOISE_RATIO * n / sigma)
 
 
 def _store_of(data):
@@ -573,22 +609,42 @@ def _load(train) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(train[0], np.float32), np.asarray(train[1])
 
 
-def _adam1_group(train, classes, group: list[Setting], keys, bar) -> tuple[np.ndarray, np.ndarray]:
+def _adam1_group(train, classes, group: list[Setting], keys, bar):
+    """adam1 settings sharing (clip, normalize, bias, intercept): one class-sum pass for all of them, or, when
+    privately centered, one pass for the row sum plus one class-sum pass per setting (rows depend on its mean).
+    Returns (W (S, D, K), b (S, K), means)."""
     first = group[0]
-    sums = _adam1_sums(train, classes, first, bar)
-    W, b = _adam1_release(sums, _stage_keys(keys)[1], jnp.asarray([s.noise()[0] for s in group], jnp.float32),
-                          jnp.asarray([s.learning_rate for s in group], jnp.float32), float(first.clip),
-                          float(first.bias_init), bool(first.fit_intercept))
-    return np.asarray(W), np.asarray(b)
+    k_center, k_train = _stage_keys(keys)
+    sig = jnp.asarray([s.noise()[0] for s in group], jnp.float32)
+    lrs = jnp.asarray([s.learning_rate for s in group], jnp.float32)
+    args = (float(first.clip), float(first.bias_init), bool(first.fit_intercept))
+    if not first.centered:
+        W, b = _adam1_release(_adam1_sums(train, classes, first, bar), k_train, sig, lrs, *args)
+        return np.asarray(W), np.asarray(b), [None] * len(group)
+    n, D = _n_dim(train)
+    total = jnp.zeros(D, jnp.float32)
+    for X, _ in _blocks(train):
+        total = total + jnp.sum(_normalize_rows(jnp.asarray(X), first.normalize), axis=0)
+    Ws, bs, means = [], [], []
+    for i, s in enumerate(group):
+        mean = private_mean(total, n, k_center[i], s.noise()[1], float(s.normalize))
+        W, b = _adam1_release(_adam1_sums(train, classes, s, bar, mean), k_train[i:i + 1], sig[i:i + 1],
+                              lrs[i:i + 1], *args)
+        Ws.append(np.asarray(W[0]))
+        bs.append(np.asarray(b[0]))
+        means.append(np.asarray(mean))
+    return np.stack(Ws), np.stack(bs), means
 
 
 def _sgd_group(X, Y, group: list[Setting], keys, n: int) -> np.ndarray:
     first = group[0]
     if first.centered:
-        return np.stack([np.asarray(_sgd_centered(X, Y, keys[i], s, n)) for i, s in enumerate(group)])
-    return np.asarray(_sgd_vmapped(X, Y, _stage_keys(keys)[1], jnp.asarray([s.noise()[0] for s in group], jnp.float32),
-                                   jnp.asarray([s.learning_rate for s in group], jnp.float32), int(first.steps),
-                                   float(first.clip), float(first.momentum)))
+        fits = [_sgd_centered(X, Y, keys[i], s, n) for i, s in enumerate(group)]
+        return np.stack([np.asarray(W) for W, _ in fits]), [np.asarray(m) for _, m in fits]
+    W = _sgd_vmapped(X, Y, _stage_keys(keys)[1], jnp.asarray([s.noise()[0] for s in group], jnp.float32),
+                     jnp.asarray([s.learning_rate for s in group], jnp.float32), int(first.steps),
+                     float(first.clip), float(first.momentum))
+    return np.asarray(W), [None] * len(group)
 
 
 def fit_setting(data, setting: Setting, *, key, split: str = "train", classes=None) -> tuple[np.ndarray, np.ndarray]:
@@ -599,13 +655,14 @@ def fit_setting(data, setting: Setting, *, key, split: str = "train", classes=No
     """
     train = _resolve(data, split)
     classes = _public_classes(train, classes, getattr(_store_of(data), "attrs", None))
+    setting = _resolve_lr(setting, _n_dim(train)[0])
     key = key if isinstance(key, jax.Array) else jnp.asarray(np.asarray(key, np.uint32))
     keys = make_key(key).key[None]
     n, D = _n_dim(train)
     if setting.method == "adam1":
-        W, b = _adam1_group(train, classes, [setting], keys, None)
+        W, b, _ = _adam1_group(train, classes, [setting], keys, None)
         return W[0], b[0]
     X, y = _load(train)
     Y = jnp.asarray(np.eye(len(classes), dtype=np.float32)[_class_index(classes, y)])
     X = _normalize_rows(jnp.asarray(X), setting.normalize) if setting.normalize else jnp.asarray(X)
-    return _sgd_group(X, Y, [setting], keys, n)[0], np.zeros(len(classes), np.float32)
+    return _sgd_group(X, Y, [setting], keys, n)[0][0], np.zeros(len(classes), np.float32)

@@ -189,7 +189,8 @@ def test_every_setting_equals_the_estimator_fitted_alone_with_its_key(data):
                 Setting(method="sgd", epsilon=2.0, steps=5, learning_rate=1.0, clip=0.5, normalize=0.5),
                 Setting(method="sgd", epsilon=4.0, steps=5, learning_rate=2.0, clip=0.5, normalize=0.5),
                 Setting(method="sgd", epsilon=4.0, steps=4, learning_rate=2.0, clip=1.0, normalize=1.0,
-                        center_share=0.05)]
+                        center_share=0.05),
+                Setting(method="adam1", epsilon=4.0, learning_rate=1e-3, clip=1.0, normalize=1.0, center_share=0.2)]
     res = sweep((X, y), settings=settings, classes=CLASSES, eval_split=None, random_state=5)
     for i, (s, rec) in enumerate(zip(settings, res.records)):
         est = DPLinearClassifier(epsilon=s.epsilon, delta=s.delta, method=s.method, steps=s.steps,
@@ -198,3 +199,6 @@ def test_every_setting_equals_the_estimator_fitted_alone_with_its_key(data):
                                  random_state=jnp.asarray(np.asarray(rec["key"], np.uint32))).fit(X, y)
         np.testing.assert_allclose(res.coef[i], est.coef_.T, rtol=2e-4, atol=1e-6 * np.abs(est.coef_).max())
         assert est.privacy_.epsilon == pytest.approx(rec["achieved_epsilon"], rel=1e-9)
+        if s.centered:  # the released mean is part of the model: predictions use it
+            np.testing.assert_allclose(res.means[i], est.mean_, rtol=1e-5, atol=1e-7)
+        assert (res.predict(i, X) == est.predict(X)).mean() > 0.99
