@@ -8,6 +8,7 @@ step's batch is a function of the sampling generator's state alone.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -54,6 +55,7 @@ class TensorImages:
 DIGITS_TEST_FRACTION, DIGITS_SEED = 0.2, 0  # the same public split rule as featurize's embedded digits
 
 
+@functools.lru_cache(maxsize=2)
 def _digits_pixels(size: int) -> torch.Tensor:
     """All 1797 digits as featurize renders them: uint8, RGB, bicubic-resized to ``size``, then [0, 1]."""
     from PIL import Image

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch.func import functional_call, grad_and_value, vmap
 
-__all__ = ["split_params", "per_example_grads", "per_example_norms", "clip_and_sum"]
+__all__ = ["split_params", "per_example_grads", "per_example_norms", "clip_factors", "clip_and_sum"]
 
 
 def split_params(model: torch.nn.Module):
@@ -53,11 +53,21 @@ def per_example_norms(grads: dict) -> torch.Tensor:
     return sq.sqrt()
 
 
+def clip_factors(norms: torch.Tensor, clip: float) -> torch.Tensor:
+    """Per-example scales ``min(1, clip / (norm + 1e-6))``: scaled norms are at most ``clip``.
+
+    The small term keeps the clipped norm at or below ``clip`` despite rounding.
+    """
+    if not clip > 0:
+        raise ValueError(f"clip must be > 0, got {clip}")
+    return (clip / (norms + 1e-6)).clamp(max=1.0)
+
+
 def clip_and_sum(grads: dict, clip: float):
     """Clip each example's gradient to norm ``clip`` and sum over examples.
 
-    The scale is ``min(1, clip / (norm + 1e-6))`` (the small term keeps the
-    clipped norm at or below ``clip`` in floating point).
+    Each example is scaled by :func:`clip_factors`; the per-example clipped
+    gradients are never stored, only their sum.
 
     Returns
     -------
@@ -65,9 +75,7 @@ def clip_and_sum(grads: dict, clip: float):
     norms : torch.Tensor, shape (B,)
         Norms before clipping.
     """
-    if not clip > 0:
-        raise ValueError(f"clip must be > 0, got {clip}")
     norms = per_example_norms(grads)
-    scale = (clip / (norms + 1e-6)).clamp(max=1.0)
+    scale = clip_factors(norms, clip)
     summed = {k: torch.einsum("b,b...->...", scale, g) for k, g in grads.items()}
     return summed, norms

@@ -157,7 +157,9 @@ class _Run:
     def __init__(self, s: TrainSettings, source, n_private: int | None):
         self.s = s
         self.source = source
-        self.model: MaskedAutoencoder = build_mae(s.size)
+        with torch.random.fork_rng(devices=[]):  # the initialization is part of the seeded run
+            torch.manual_seed(s.seed)
+            self.model: MaskedAutoencoder = build_mae(s.size)
         self.init_missing = load_mae_weights(self.model, s.init) if s.init else []
         self.optimizer = torch.optim.AdamW(_param_groups(self.model, s.weight_decay), lr=s.lr,
                                            betas=(s.beta1, s.beta2), eps=1e-8)
@@ -258,8 +260,11 @@ class _Run:
         return float(loss_sum) / max(1, len(sample))
 
 
-def train(s: TrainSettings, resume: bool = False, progress: bool = True) -> dict:
+def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_after: int | None = None) -> dict:
     """Run (or resume) a MAE training run to ``s.steps`` steps.
+
+    ``stop_after`` ends this call after that many steps (a checkpoint is
+    written first), as a preempted job would; ``resume=True`` continues it.
 
     Returns
     -------
@@ -289,7 +294,8 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True) -> dict
     bar = tqdm(total=s.steps, initial=run.step, disable=not progress or rank != 0, desc="DP-MAE" if s.dp else "MAE",
                unit="step", dynamic_ncols=True)
     window, t0 = [], time.time()
-    while run.step < s.steps:
+    last = s.steps if stop_after is None else min(s.steps, run.step + stop_after)
+    while run.step < last:
         loss = run.dp_step() if s.dp else run.nonprivate_step()
         run.step += 1
         window.append(loss)
@@ -300,7 +306,7 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True) -> dict
             run.history.append([run.step, sum(window) / len(window), eps])
             bar.set_postfix(loss=f"{run.history[-1][1]:.4f}", **({"eps": f"{eps:.3f}"} if s.dp else {}))
             window = []
-        if rank == 0 and (run.step % s.ckpt_every == 0 or run.step == s.steps):
+        if rank == 0 and (run.step % s.ckpt_every == 0 or run.step == last):
             run.save(ckpt)
         bar.update(1)
     bar.close()
@@ -310,7 +316,7 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True) -> dict
         result.update(epsilon=run.accountant.update(), noise_multiplier=run.accountant.noise_multiplier,
                       sample_rate=run.accountant.sample_rate, delta=run.accountant.delta,
                       accountant=run.accountant.accountant, neighbouring=run.accountant.neighbouring)
-    if s.export and rank == 0:
+    if s.export and rank == 0 and run.step == s.steps:
         result["export_sha256"] = export_encoder(run.model, s.export, provenance=_provenance(s, result))
     return result
 
