@@ -1,0 +1,168 @@
+"""DPLinearClassifier: the must-show digits accuracy, scikit-learn contract, privacy report, errors, devices."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+from dp_accounting.pld import pld_privacy_accountant
+from sklearn.base import clone
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import FunctionTransformer
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import privlin
+from privlin import DPLinearClassifier
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def digits():
+    """sklearn digits, rows scaled to unit norm, stratified 80/20 split with seed 0 (the issue's protocol)."""
+    X, y = load_digits(return_X_y=True)
+    X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    return train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)
+
+
+@pytest.mark.parametrize("epsilon,floor", [(1.0, 0.86), (8.0, 0.93)])
+def test_digits_accuracy_with_hyperparameters_fixed_in_advance(digits, epsilon, floor):
+    """Default method (full-batch DP-SGD, DP-RandP): T=100, lr = 0.008·N/σ from DP-RandP Table 22, not tuned here."""
+    Xtr, Xte, ytr, yte = digits
+    accs = []
+    for seed in range(5):
+        m = DPLinearClassifier(epsilon=epsilon, delta=1e-5, classes=range(10), random_state=seed).fit(Xtr, ytr)
+        assert m.privacy_.epsilon <= epsilon
+        accs.append(m.score(Xte, yte))
+    assert np.mean(accs) >= floor, accs
+
+
+def test_privacy_report_is_recomputable_with_dp_accounting(digits):
+    Xtr, _, ytr, _ = digits
+    m = DPLinearClassifier(epsilon=2.0, classes=range(10), random_state=0, steps=20).fit(Xtr, ytr)
+    r = m.privacy_
+    assert (r.accountant, r.neighbouring, r.steps, r.sample_rate, r.seeded) == ("gdp", "add_remove", 20, 1.0, True)
+    assert r.epsilon == pytest.approx(2.0, rel=1e-6) and r.epsilon <= 2.0 and r.delta == 1e-5
+    assert set(r.noise_multipliers) == {"center", "step"}
+    acc = pld_privacy_accountant.PLDAccountant()
+    acc.compose(r.dp_event)
+    assert acc.get_epsilon(1e-5) == pytest.approx(r.epsilon, rel=1e-3)
+    json.dumps(r.to_dict())  # serializable
+    assert "(2, 1e-05)-DP" in str(r)
+    assert not DPLinearClassifier(epsilon=2.0, classes=range(10), steps=2).fit(Xtr, ytr).privacy_.seeded
+
+
+def test_seeded_fits_repeat_and_unseeded_fits_differ(digits):
+    Xtr, _, ytr, _ = digits
+    kw = dict(epsilon=1.0, classes=range(10), method="adam1")
+    a = DPLinearClassifier(random_state=4, **kw).fit(Xtr, ytr)
+    b = DPLinearClassifier(random_state=4, **kw).fit(Xtr, ytr)
+    c = DPLinearClassifier(**kw).fit(Xtr, ytr)
+    assert np.array_equal(a.coef_, b.coef_)
+    assert not np.array_equal(a.coef_, c.coef_)
+
+
+def test_minibatch_method_uses_pld_and_meets_budget(digits):
+    Xtr, Xte, ytr, yte = digits
+    m = DPLinearClassifier(epsilon=4.0, method="minibatch", steps=50, batch_size=256, classes=range(10),
+                           random_state=0).fit(Xtr, ytr)
+    assert m.privacy_.accountant == "pld" and m.privacy_.epsilon <= 4.0
+    assert m.privacy_.sample_rate == pytest.approx(256 / len(ytr))
+    assert m.score(Xte, yte) > 0.8
+
+
+def test_inferring_classes_warns_and_is_recorded():
+    X, y = np.random.default_rng(0).normal(size=(40, 3)), np.arange(40) % 2
+    with pytest.warns(privlin.PrivacyLeakWarning, match="classes"):
+        m = DPLinearClassifier(steps=2, random_state=0).fit(X, y)
+    assert m.privacy_.leaks == ("classes",)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", privlin.PrivacyLeakWarning)
+        m = DPLinearClassifier(steps=2, classes=[0, 1], random_state=0).fit(X, y)
+    assert m.privacy_.leaks == () and m.decision_function(X).shape == (40,)
+    assert m.predict_proba(X).shape == (40, 2) and np.allclose(m.predict_proba(X).sum(1), 1)
+
+
+@pytest.mark.parametrize("params,X,y,match", [
+    (dict(epsilon=0.0), None, None, "epsilon"),
+    (dict(epsilon=-1.0), None, None, "epsilon"),
+    (dict(delta=0.0), None, None, "delta"),
+    (dict(delta=1.0), None, None, "delta"),
+    (dict(), "nan", None, "NaN"),
+    (dict(), None, "one", "2 classes"),
+    (dict(), None, "short", "inconsistent"),
+    (dict(classes=[0, 1]), None, "three", "not in classes"),
+    (dict(method="adam1", steps=3), None, None, "single step"),
+])
+def test_bad_input_raises_clear_value_error(params, X, y, match):
+    rng = np.random.default_rng(0)
+    Xv, yv = rng.normal(size=(30, 4)), np.arange(30) % 2
+    if X == "nan":
+        Xv[3, 1] = np.nan
+    if y == "one":
+        yv = np.zeros(30, int)
+    elif y == "short":
+        yv = yv[:-1]
+    elif y == "three":
+        yv = np.arange(30) % 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", privlin.PrivacyLeakWarning)
+        with pytest.raises(ValueError, match=match):
+            DPLinearClassifier(**{"steps": 2, **params}).fit(Xv, yv)
+
+
+def test_works_in_pipeline_and_clone(digits):
+    Xtr, Xte, ytr, yte = digits
+    est = DPLinearClassifier(epsilon=8.0, classes=range(10), random_state=0)
+    pipe = make_pipeline(FunctionTransformer(lambda X: X * 16.0), est).fit(Xtr, ytr)
+    assert pipe.score(Xte, yte) > 0.9
+    c = clone(est)
+    assert c.get_params() == est.get_params() and not hasattr(c, "coef_")
+    c.set_params(epsilon=4.0, method="adam1")
+    assert c.fit(Xtr, ytr).privacy_.epsilon <= 4.0
+
+
+#: scikit-learn checks that DP makes fail, with the reason.  None fail at the settings below
+#: (ε=8, T=10 on the checks' small, well-separated data); at ε=1 with tiny n, the accuracy checks
+#: (check_classifiers_train needs > 0.83) could fail by design: the noise is calibrated to ε, not to the data.
+EXPECTED_FAILED_CHECKS = {}
+
+
+@parametrize_with_checks([DPLinearClassifier(epsilon=8.0, steps=10, random_state=0)],
+                         expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS)
+def test_sklearn_estimator_checks(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", privlin.PrivacyLeakWarning)
+        check(estimator)
+
+
+def test_rows_shard_across_two_devices(tmp_path):
+    """Same seed, same model on 1 and on 2 (forced host) devices; the data really is sharded."""
+    code = textwrap.dedent("""
+        import json, sys, numpy as np, jax
+        sys.path.insert(0, %r)
+        from privlin import DPLinearClassifier, estimator
+        rng = np.random.default_rng(0)
+        X = rng.normal(size=(301, 8)); y = rng.integers(0, 3, 301)
+        shard = estimator._put_rows(np.zeros((4, 8), np.float32))[0]
+        out = {"devices": jax.device_count(), "shards": len(shard.addressable_shards)}
+        for method in ("sgd", "adam1"):
+            m = DPLinearClassifier(epsilon=2.0, method=method, steps=None if method == "adam1" else 5,
+                                   classes=[0, 1, 2], random_state=1).fit(X, y)
+            out[method] = m.coef_.tolist()
+        print(json.dumps(out))
+    """ % ROOT)
+    runs = {}
+    for n in (1, 2):
+        env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}", "JAX_PLATFORMS": "cpu"}
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        runs[n] = json.loads(p.stdout.strip().splitlines()[-1])
+    assert runs[2]["devices"] == 2 and runs[2]["shards"] == 2
+    for method in ("sgd", "adam1"):
+        assert np.allclose(runs[1][method], runs[2][method], atol=1e-4)
