@@ -44,9 +44,9 @@ def test_digits_accuracy_with_hyperparameters_fixed_in_advance(digits, epsilon, 
 
 def test_privacy_report_is_recomputable_with_dp_accounting(digits):
     Xtr, _, ytr, _ = digits
-    m = DPLinearClassifier(epsilon=2.0, classes=range(10), random_state=0, steps=20).fit(Xtr, ytr)
+    m = DPLinearClassifier(epsilon=2.0, classes=range(10), random_state=0).fit(Xtr, ytr)
     r = m.privacy_
-    assert (r.accountant, r.neighbouring, r.steps, r.sample_rate, r.seeded) == ("gdp", "add_remove", 20, 1.0, True)
+    assert (r.accountant, r.neighbouring, r.steps, r.sample_rate, r.seeded) == ("gdp", "add_remove", 100, 1.0, True)
     assert r.epsilon == pytest.approx(2.0, rel=1e-6) and r.epsilon <= 2.0 and r.delta == 1e-5
     assert set(r.noise_multipliers) == {"center", "step"}
     acc = pld_privacy_accountant.PLDAccountant()
@@ -54,7 +54,7 @@ def test_privacy_report_is_recomputable_with_dp_accounting(digits):
     assert acc.get_epsilon(1e-5) == pytest.approx(r.epsilon, rel=1e-3)
     json.dumps(r.to_dict())  # serializable
     assert "(2, 1e-05)-DP" in str(r)
-    assert not DPLinearClassifier(epsilon=2.0, classes=range(10), steps=2).fit(Xtr, ytr).privacy_.seeded
+    assert not DPLinearClassifier(epsilon=2.0, classes=range(10)).fit(Xtr, ytr).privacy_.seeded
 
 
 def test_seeded_fits_repeat_and_unseeded_fits_differ(digits):
@@ -141,28 +141,34 @@ def test_sklearn_estimator_checks(estimator, check):
         check(estimator)
 
 
-def test_rows_shard_across_two_devices(tmp_path):
-    """Same seed, same model on 1 and on 2 (forced host) devices; the data really is sharded."""
+def test_rows_shard_across_two_devices():
+    """Same seed, same model on 1 (this process) and on 2 forced host devices; the data really is sharded."""
     code = textwrap.dedent("""
         import json, sys, numpy as np, jax
         sys.path.insert(0, %r)
-        from privlin import DPLinearClassifier, estimator
-        rng = np.random.default_rng(0)
-        X = rng.normal(size=(301, 8)); y = rng.integers(0, 3, 301)
+        sys.path.insert(0, %r)
+        from test_estimator import two_device_models
+        from privlin import estimator
         shard = estimator._put_rows(np.zeros((4, 8), np.float32))[0]
-        out = {"devices": jax.device_count(), "shards": len(shard.addressable_shards)}
-        for method in ("sgd", "adam1"):
-            m = DPLinearClassifier(epsilon=2.0, method=method, steps=None if method == "adam1" else 5,
-                                   classes=[0, 1, 2], random_state=1).fit(X, y)
-            out[method] = m.coef_.tolist()
+        out = {"devices": jax.device_count(), "shards": len(shard.addressable_shards), **two_device_models()}
         print(json.dumps(out))
-    """ % ROOT)
-    runs = {}
-    for n in (1, 2):
-        env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}", "JAX_PLATFORMS": "cpu"}
-        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0, p.stderr[-3000:]
-        runs[n] = json.loads(p.stdout.strip().splitlines()[-1])
-    assert runs[2]["devices"] == 2 and runs[2]["shards"] == 2
+    """ % (ROOT, os.path.join(ROOT, "tests")))
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    two = json.loads(p.stdout.strip().splitlines()[-1])
+    assert two["devices"] == 2 and two["shards"] == 2
+    one = two_device_models()
     for method in ("sgd", "adam1"):
-        assert np.allclose(runs[1][method], runs[2][method], atol=1e-4)
+        assert np.allclose(one[method], two[method], atol=1e-4)
+
+
+def two_device_models():
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(301, 8)), rng.integers(0, 3, 301)  # 301 rows: padding on 2 devices
+    out = {}
+    for method in ("sgd", "adam1"):
+        m = DPLinearClassifier(epsilon=2.0, method=method, steps=None if method == "adam1" else 5,
+                               classes=[0, 1, 2], random_state=1).fit(X, y)
+        out[method] = m.coef_.tolist()
+    return out
