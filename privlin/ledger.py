@@ -620,6 +620,11 @@ class PrivacyLedger:
     def __repr__(self) -> str:
         return f"PrivacyLedger({self.path!r}, cap={self.cap})"
 
+    def __deepcopy__(self, memo):
+        # A ledger is a handle on shared state (a file, or one in-memory history):
+        # sklearn.clone must not fork it, or charges would land in a copy.
+        return self
+
 
 def _check_cap(cap):
     if cap is None:
