@@ -11,6 +11,7 @@ Rules that keep data safe (zarr loses data when two writers touch one chunk file
 """
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -60,7 +61,7 @@ def create_split(url, split: str, *, n_rows: int, dim: int, dtype: str = "float1
         raise ValueError(f"split must be a plain name like 'train', got {split!r}")
     layout = choose_layout(n_rows, dim, dtype, shard_rows, chunk_rows)
     store = location.make_store(url, read_only=False)
-    root = zarr.open_group(store, mode="a")
+    root = _open_root(store)
     if root_attrs:
         root.attrs.update(dict(root_attrs))
     try:
@@ -74,7 +75,33 @@ def create_split(url, split: str, *, n_rows: int, dim: int, dtype: str = "float1
         if existing != layout:
             raise ValueError(f"split {split!r} exists with layout {existing}, not {layout}: "
                              "use another --out or delete the old split") from None
+        _wait_for_arrays(group, split)
     return SplitWriter(store, group, split, layout, writer_id)
+
+
+def _open_root(store, attempts: int = 20):
+    """Open or create the root group; another writer creating it at the same moment is not an error."""
+    for attempt in range(attempts):
+        try:
+            return zarr.open_group(store, mode="a")
+        except ContainsGroupError:  # created by another writer between zarr's check and its create
+            time.sleep(0.05 * (attempt + 1))
+    return zarr.open_group(store, mode="r+")
+
+
+def _wait_for_arrays(group, split: str, timeout: float = 60.0) -> None:
+    """A split another writer is still creating: wait until all its arrays exist."""
+    deadline = time.monotonic() + timeout
+    names = set(array_specs_names())
+    while not names <= {name for name, _ in group.arrays()}:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"split {split!r} exists but its arrays {sorted(names)} did not appear within "
+                               f"{timeout:.0f} s: a writer died while creating it; delete the split and rerun")
+        time.sleep(0.1)
+
+
+def array_specs_names() -> tuple[str, ...]:
+    return ("features", "labels", "ids", "valid", "done")
 
 
 class SplitWriter:
@@ -83,7 +110,7 @@ class SplitWriter:
     def __init__(self, store, group, split, layout: SplitLayout, writer_id: str):
         self._store, self._group, self.split, self.layout = store, group, split, layout
         self.writer_id = str(writer_id)
-        self._arrays = {name: group[name] for name in ("features", "labels", "ids", "valid", "done")}
+        self._arrays = {name: group[name] for name in array_specs_names()}
 
     @property
     def n_shards(self) -> int:

@@ -192,7 +192,7 @@ def test_two_processes_fill_one_store_like_a_single_writer(tmp_path):
     for p in procs:
         p.start()
     for p in procs:
-        p.join(60)
+        p.join(300)
         assert p.exitcode == 0
     stores.create_split(tmp_path / "two.zarr", "train", n_rows=N, dim=D, dtype="float32", shard_rows=SHARD,
                         chunk_rows=CHUNK).finalize()
