@@ -52,6 +52,7 @@ __all__ = ["sweep", "fit_setting", "SweepResult", "Setting", "PrivacyLeakWarning
 
 METHODS = ("adam1", "sgd")
 _BLOCK = 65536
+_STACK_BYTES = 1 << 30  # centered copies of the rows, side by side, up to this size
 
 
 from .report import PrivacyLeakWarning
@@ -294,6 +295,28 @@ def _sgd_centered(X, Y, key, setting: "Setting", n: int):
                      jnp.asarray([setting.learning_rate], jnp.float32), int(setting.steps), float(setting.clip),
                      float(setting.momentum))[0]
     return W, mean
+
+
+@partial(jax.jit, static_argnames=("steps", "clip", "momentum"))
+def _sgd_vmapped_rows(Xs, Y, keys, sigmas, lrs, steps, clip, momentum):
+    """Like :func:`_sgd_vmapped` with one row matrix per setting, Xs (S, n, D)."""
+    mask = jnp.ones(Xs.shape[1], jnp.float32)
+    fit = lambda X, k, s, lr: _train.fit_full_batch(X, Y, mask, k, s, lr, steps=steps, clip=clip,  # noqa: E731
+                                                    loss="softmax", optimizer="sgd", momentum=momentum)
+    return jax.vmap(fit)(Xs, keys, sigmas, lrs).W
+
+
+def _sgd_centered_stacked(X, Y, keys, group: list["Setting"], n: int):
+    """Privately centered sgd settings of one group, trained together on their stacked centered rows."""
+    k_center, k_train = _stage_keys(keys)
+    norm = float(group[0].normalize)
+    total = jnp.sum(X, axis=0)
+    means = [private_mean(total, n, k_center[i], s.noise()[1], norm) for i, s in enumerate(group)]
+    Xs = jnp.stack([_normalize_rows(X - m, norm) for m in means])
+    W = _sgd_vmapped_rows(Xs, Y, k_train, jnp.asarray([s.noise()[0] for s in group], jnp.float32),
+                          jnp.asarray([s.learning_rate for s in group], jnp.float32), int(group[0].steps),
+                          float(group[0].clip), float(group[0].momentum))
+    return np.asarray(W), [np.asarray(m) for m in means]
 
 
 def _prep(X, norm, mean):
@@ -639,6 +662,8 @@ def _adam1_group(train, classes, group: list[Setting], keys, bar):
 def _sgd_group(X, Y, group: list[Setting], keys, n: int) -> np.ndarray:
     first = group[0]
     if first.centered:
+        if len(group) * X.size * 4 <= _STACK_BYTES:  # small data: centered copies side by side, one vmapped run
+            return _sgd_centered_stacked(X, Y, keys, group, n)
         fits = [_sgd_centered(X, Y, keys[i], s, n) for i, s in enumerate(group)]
         return np.stack([np.asarray(W) for W, _ in fits]), [np.asarray(m) for _, m in fits]
     W = _sgd_vmapped(X, Y, _stage_keys(keys)[1], jnp.asarray([s.noise()[0] for s in group], jnp.float32),
