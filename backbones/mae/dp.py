@@ -36,8 +36,8 @@ __all__ = [
 ]
 
 
-class PrivacyLeakWarning(UserWarning):
-    """A data-dependent quantity is released without privacy accounting."""
+# One warning class for the whole project, so that a single filter covers every package.
+from privlin.report import PrivacyLeakWarning  # noqa: E402
 
 
 def seeded_generator(seed: int | None) -> torch.Generator:
