@@ -1,0 +1,48 @@
+"""Shared pieces of the reproduction scripts: finding a store, saying how to build it, printing ours beside theirs."""
+from __future__ import annotations
+
+import math
+import os
+from typing import Mapping, Sequence
+
+__all__ = ["find_store", "build_hint", "eval_split_of", "comparison_table"]
+
+
+def find_store(path: str | None, store_dir: str, backbone: str, head: str, dataset: str) -> str | None:
+    """The store to use: ``path`` if given, else featurize's default name under ``store_dir``; None if absent."""
+    candidate = path or os.path.join(store_dir, f"{backbone}_{head}_{dataset}.zarr")
+    if "://" in candidate or os.path.exists(candidate):
+        return candidate
+    return None
+
+
+def build_hint(backbone: str, head: str, dataset: str, store_dir: str, *, note: str = "") -> str:
+    """The command that builds the missing store (weights and data are never downloaded at run time)."""
+    data = {"imagenet": "/path/to/imagenet (train/ and val/ class folders)",
+            "cifar10": "/path/to/cifar-10-batches-py", "cifar100": "/path/to/cifar-100-python"}.get(dataset, "PATH")
+    out = os.path.join(store_dir, f"{backbone}_{head}_{dataset}.zarr")
+    text = (f"  no store for {dataset}: build it with\n"
+            f"    featurize --backbone {backbone} --head {head} --dataset {dataset} --data-dir {data} --out {out}\n"
+            f"  (weights: --weights FILE or $PRIVLIN_WEIGHTS_DIR; see `featurize --help`)")
+    return text + (f"\n  note: {note}" if note else "")
+
+
+def eval_split_of(store) -> str:
+    """'test' if the store has it, else 'val'/'validation' (ImageNet)."""
+    for name in ("test", "val", "validation"):
+        if name in store.splits:
+            return name
+    raise ValueError(f"the store has no test/val split, only {list(store.splits)}")
+
+
+def comparison_table(rows: Sequence[Mapping]) -> str:
+    """Markdown table: dataset, ε (paper), ε (our accountant), paper %, ours %."""
+    lines = ["| dataset | ε (paper) | ε (our accountant) | δ | paper top-1 % | ours top-1 % |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        eps = "non-private" if r["epsilon"] is None or math.isinf(r["epsilon"]) else f"{r['epsilon']:g}"
+        got = "-" if r.get("achieved") is None or math.isinf(r["achieved"]) else f"{r['achieved']:.3f}"
+        paper = "-" if r.get("paper") is None else f"{r['paper']:.2f}"
+        ours = "-" if r.get("ours") is None else f"{100 * r['ours']:.2f}"
+        lines.append(f"| {r['dataset']} | {eps} | {got} | {r['delta']:g} | {paper} | {ours} |")
+    return "\n".join(lines)
