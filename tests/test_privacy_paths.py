@@ -31,6 +31,10 @@ def _pld_epsilon(sigma, q, steps, delta):
     return acc.get_epsilon(delta)
 
 
+# This module peaked at ~17 GB RSS in a clean run (some PLD computations at extreme σ); until the heavy case is
+# found and made cheap it runs in the slow tier (`pytest -m slow tests/test_privacy_paths.py`), not on the 24 GB CI box.
+pytestmark = pytest.mark.slow
+
 EPS = [0.01, 0.1, 1.0, 8.0, 100.0]
 DELTAS = [1e-10, 1e-5, 1e-3]
 STEPS = [1, 30, pytest.param(100_000, marks=pytest.mark.slow)]  # 100k steps: PLD at tiny σ needs ~18 GB, slow tier only
