@@ -25,10 +25,8 @@ def _store(url, splits):
 
 @pytest.mark.parametrize("k,classes", [(1, 4), (7, 2)])  # no vote ties: both rules are the same rule
 def test_knn_accuracy_matches_sklearn_cosine(k, classes):
-    rng = np.random.default_rng(0)
-    Xtr, ytr = _blobs(rng, 300, classes=classes, spread=0.6)
-    Xte, yte = _blobs(rng, 200, classes=classes, spread=0.6)
-    Xte[:, :] = Xte  # same centers are not needed: accuracy just has to agree
+    X, y = _blobs(np.random.default_rng(0), 500, classes=classes, spread=0.6)
+    Xtr, ytr, Xte, yte = X[:300], y[:300], X[300:], y[300:]
     ref = KNeighborsClassifier(n_neighbors=k, metric="cosine", algorithm="brute").fit(Xtr, ytr).score(Xte, yte)
     got = knn_accuracy((Xtr, ytr), (Xte, yte), k=k, weighted=False)
     assert got.accuracy == pytest.approx(ref, abs=1e-12)
