@@ -313,7 +313,7 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
     result = {"checkpoint": ckpt, "step": run.step, "loss": run.history[-1][1] if run.history else float("nan"),
               "history": run.history, "seconds": time.time() - t0, "init_missing": run.init_missing}
     if s.dp:
-        result.update(epsilon=run.accountant.update(), noise_multiplier=run.accountant.noise_multiplier,
+        result.update(n_private=len(source), epsilon=run.accountant.update(), noise_multiplier=run.accountant.noise_multiplier,
                       sample_rate=run.accountant.sample_rate, delta=run.accountant.delta,
                       accountant=run.accountant.accountant, neighbouring=run.accountant.neighbouring)
     if s.export and rank == 0 and run.step == s.steps:
@@ -327,7 +327,9 @@ def _provenance(s: TrainSettings, result: dict) -> dict:
     prov = {"trained_by": "backbones.mae.train", "settings": dataclasses.asdict(s),
             "command": "python -m backbones.mae.train " + " ".join(sys.argv[1:]) if sys.argv[0].endswith(
                 ("train.py", "__main__.py", "-m")) else None,
-            "steps": result["step"], "images_seen_approx": result["step"] * s.batch_size,
+            "steps": result["step"],
+            "images_seen_approx": round(result["step"] * (result["sample_rate"] * result["n_private"] if s.dp
+                                                          else s.batch_size)),
             "preprocessing": "RGB in [0,1], ImageNet mean/std, 32x32 for vip_toy",
             "wall_seconds": round(result["seconds"], 1), "torch": torch.__version__}
     if s.dp:
