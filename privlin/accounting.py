@@ -53,7 +53,7 @@ ACCOUNTANTS = ("gdp", "pld", "rdp")
 # PLD discretization: fine enough that PLD agrees with the exact GDP curve to ~1e-4 relative.
 _PLD_INTERVAL = 1e-4
 # Smallest σ the subsampled calibration evaluates with dp-accounting (PLD memory grows like 1/σ²).
-_SIGMA_FLOOR = 0.1
+_SIGMA_FLOOR = 0.5
 
 
 def _relation(neighbouring: str) -> str:
@@ -299,7 +299,7 @@ def calibrate_noise(epsilon: float, delta: float, *, steps: int = 1, sample_rate
     # CLT guess (μ ≈ q·sqrt(T)/σ), then check the answer with the fine grid.
     coarse = 10 * _PLD_INTERVAL
     mu = gdp_mu_for(epsilon, delta)
-    hi = max(1e-3, math.sqrt((sample_rate**2) * steps + sum(1.0 / r**2 for r in ratios)) / mu)
+    hi = max(_SIGMA_FLOOR, math.sqrt((sample_rate**2) * steps + sum(1.0 / r**2 for r in ratios)) / mu)
     while eps_of(hi, coarse) > epsilon:
         hi *= 1.5
         if hi > 1e7:
@@ -307,7 +307,8 @@ def calibrate_noise(epsilon: float, delta: float, *, steps: int = 1, sample_rate
     lo = hi / 1.5
     while eps_of(lo, coarse) <= epsilon:
         hi, lo = lo, lo / 1.5
-        if lo < 1e-4:
+        if lo < _SIGMA_FLOOR:  # hi meets the target; less noise cannot be accounted in memory
+            lo = hi
             break
     while hi - lo > rtol * hi:  # invariant: eps_of(hi) <= epsilon < eps_of(lo)
         mid = math.sqrt(lo * hi)

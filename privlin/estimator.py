@@ -171,6 +171,11 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         Bytes of preprocessed float32 rows kept on device; larger splits are streamed every pass.
     verbose : bool, default=False
         Progress bars.
+    budget : (float, float) or None, default=None
+        Cap ``(ε, δ)`` on the total spent on the data's ledger; a fit past it raises
+        ``PrivacyBudgetExceeded`` before reading any row.
+    ledger : privlin.ledger.PrivacyLedger or None, default=None
+        Ledger to charge (default: the one beside a store split; none for arrays without ``budget``).
 
     Attributes
     ----------
@@ -181,6 +186,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     mean_ : ndarray (d,) or None
         Released noisy mean of the normalized rows (public output of the centering mechanism).
     privacy_ : PrivacyReport
+    ledger_ : privlin.ledger.PrivacyLedger
+        The ledger this fit was charged on (store splits always; arrays with ``budget``/``ledger``).
     n_features_in_ : int
     """
 
@@ -205,12 +212,14 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         "block_rows": [Interval(Integral, 1, None, closed="left")],
         "memory_limit": [Interval(Integral, 0, None, closed="left")],
         "verbose": ["boolean"],
+        "budget": "no_validation",
+        "ledger": "no_validation",
     }
 
     def __init__(self, *, epsilon=1.0, delta=1e-5, method="sgd", steps=None, learning_rate=None, clip=1.0,
                  center=True, center_share=0.01, classes=None, loss=None, fit_intercept=False, optimizer="sgd",
                  momentum=0.9, batch_size=256, accountant=None, neighbouring="add_remove", random_state=None,
-                 block_rows=65536, memory_limit=2**30, verbose=False):
+                 block_rows=65536, memory_limit=2**30, verbose=False, budget=None, ledger=None):
         self.epsilon = epsilon
         self.delta = delta
         self.method = method
@@ -231,6 +240,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         self.block_rows = block_rows
         self.memory_limit = memory_limit
         self.verbose = verbose
+        self.budget = budget
+        self.ledger = ledger
 
     # ------------------------------------------------------------------ sklearn surface
 
@@ -339,12 +350,13 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         n, d = source.n, source.dim
         if n < 1:
             raise ValueError("no rows to fit on")
+        plan = self._plan(n)
+        key, seeded = noise.make_key(self.random_state)
+        self._charge(source, plan, seeded)  # before any private row (labels included) is read
         classes, leaks = self._classes_from(source)
         k = classes.size
-        plan = self._plan(n)
         loss = self.loss or ("sigmoid" if plan["method"] == "adam1" else "softmax")
         bias_init = -10.0 if loss == "sigmoid" else 0.0
-        key, seeded = noise.make_key(self.random_state)
         keys = noise.split_named(key, "center", "train")
         norm, clip = float(self.clip), float(self.clip)
         rows = int(self.block_rows)
@@ -356,7 +368,9 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
                 bad = classes[idx] != yb
                 if np.any(bad):
                     raise ValueError(f"labels {np.unique(yb[bad])[:10].tolist()} are not in classes={classes.tolist()}")
-                yield np.asarray(Xb, np.float32), idx.astype(np.int32)
+                if Xb.dtype not in (np.float16, np.float32):
+                    Xb = np.asarray(Xb, np.float32)
+                yield Xb, idx.astype(np.int32)  # float16 stays float16 until the device: half the copy
 
         def padded_blocks(desc):
             size = None
@@ -369,7 +383,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         if math.isfinite(plan["sigma_center"]):
             total = jnp.zeros(d, jnp.float32)
             for Xb, _, mb in padded_blocks("centering"):
-                total = total + _row_sum(Xb, mb, norm)
+                total = jax.block_until_ready(total + _row_sum(Xb, mb, norm))
             mean = preprocess.private_mean(total, n, keys["center"], plan["sigma_center"], norm)
 
         # 2. training
@@ -379,14 +393,15 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         if method == "adam1":
             acc = train.class_sums_init(d, k)
             for Xb, yb, mb in padded_blocks("adam1 pass"):
-                acc = _class_sums_block(acc, Xb, yb, mb, mean, clip, bias_init, k=k, norm=norm, loss=loss,
-                                        fit_intercept=self.fit_intercept)
+                acc = jax.block_until_ready(  # one block in flight: bounded memory under async dispatch
+                    _class_sums_block(acc, Xb, yb, mb, mean, clip, bias_init, k=k, norm=norm, loss=loss,
+                                      fit_intercept=self.fit_intercept))
             params = _adam1_step(acc, keys["train"], sigma, lr, clip=clip, loss=loss, bias_init=bias_init,
                                  fit_intercept=self.fit_intercept)
         elif in_memory:
             Xs, ys = [], []
             for Xb, yb in index_blocks():
-                Xs.append(np.asarray(_prep(jnp.asarray(Xb), mean, norm)))
+                Xs.append(np.asarray(_prep(jnp.asarray(Xb), mean, norm), np.float32))
                 ys.append(yb)
             Xp, yp, mp = _pad_rows(np.concatenate(Xs), np.concatenate(ys), _padded_len(n))
             Xp, Yp, mp = _put_rows(Xp, np.asarray(jax.nn.one_hot(yp, k)), mp)
@@ -417,6 +432,23 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
             clip=clip, method=method, n_rows=n, leaks=tuple(leaks), learning_rate=lr)
         return self
 
+    def _charge(self, source, plan, seeded) -> None:
+        """Record this fit on the split's ledger (raises PrivacyBudgetExceeded past ``budget``).
+
+        A store split is charged on the ledger beside it; arrays only when ``ledger`` or ``budget`` is given.
+        """
+        from .ledger import ledger_for
+
+        split = getattr(source, "split", None)
+        if split is None and self.ledger is None and self.budget is None:
+            return
+        led = ledger_for(split if split is not None else (), cap=self.budget, ledger=self.ledger)
+        led.charge(plan["event"], mechanism=f"DPLinearClassifier/{plan['method']}", epsilon=float(self.epsilon),
+                   delta=float(self.delta), params={"steps": plan["steps"], "sample_rate": plan["sample_rate"],
+                                                    "sigma": plan["sigma"], "accountant": plan["accountant"],
+                                                    "seeded": bool(seeded)})
+        self.ledger_ = led
+
     def _fit_streaming(self, padded_blocks, plan, key, mean, n, d, k, loss, bias_init):
         """sgd / minibatch when the split exceeds ``memory_limit``: one pass over the store per step."""
         q = plan["sample_rate"]
@@ -432,9 +464,9 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
             for b, (Xb, yb, mb) in enumerate(padded_blocks(None)):
                 if q < 1.0:
                     mb = mb * jax.random.bernoulli(jax.random.fold_in(k_sample, b), q, mb.shape).astype(mb.dtype)
-                g = jax.tree.map(jnp.add, g, _grad_block(state.params, Xb, yb, mb, mean, float(self.clip), k=k,
-                                                         norm=float(self.clip), loss=loss,
-                                                         fit_intercept=self.fit_intercept))
+                gb = _grad_block(state.params, Xb, yb, mb, mean, float(self.clip), k=k, norm=float(self.clip),
+                                 loss=loss, fit_intercept=self.fit_intercept)
+                g = jax.block_until_ready(jax.tree.map(jnp.add, g, gb))  # one block in flight: bounded memory
             state = _stream_update(state, g, k_noise, plan["sigma"], denom, plan["learning_rate"],
                                    float(self.momentum), float(self.clip), optimizer=optimizer,
                                    fit_intercept=self.fit_intercept)

@@ -240,11 +240,14 @@ def class_sums_update(acc: ClassSums, X, Y, mask, clip, *, loss: str = "sigmoid"
     The clip factor is ``min(1, C / (||x_i|| ||r||))`` with the constant zero-init ``||r||``.
     """
     X = jnp.asarray(X, jnp.float32)
-    r = zero_init_residual_norm(Y.shape[1], loss, bias_init)
+    k = Y.shape[1]
+    r = zero_init_residual_norm(k, loss, bias_init)
     x2 = jnp.sum(X * X, axis=1) + (1.0 if fit_intercept else 0.0)
-    c = clip_factors(jnp.sqrt(x2) * r, clip) * mask
-    Yc = Y * c[:, None]
-    return ClassSums(acc.S + Yc.T @ X, acc.w + jnp.sum(Yc, axis=0), acc.n + jnp.sum(mask))
+    c = clip_factors(jnp.sqrt(x2) * r, clip) * mask * jnp.sum(Y, axis=1)
+    # Y is one-hot: a segment sum by label costs O(n d), where Y^T X would cost O(n d k)
+    label = jnp.argmax(Y, axis=1)
+    S = jax.ops.segment_sum(X * c[:, None], label, num_segments=k)
+    return ClassSums(acc.S + S, acc.w + jax.ops.segment_sum(c, label, num_segments=k), acc.n + jnp.sum(mask))
 
 
 def adam1_gradient(sums: ClassSums, *, loss: str = "sigmoid", bias_init: float = -10.0) -> LinearParams:
