@@ -23,6 +23,7 @@ from sklearn.model_selection import train_test_split
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import privlin  # noqa: E402
+from _results import write_section  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script)
 
 
 def digits():
@@ -78,7 +79,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--eps", type=float, nargs="+", default=[0.5, 1, 2, 4, 8])
-    p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "privlin_accuracy.md"))
+    p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "privlin.md"))
     args = p.parse_args(argv)
     Xtr, Xte, ytr, yte = digits()
     rows = []
@@ -91,8 +92,7 @@ def main(argv=None):
     text = ("### privlin: digits accuracy vs ε (δ=1e-5, mean ± std of %d noise seeds; 2-core CPU, shared)\n\n"
             "| ε | privlin sgd (default) | privlin adam1 | privlin minibatch | opacus DP-SGD |\n|---|---|---|---|---|\n"
             % args.seeds + "\n".join(rows) + "\n")
-    with open(args.out, "w") as f:
-        f.write(text)
+    write_section(args.out, "bench_privlin_accuracy", text)
     print(text)
 
 

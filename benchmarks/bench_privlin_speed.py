@@ -1,6 +1,6 @@
 """privlin speed and memory, each number a ratio measured in the same run (machines are shared and noisy).
 
-    python benchmarks/bench_privlin_speed.py [--quick] [--out benchmarks/results/privlin_speed.md]
+    python benchmarks/bench_privlin_speed.py [--quick] [--out benchmarks/results/privlin.md]
 
 Rows:
 1. ``adam1`` fit on a store vs one plain pass over the same store (blocks read as float32 and summed).
@@ -28,6 +28,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from _results import write_section  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script)
 
 
 def best_of(fns, repeats):
@@ -209,7 +210,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small sizes (smoke test)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "privlin_speed.md"))
+    p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "privlin.md"))
     args = p.parse_args(argv)
     q = args.quick
     rows = []
@@ -227,8 +228,7 @@ def main(argv=None):
             print("\n".join(new), f"({name}: {time.time() - t:.0f}s)", flush=True)
     text = ("### privlin: speed and memory (ratios within one run; 2-core CPU, shared)\n\n"
             "| what | baseline | privlin | ratio |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")
-    with open(args.out, "w") as f:
-        f.write(text)
+    write_section(args.out, "bench_privlin_speed", text)
     print(text)
 
 

@@ -490,8 +490,67 @@ def _gaussian_sum_method(epsilon: float, delta: float, n_classes: int, **_):
     return gaussian_sum_trainer(sigma, 1.0, n_classes)
 
 
+def _estimator_method(method: str, **overrides) -> Callable:
+    """The privlin pipeline of ``DPLinearClassifier(method=...)`` as one pure trainer.
+
+    Same plan (σ's, learning rate, steps, q: from the estimator's own ``_plan``),
+    same pieces (``preprocess.private_mean``/``apply``, ``train.*``), same key
+    split; everything it releases (weights, intercept, noisy mean) is attacked.
+    """
+
+    def factory(epsilon: float, delta: float, n_classes: int, n: int, **_):
+        import jax
+        import jax.numpy as jnp
+
+        from privlin import noise, preprocess, train
+        from privlin.estimator import DPLinearClassifier
+
+        est = DPLinearClassifier(epsilon=epsilon, delta=delta, method=method, **overrides)
+        plan = est._plan(n)
+        loss = est.loss or ("sigmoid" if method == "adam1" else "softmax")
+        bias_init = -10.0 if loss == "sigmoid" else 0.0
+        clip = float(est.clip)
+        sigma, sigma_c, lr = plan["sigma"], plan["sigma_center"], plan["learning_rate"]
+
+        def trainer(X, y, key):
+            keys = noise.split_named(key, "center", "train")
+            mask = jnp.ones(X.shape[0], jnp.float32)
+            mean = None
+            if math.isfinite(sigma_c):
+                total = preprocess.row_sum(X, mask, clip)
+                mean = preprocess.private_mean(total, X.shape[0], keys["center"], sigma_c, clip)
+            Xp = preprocess.apply(X, preprocess.Preprocessing(clip, mean))
+            Y = jax.nn.one_hot(y, n_classes)
+            if method == "adam1":
+                acc = train.class_sums_update(train.class_sums_init(X.shape[1], n_classes), Xp, Y, mask, clip,
+                                              loss=loss, bias_init=bias_init)
+                params = train.adam1_step(acc, keys["train"], sigma, lr, clip=clip, loss=loss, bias_init=bias_init)
+            elif method == "sgd":
+                params = train.fit_full_batch(Xp, Y, mask, keys["train"], sigma, lr, steps=plan["steps"], clip=clip,
+                                              loss=loss, bias_init=bias_init, momentum=float(est.momentum))
+            else:
+                params = train.fit_minibatch(Xp, Y, mask, keys["train"], sigma, lr, steps=plan["steps"],
+                                             sample_rate=plan["sample_rate"], clip=clip, loss=loss,
+                                             optimizer=est.optimizer, bias_init=bias_init,
+                                             momentum=float(est.momentum))
+            out = {"coef": params.W.T, "intercept": params.b}
+            if mean is not None:
+                out["mean"] = mean
+            return out
+
+        return trainer
+
+    return factory
+
+
 #: name -> factory(epsilon, delta, n_classes, n, dim) -> pure trainer (X, y, key) -> released dict
-METHODS: dict[str, Callable] = {"gaussian_sum": _gaussian_sum_method}
+METHODS: dict[str, Callable] = {
+    "gaussian_sum": _gaussian_sum_method,
+    "adam1": _estimator_method("adam1"),
+    "sgd": _estimator_method("sgd", steps=10),
+    "minibatch_sgd": _estimator_method("minibatch", steps=20, batch_size=256),
+    "minibatch_adam": _estimator_method("minibatch", steps=20, batch_size=256, optimizer="adam"),
+}
 
 
 def audit_method(method: str, epsilon: float, *, delta: float = 1e-5, runs: int = 1000, seed: int = 0,
