@@ -121,6 +121,25 @@ def _padded_len(n: int) -> int:
     return -(-n // nd) * nd
 
 
+#: A short last block is padded to a multiple of this many rows (not to a full block): a few compiled shapes
+#: instead of up to one block of zero rows computed for nothing.
+TAIL_ROWS = 8192
+
+
+def _double_buffered(results):
+    """Drive an accumulation of device results, keeping at most two in flight.
+
+    While the device works on block i, the host reads block i+1 (JAX dispatch is asynchronous); waiting on the
+    previous result bounds memory to two blocks.  Returns the last result.
+    """
+    prev = last = None
+    for last in results:
+        if prev is not None:
+            jax.block_until_ready(prev)
+        prev = last
+    return last
+
+
 # ----------------------------------------------------------------------------- the estimator
 
 class DPLinearClassifier(ClassifierMixin, BaseEstimator):
@@ -376,14 +395,22 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
             size = None
             for Xb, yb in tqdm(index_blocks(), desc=desc, disable=not self.verbose, leave=False):
                 size = size or _padded_len(Xb.shape[0])
-                yield _put_rows(*_pad_rows(Xb, yb, max(size, _padded_len(Xb.shape[0]))))
+                m = Xb.shape[0]
+                to = size if m >= size else min(size, -(-m // TAIL_ROWS) * TAIL_ROWS)
+                yield _put_rows(*_pad_rows(Xb, yb, _padded_len(to)))
 
         # 1. private centering: Gaussian mechanism on the sum of normalized rows
         mean = None
         if math.isfinite(plan["sigma_center"]):
             total = jnp.zeros(d, jnp.float32)
-            for Xb, _, mb in padded_blocks("centering"):
-                total = jax.block_until_ready(total + _row_sum(Xb, mb, norm))
+
+            def row_sums():
+                nonlocal total
+                for Xb, _, mb in padded_blocks("centering"):
+                    total = total + _row_sum(Xb, mb, norm)
+                    yield total
+
+            _double_buffered(row_sums())
             mean = preprocess.private_mean(total, n, keys["center"], plan["sigma_center"], norm)
 
         # 2. training
@@ -392,10 +419,15 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         sigma, lr = plan["sigma"], plan["learning_rate"]
         if method == "adam1":
             acc = train.class_sums_init(d, k)
-            for Xb, yb, mb in padded_blocks("adam1 pass"):
-                acc = jax.block_until_ready(  # one block in flight: bounded memory under async dispatch
-                    _class_sums_block(acc, Xb, yb, mb, mean, clip, bias_init, k=k, norm=norm, loss=loss,
-                                      fit_intercept=self.fit_intercept))
+
+            def class_sums():
+                nonlocal acc
+                for Xb, yb, mb in padded_blocks("adam1 pass"):
+                    acc = _class_sums_block(acc, Xb, yb, mb, mean, clip, bias_init, k=k, norm=norm, loss=loss,
+                                            fit_intercept=self.fit_intercept)
+                    yield acc
+
+            _double_buffered(class_sums())
             params = _adam1_step(acc, keys["train"], sigma, lr, clip=clip, loss=loss, bias_init=bias_init,
                                  fit_intercept=self.fit_intercept)
         elif in_memory:
@@ -461,12 +493,18 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
             # full batch: the step key is the noise key, exactly as in train.fit_full_batch
             k_sample, k_noise = jax.random.split(step_key) if q < 1.0 else (None, step_key)
             g = train.LinearParams(jnp.zeros((d, k), jnp.float32), jnp.zeros((k,), jnp.float32))
-            for b, (Xb, yb, mb) in enumerate(padded_blocks(None)):
-                if q < 1.0:
-                    mb = mb * jax.random.bernoulli(jax.random.fold_in(k_sample, b), q, mb.shape).astype(mb.dtype)
-                gb = _grad_block(state.params, Xb, yb, mb, mean, float(self.clip), k=k, norm=float(self.clip),
-                                 loss=loss, fit_intercept=self.fit_intercept)
-                g = jax.block_until_ready(jax.tree.map(jnp.add, g, gb))  # one block in flight: bounded memory
+
+            def grad_sums():
+                nonlocal g
+                for b, (Xb, yb, mb) in enumerate(padded_blocks(None)):
+                    if q < 1.0:
+                        mb = mb * jax.random.bernoulli(jax.random.fold_in(k_sample, b), q, mb.shape).astype(mb.dtype)
+                    gb = _grad_block(state.params, Xb, yb, mb, mean, float(self.clip), k=k, norm=float(self.clip),
+                                     loss=loss, fit_intercept=self.fit_intercept)
+                    g = jax.tree.map(jnp.add, g, gb)
+                    yield g
+
+            _double_buffered(grad_sums())
             state = _stream_update(state, g, k_noise, plan["sigma"], denom, plan["learning_rate"],
                                    float(self.momentum), float(self.clip), optimizer=optimizer,
                                    fit_intercept=self.fit_intercept)
