@@ -220,7 +220,7 @@ def main(argv=None):
             ("step", lambda: bench_step_vs_gemm(10_000 if q else 100_000, 768, 100, args.repeats)),
             ("clip", lambda: bench_analytic_vs_vmap(10_000 if q else 100_000, 768, 1000, 256 if q else 1024,
                                                     args.repeats)),
-            ("memory", lambda: bench_memory(tmp, 50_000 if q else 400_000, 768, 100)),
+            ("memory", lambda: bench_memory(tmp, 50_000 if q else 640_000, 768, 100)),
         ]:
             t = time.time()
             new = fn()
