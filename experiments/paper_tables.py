@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from typing import Mapping, Sequence
 
-__all__ = ["find_store", "build_hint", "eval_split_of", "comparison_table"]
+__all__ = ["find_store", "build_hint", "eval_split_of", "comparison_table", "print_report"]
 
 
 def find_store(path: str | None, store_dir: str, backbone: str, head: str, dataset: str) -> str | None:
@@ -46,3 +47,14 @@ def comparison_table(rows: Sequence[Mapping]) -> str:
         ours = "-" if r.get("ours") is None else f"{100 * r['ours']:.2f}"
         lines.append(f"| {r['dataset']} | {eps} | {got} | {r['delta']:g} | {paper} | {ours} |")
     return "\n".join(lines)
+
+
+def print_report(rows: Sequence[Mapping], missing: Sequence[str], title: str, footnote: str) -> int:
+    """Print ours beside the paper's, then how to build the stores that are missing; exit code 2 if nothing ran."""
+    if rows:
+        print(title + "\n")
+        print(comparison_table(rows))
+        print("\n" + footnote)
+    if missing:
+        print("\n".join(["", "Missing stores (nothing downloaded):", *missing]), file=sys.stderr if rows else sys.stdout)
+    return 0 if rows else 2

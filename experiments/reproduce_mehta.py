@@ -52,7 +52,7 @@ def run(store_path: str, dataset: str, *, seed=None) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    from experiments.paper_tables import build_hint, comparison_table, find_store
+    from experiments.paper_tables import build_hint, find_store, print_report
 
     p = argparse.ArgumentParser(prog="python -m experiments.reproduce_mehta", description=__doc__.split("\n\n")[0])
     for ds in PAPER_TABLE5:
@@ -70,14 +70,10 @@ def main(argv=None) -> int:
                                            "preprocessing is recorded in the store"))
             continue
         rows += run(path, ds, seed=args.seed)
-    if rows:
-        print("Mehta et al. Table 5 (ViT-B/16, ImageNet-21k) — one full-batch DP-Adam step, lr 1e-3, C=1\n")
-        print(comparison_table(rows))
-        print("\nEach ε is one model's guarantee (add/remove-one, exact GDP); the ε values were not tuned on the test "
-              "split. The lr was fixed from the paper, whose own lr sweep is unaccounted.")
-    if missing:
-        print("\n".join(["", "Missing stores (nothing downloaded):", *missing]), file=sys.stderr if rows else sys.stdout)
-    return 0 if rows else 2
+    return print_report(rows, missing,
+                        "Mehta et al. Table 5 (ViT-B/16, ImageNet-21k) — one full-batch DP-Adam step, lr 1e-3, C=1",
+                        "Each ε is one model's guarantee (add/remove-one, exact GDP); the ε values were not tuned "
+                        "on the test split. The lr was fixed from the paper, whose own lr sweep is unaccounted.")
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def run(store_path: str, dataset: str, *, seed=None, stream: bool = False) -> li
 
 
 def main(argv=None) -> int:
-    from experiments.paper_tables import build_hint, comparison_table, find_store
+    from experiments.paper_tables import build_hint, find_store, print_report
 
     p = argparse.ArgumentParser(prog="python -m experiments.reproduce_randp", description=__doc__.split("\n\n")[0])
     p.add_argument("--cifar10", default=None, help="store of CIFAR-10 features")
@@ -108,14 +108,10 @@ def main(argv=None) -> int:
             missing.append(build_hint(bb, head, ds, args.store_dir, note=notes[ds]))
             continue
         rows += run(path, ds, seed=args.seed, stream=args.stream)
-    if rows:
-        print("DP-RandP private linear probing — the papers' σ, lr and steps; ε from our accountant\n")
-        print(comparison_table(rows))
-        print("\nε (our accountant): exact GDP of the stated σ's (add/remove-one). The papers' hyperparameters were "
-              "tuned by their authors without accounting the tuning.")
-    if missing:
-        print("\n".join(["", "Missing stores (nothing downloaded):", *missing]), file=sys.stderr if rows else sys.stdout)
-    return 0 if rows else 2
+    return print_report(rows, missing,
+                        "DP-RandP private linear probing — the papers' σ, lr and steps; ε from our accountant",
+                        "ε (our accountant): exact GDP of the stated σ's (add/remove-one). The papers' "
+                        "hyperparameters were tuned by their authors without accounting the tuning.")
 
 
 if __name__ == "__main__":
