@@ -279,6 +279,8 @@ def calibrate_noise(epsilon: float, delta: float, *, steps: int = 1, sample_rate
     delta = _check_delta(delta)
     if not epsilon > 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon}")
+    if math.isinf(epsilon):
+        return 0.0  # the non-private baseline: no noise, no guarantee (callers label it as such)
     ratios = [float(r) for r in extra_ratios]
     if any(not r > 0 for r in ratios):
         raise ValueError(f"extra_ratios must be > 0, got {ratios}")
@@ -333,6 +335,8 @@ def split_noise(epsilon: float, delta: float, *, steps: int = 1, center_share: f
         raise ValueError(f"center_share must be in [0, 1), got {center_share}")
     if center_share == 0.0:
         return calibrate_noise(epsilon, delta, steps=steps, neighbouring=neighbouring), math.inf
+    if math.isinf(epsilon):
+        return 0.0, 0.0  # non-private baseline: centering on the exact mean
     ratio = math.sqrt((1.0 - center_share) / (center_share * steps))
     sigma = calibrate_noise(epsilon, delta, steps=steps, neighbouring=neighbouring, extra_ratios=[ratio])
     return sigma, ratio * sigma

@@ -27,6 +27,7 @@ from numbers import Integral, Real
 import jax
 import jax.numpy as jnp
 import numpy as np
+from dp_accounting import dp_event as _ev
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
@@ -121,6 +122,24 @@ def _padded_len(n: int) -> int:
     return -(-n // nd) * nd
 
 
+#: Default learning rate of full-batch SGD at epsilon=inf (DP-RandP's rule lr = 0.008·N/σ needs σ > 0).
+NON_PRIVATE_SGD_LR = 1.0
+
+
+def _public_setting_leaks(epsilon: float, delta: float, n: int) -> list[str]:
+    """Warn about settings that void the guarantee: ε = ∞ (the non-private baseline) and δ ≥ 1/N."""
+    leaks = []
+    if math.isinf(epsilon):
+        warnings.warn("epsilon=inf is the NON-PRIVATE baseline: no noise, no privacy guarantee",
+                      PrivacyLeakWarning, stacklevel=4)
+        leaks.append("everything (epsilon=inf, non-private baseline)")
+    elif delta >= 1.0 / n:
+        warnings.warn(f"delta={delta:g} >= 1/N = {1.0 / n:.3g}: a mechanism that publishes one random row outright "
+                      f"meets such a guarantee; choose delta << 1/N", PrivacyLeakWarning, stacklevel=4)
+        leaks.append(f"delta={delta:g} >= 1/N (guarantee meaningless)")
+    return leaks
+
+
 #: A short last block is padded to a multiple of this many rows (not to a full block): a few compiled shapes
 #: instead of up to one block of zero rows computed for nothing.
 TAIL_ROWS = 8192
@@ -211,7 +230,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     """
 
     _parameter_constraints = {
-        "epsilon": [Interval(Real, 0, None, closed="neither")],
+        "epsilon": [Interval(Real, 0, float("inf"), closed="right")],  # inf: the non-private baseline (warned)
         "delta": [Interval(Real, 0, 1, closed="neither")],
         "method": [StrOptions(set(_METHODS))],
         "steps": [Interval(Integral, 1, None, closed="left"), None],
@@ -341,10 +360,15 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         if lr is None:
             if method == "adam1" or self.optimizer != "sgd":
                 lr = 1e-3
+            elif sigma == 0.0:
+                lr = NON_PRIVATE_SGD_LR
             else:
                 lr = LR_NOISE_RATIO * q * n / sigma
-        event = accounting.dp_event(sigma, steps=steps, sample_rate=q,
-                                    extra_noise_multipliers=[sigma_c] if math.isfinite(sigma_c) else [])
+        if math.isinf(self.epsilon):
+            acct, event = "none", _ev.NonPrivateDpEvent()
+        else:
+            event = accounting.dp_event(sigma, steps=steps, sample_rate=q,
+                                        extra_noise_multipliers=[sigma_c] if math.isfinite(sigma_c) else [])
         return dict(method=method, steps=steps, sample_rate=q, accountant=acct, sigma=sigma, sigma_center=sigma_c,
                     learning_rate=float(lr), event=event)
 
@@ -373,6 +397,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         key, seeded = noise.make_key(self.random_state)
         self._charge(source, plan, seeded)  # before any private row (labels included) is read
         classes, leaks = self._classes_from(source)
+        leaks += _public_setting_leaks(self.epsilon, self.delta, n)
         k = classes.size
         loss = self.loss or ("sigmoid" if plan["method"] == "adam1" else "softmax")
         bias_init = -10.0 if loss == "sigmoid" else 0.0
@@ -455,8 +480,11 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         sig = {"step": plan["sigma"]}
         if math.isfinite(plan["sigma_center"]):
             sig = {"center": plan["sigma_center"], **sig}
-        eps = accounting.event_epsilon(plan["event"], self.delta, accountant=plan["accountant"],
-                                       neighbouring=self.neighbouring)
+        if plan["accountant"] == "none":
+            eps = math.inf
+        else:
+            eps = accounting.event_epsilon(plan["event"], self.delta, accountant=plan["accountant"],
+                                           neighbouring=self.neighbouring)
         self.privacy_ = PrivacyReport(
             epsilon=eps, delta=float(self.delta), noise_multipliers=sig, steps=plan["steps"],
             sample_rate=plan["sample_rate"], accountant=plan["accountant"],

@@ -77,7 +77,9 @@ class PrivacyReport:
 
     def __str__(self) -> str:
         sig = ", ".join(f"{k}={v:.4g}" for k, v in self.noise_multipliers.items())
-        lines = [f"({self.epsilon:.4g}, {self.delta:.3g})-DP, {self.neighbouring} neighbours, {self.accountant} accountant",
+        head = (f"NON-PRIVATE baseline (epsilon=inf): no privacy guarantee" if math.isinf(self.epsilon) else
+                f"({self.epsilon:.4g}, {self.delta:.3g})-DP, {self.neighbouring} neighbours, {self.accountant} accountant")
+        lines = [head,
                  f"method={self.method} steps={self.steps} sample_rate={self.sample_rate:g} clip={self.clip:g} "
                  f"noise multipliers: {sig}",
                  "noise: seeded (reproducible, not secret)" if self.seeded else "noise: OS-entropy seeded"]

@@ -172,3 +172,19 @@ def two_device_models():
                                classes=[0, 1, 2], random_state=1).fit(X, y)
         out[method] = m.coef_.tolist()
     return out
+
+
+def test_non_private_baseline_and_meaningless_delta_are_warned(digits):
+    from privlin.report import PrivacyLeakWarning
+
+    Xtr, Xte, ytr, yte = digits
+    with pytest.warns(PrivacyLeakWarning, match="NON-PRIVATE"):
+        m = DPLinearClassifier(epsilon=float("inf"), classes=range(10), random_state=0).fit(Xtr, ytr)
+    assert m.privacy_.epsilon == float("inf") and m.score(Xte, yte) >= 0.93  # no noise: the accuracy ceiling
+    n = len(ytr)
+    with pytest.warns(PrivacyLeakWarning, match="1/N"):
+        m = DPLinearClassifier(epsilon=1.0, delta=1.0 / n, classes=range(10), random_state=0).fit(Xtr, ytr)
+    assert any("1/N" in leak for leak in m.privacy_.leaks) and "NOT covered" in str(m.privacy_)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)  # δ just below 1/N and a finite ε: no warning
+        DPLinearClassifier(epsilon=1.0, delta=0.5 / n, classes=range(10), random_state=0).fit(Xtr, ytr)

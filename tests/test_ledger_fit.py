@@ -71,3 +71,16 @@ def test_arrays_charge_a_given_ledger_and_budget():
     # no ledger, no budget: arrays are not charged anywhere (and nothing fails)
     m = privlin.api.fit((X, y), eps=2.0, classes=[0, 1], method="adam1", random_state=0)
     assert not hasattr(m, "ledger_")
+
+
+def test_non_private_fit_is_labelled_and_spends_the_whole_budget(store):
+    from privlin.report import PrivacyLeakWarning
+
+    with pytest.warns(PrivacyLeakWarning, match="NON-PRIVATE"):
+        m = privlin.api.fit(store, eps=float("inf"), classes=[0, 1], method="sgd", steps=5, random_state=0)
+    assert m.privacy_.epsilon == float("inf") and m.privacy_.accountant == "none"
+    assert set(m.privacy_.noise_multipliers.values()) == {0.0}
+    assert "NON-PRIVATE" in str(m.privacy_) and m.privacy_.leaks
+    assert ledger_for(store, "train").spent(DELTA)[0] == float("inf")  # recorded: the split has no privacy left
+    with pytest.raises(PrivacyBudgetExceeded):  # any cap refuses it, before reading anything
+        privlin.api.fit(store, eps=float("inf"), classes=[0, 1], budget=(100.0, DELTA))

@@ -126,3 +126,8 @@ def test_epsilon_is_monotone_and_non_negative_in_sigma():
 def test_impossible_targets_raise_clearly(kwargs):
     with pytest.raises(ValueError):
         accounting.calibrate_noise(**kwargs)
+
+
+def test_infinite_epsilon_is_the_labelled_non_private_baseline():
+    assert accounting.calibrate_noise(float("inf"), 1e-5, steps=10) == 0.0
+    assert accounting.split_noise(float("inf"), 1e-5, steps=10, center_share=0.1) == (0.0, 0.0)
