@@ -34,7 +34,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 from tqdm.auto import tqdm
 
-from . import accounting, noise, preprocess, train
+from . import accounting, noise, preprocess, secure_noise, train
 from .report import PrivacyLeakWarning, PrivacyReport
 from .sources import ArraySource
 
@@ -120,6 +120,28 @@ def _put_rows(*arrays):
 def _padded_len(n: int) -> int:
     nd = jax.device_count()
     return -(-n // nd) * nd
+
+
+def _check_secure_mode(est) -> None:
+    """secure_mode's preconditions: a secret seed, a finite ε, and a method whose noise is released on the host."""
+    if est.random_state is not None:
+        raise ValueError("secure_mode=True draws all randomness from os.urandom: leave random_state=None")
+    if est.method != "adam1":
+        raise ValueError(f"secure_mode=True supports method='adam1' (one release of the clipped class sums); "
+                         f"method={est.method!r} draws its noise inside compiled code")
+    if math.isinf(est.epsilon):
+        raise ValueError("secure_mode=True with epsilon=inf: there is no noise to secure")
+
+
+def _secure_adam1_step(acc, sigma, lr, *, clip, loss, bias_init, fit_intercept):
+    """``adam1`` stage 2 with the gradient sum released by the discrete Gaussian (W and b as one vector)."""
+    g = train.adam1_gradient(acc, loss=loss, bias_init=bias_init)
+    W, b = np.asarray(g.W, np.float64), np.asarray(g.b, np.float64)
+    flat = np.concatenate([W.ravel(), b]) if fit_intercept else W.ravel()
+    noisy = secure_noise.secure_gaussian_release(flat, sigma * clip, clip)
+    released = train.LinearParams(jnp.asarray(noisy[:W.size].reshape(W.shape), jnp.float32),
+                                  jnp.asarray(noisy[W.size:], jnp.float32) if fit_intercept else g.b)
+    return train.adam1_update(released, acc.n, lr, bias_init=bias_init, fit_intercept=fit_intercept)
 
 
 #: Default learning rate of full-batch SGD at epsilon=inf (DP-RandP's rule lr = 0.008·N/σ needs σ > 0).
@@ -214,6 +236,11 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         ``PrivacyBudgetExceeded`` before reading any row.
     ledger : privlin.ledger.PrivacyLedger or None, default=None
         Ledger to charge (default: the one beside a store split; none for arrays without ``budget``).
+    secure_mode : bool, default=False
+        Resist floating-point attacks on the noise (Mironov 2012): the released statistics (the ``adam1`` gradient
+        sum and the centering sum) get discrete Gaussian noise on a power-of-two grid drawn from ``os.urandom``
+        (``privlin.secure_noise``; σ inflated by ~1e-6 to cover the rounding).  Needs ``random_state=None`` and
+        ``method="adam1"`` (the multi-step trainers draw their noise inside compiled code).
 
     Attributes
     ----------
@@ -250,6 +277,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         "block_rows": [Interval(Integral, 1, None, closed="left")],
         "memory_limit": [Interval(Integral, 0, None, closed="left")],
         "verbose": ["boolean"],
+        "secure_mode": ["boolean"],
         "budget": "no_validation",
         "ledger": "no_validation",
     }
@@ -257,7 +285,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, *, epsilon=1.0, delta=1e-5, method="sgd", steps=None, learning_rate=None, clip=1.0,
                  center=True, center_share=0.01, classes=None, loss=None, fit_intercept=False, optimizer="sgd",
                  momentum=0.9, batch_size=256, accountant=None, neighbouring="add_remove", random_state=None,
-                 block_rows=65536, memory_limit=2**30, verbose=False, budget=None, ledger=None):
+                 block_rows=65536, memory_limit=2**30, verbose=False, budget=None, ledger=None, secure_mode=False):
         self.epsilon = epsilon
         self.delta = delta
         self.method = method
@@ -280,6 +308,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         self.verbose = verbose
         self.budget = budget
         self.ledger = ledger
+        self.secure_mode = secure_mode
 
     # ------------------------------------------------------------------ sklearn surface
 
@@ -394,6 +423,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         if n < 1:
             raise ValueError("no rows to fit on")
         plan = self._plan(n)
+        if self.secure_mode:
+            _check_secure_mode(self)
         key, seeded = noise.make_key(self.random_state)
         self._charge(source, plan, seeded)  # before any private row (labels included) is read
         classes, leaks = self._classes_from(source)
@@ -436,7 +467,11 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
                     yield total
 
             _double_buffered(row_sums())
-            mean = preprocess.private_mean(total, n, keys["center"], plan["sigma_center"], norm)
+            if self.secure_mode:
+                mean = jnp.asarray(secure_noise.secure_gaussian_release(total, plan["sigma_center"] * norm, norm) / n,
+                                   jnp.float32)
+            else:
+                mean = preprocess.private_mean(total, n, keys["center"], plan["sigma_center"], norm)
 
         # 2. training
         in_memory = source.in_memory or n * d * 4 <= self.memory_limit
@@ -453,8 +488,12 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
                     yield acc
 
             _double_buffered(class_sums())
-            params = _adam1_step(acc, keys["train"], sigma, lr, clip=clip, loss=loss, bias_init=bias_init,
-                                 fit_intercept=self.fit_intercept)
+            if self.secure_mode:
+                params = _secure_adam1_step(acc, sigma, lr, clip=clip, loss=loss, bias_init=bias_init,
+                                            fit_intercept=self.fit_intercept)
+            else:
+                params = _adam1_step(acc, keys["train"], sigma, lr, clip=clip, loss=loss, bias_init=bias_init,
+                                     fit_intercept=self.fit_intercept)
         elif in_memory:
             Xs, ys = [], []
             for Xb, yb in index_blocks():
@@ -489,7 +528,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
             epsilon=eps, delta=float(self.delta), noise_multipliers=sig, steps=plan["steps"],
             sample_rate=plan["sample_rate"], accountant=plan["accountant"],
             neighbouring=accounting._relation(self.neighbouring), seeded=seeded, dp_event=plan["event"],
-            clip=clip, method=method, n_rows=n, leaks=tuple(leaks), learning_rate=lr)
+            clip=clip, method=method, n_rows=n, leaks=tuple(leaks), learning_rate=lr,
+            secure_mode=bool(self.secure_mode))
         return self
 
     def _charge(self, source, plan, seeded) -> None:

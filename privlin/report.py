@@ -49,6 +49,8 @@ class PrivacyReport:
         Rows of the private split (public under the neighbouring relation).
     leaks : tuple of str
         Quantities read from the data without privacy (each raised a PrivacyLeakWarning).
+    secure_mode : bool
+        Noise was the discrete Gaussian on a power-of-two grid from ``os.urandom`` (``privlin.secure_noise``).
     """
 
     epsilon: float
@@ -66,6 +68,7 @@ class PrivacyReport:
     leaks: tuple = ()
     learning_rate: float = float("nan")
     notes: Optional[str] = None
+    secure_mode: bool = False
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the event as dp-accounting's named-tuple form)."""
@@ -82,7 +85,9 @@ class PrivacyReport:
         lines = [head,
                  f"method={self.method} steps={self.steps} sample_rate={self.sample_rate:g} clip={self.clip:g} "
                  f"noise multipliers: {sig}",
-                 "noise: seeded (reproducible, not secret)" if self.seeded else "noise: OS-entropy seeded"]
+                 "noise: seeded (reproducible, not secret)" if self.seeded else
+                 "noise: discrete Gaussian from os.urandom (secure_mode)" if self.secure_mode else
+                 "noise: OS-entropy seeded"]
         if self.leaks:
             lines.append("NOT covered (read without privacy): " + ", ".join(self.leaks))
         return "\n".join(lines)

@@ -269,10 +269,19 @@ def adam1_step(sums: ClassSums, key, sigma, learning_rate, *, clip: float = 1.0,
     Pure and cheap (no data): vmap it over (key, σ, lr) after one pass of stage 1.
     The first Adam step is ``-lr · g / (|g| + eps)`` (bias-corrected), ≈ signSGD (Mehta et al. App. E).
     """
-    d = sums.S.shape[1]
-    k = sums.S.shape[0]
     g = privatize(adam1_gradient(sums, loss=loss, bias_init=bias_init), key, sigma, clip, fit_intercept=fit_intercept)
-    g = jax.tree.map(lambda t: t / jnp.maximum(sums.n, 1.0), g)
+    return adam1_update(g, sums.n, learning_rate, bias_init=bias_init, fit_intercept=fit_intercept, eps=eps,
+                        b1=b1, b2=b2)
+
+
+def adam1_update(noisy_grad_sum: LinearParams, n, learning_rate, *, bias_init: float = -10.0,
+                 fit_intercept: bool = False, eps: float = 1e-8, b1: float = 0.9, b2: float = 0.999) -> LinearParams:
+    """The data-free end of ``adam1``: divide the released gradient sum by N, one Adam step from zero init.
+
+    Separate from :func:`adam1_step` so the noise can come from elsewhere (``secure_mode``'s discrete Gaussian).
+    """
+    d, k = noisy_grad_sum.W.shape
+    g = jax.tree.map(lambda t: t / jnp.maximum(n, 1.0), noisy_grad_sum)
     if not fit_intercept:
         g = LinearParams(g.W, jnp.zeros_like(g.b))
     opt = make_optimizer("adam", learning_rate, b1=b1, b2=b2, eps=eps)

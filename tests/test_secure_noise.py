@@ -105,3 +105,29 @@ def test_release_refuses_bad_input():
         sn.discrete_gaussian(3, 0.0)
     with pytest.raises(ValueError):
         sn.grid_for(float("inf"))
+
+
+def test_estimator_secure_mode_adam1_fits_and_reports_it():
+    """secure_mode end to end: discrete Gaussian releases, same accuracy as plain noise, report says so."""
+    import warnings
+
+    from sklearn.datasets import load_digits
+
+    from privlin import DPLinearClassifier
+
+    X, y = load_digits(return_X_y=True)
+    X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    plain = [DPLinearClassifier(epsilon=8.0, method="adam1", classes=range(10), random_state=s).fit(X, y).score(X, y)
+             for s in range(3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no leak warning either
+        sec = [DPLinearClassifier(epsilon=8.0, method="adam1", classes=range(10), secure_mode=True).fit(X, y)
+               for _ in range(3)]
+    r = sec[0].privacy_
+    assert r.secure_mode and not r.seeded and "discrete Gaussian" in str(r) and r.to_dict()["secure_mode"]
+    assert abs(np.mean([m.score(X, y) for m in sec]) - np.mean(plain)) < 0.03
+    assert not np.allclose(sec[0].coef_, sec[1].coef_)  # fresh OS randomness each fit
+    with pytest.raises(ValueError, match="random_state"):
+        DPLinearClassifier(method="adam1", classes=range(10), secure_mode=True, random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="method='adam1'"):
+        DPLinearClassifier(method="sgd", classes=range(10), secure_mode=True).fit(X, y)
