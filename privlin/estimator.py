@@ -126,21 +126,22 @@ def _check_secure_mode(est) -> None:
     """secure_mode's preconditions: a secret seed, a finite ε, and a method whose noise is released on the host."""
     if est.random_state is not None:
         raise ValueError("secure_mode=True draws all randomness from os.urandom: leave random_state=None")
-    if est.method != "adam1":
-        raise ValueError(f"secure_mode=True supports method='adam1' (one release of the clipped class sums); "
-                         f"method={est.method!r} draws its noise inside compiled code")
     if math.isinf(est.epsilon):
         raise ValueError("secure_mode=True with epsilon=inf: there is no noise to secure")
 
 
-def _secure_adam1_step(acc, sigma, lr, *, clip, loss, bias_init, fit_intercept):
-    """``adam1`` stage 2 with the gradient sum released by the discrete Gaussian (W and b as one vector)."""
-    g = train.adam1_gradient(acc, loss=loss, bias_init=bias_init)
+def _secure_release(g, sigma, clip, fit_intercept):
+    """A clipped gradient sum released with the discrete Gaussian (W and b as one vector when b is trained)."""
     W, b = np.asarray(g.W, np.float64), np.asarray(g.b, np.float64)
     flat = np.concatenate([W.ravel(), b]) if fit_intercept else W.ravel()
     noisy = secure_noise.secure_gaussian_release(flat, sigma * clip, clip)
-    released = train.LinearParams(jnp.asarray(noisy[:W.size].reshape(W.shape), jnp.float32),
-                                  jnp.asarray(noisy[W.size:], jnp.float32) if fit_intercept else g.b)
+    return train.LinearParams(jnp.asarray(noisy[:W.size].reshape(W.shape), jnp.float32),
+                              jnp.asarray(noisy[W.size:], jnp.float32) if fit_intercept else g.b)
+
+
+def _secure_adam1_step(acc, sigma, lr, *, clip, loss, bias_init, fit_intercept):
+    """``adam1`` stage 2 with the gradient sum released by :func:`_secure_release`."""
+    released = _secure_release(train.adam1_gradient(acc, loss=loss, bias_init=bias_init), sigma, clip, fit_intercept)
     return train.adam1_update(released, acc.n, lr, bias_init=bias_init, fit_intercept=fit_intercept)
 
 
@@ -238,9 +239,10 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         Ledger to charge (default: the one beside a store split; none for arrays without ``budget``).
     secure_mode : bool, default=False
         Resist floating-point attacks on the noise (Mironov 2012): the released statistics (the ``adam1`` gradient
-        sum and the centering sum) get discrete Gaussian noise on a power-of-two grid drawn from ``os.urandom``
-        (``privlin.secure_noise``; σ inflated by ~1e-6 to cover the rounding).  Needs ``random_state=None`` and
-        ``method="adam1"`` (the multi-step trainers draw their noise inside compiled code).
+        sum, every step's gradient sum and the centering sum) get discrete Gaussian noise on a power-of-two grid
+        drawn from ``os.urandom`` (``privlin.secure_noise``; σ inflated by ~1e-6 to cover the rounding), released
+        on the host once per step.  Needs ``random_state=None``.  Multi-step methods then run the per-step
+        (streaming) loop, slower than the compiled in-memory trainer.
 
     Attributes
     ----------
@@ -474,7 +476,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
                 mean = preprocess.private_mean(total, n, keys["center"], plan["sigma_center"], norm)
 
         # 2. training
-        in_memory = source.in_memory or n * d * 4 <= self.memory_limit
+        # secure_mode releases every step's gradient sum on the host: the per-step (streaming) loop does that
+        in_memory = (source.in_memory or n * d * 4 <= self.memory_limit) and not self.secure_mode
         method = plan["method"]
         sigma, lr = plan["sigma"], plan["learning_rate"]
         if method == "adam1":
@@ -573,7 +576,10 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
                     yield g
 
             _double_buffered(grad_sums())
-            state = _stream_update(state, g, k_noise, plan["sigma"], denom, plan["learning_rate"],
+            sigma = plan["sigma"]
+            if self.secure_mode:  # released here with the discrete Gaussian; nothing more to add in the update
+                g, sigma = _secure_release(g, sigma, float(self.clip), self.fit_intercept), 0.0
+            state = _stream_update(state, g, k_noise, sigma, denom, plan["learning_rate"],
                                    float(self.momentum), float(self.clip), optimizer=optimizer,
                                    fit_intercept=self.fit_intercept)
         return state.params
