@@ -9,13 +9,17 @@ from timm.models.vision_transformer import VisionTransformer
 
 from backbones.mae import checkpoint as ckpt_mod
 from backbones.mae.data import digits_split, normalize
-from backbones.mae.dp import add_gaussian_noise, poisson_sample, reduce_and_privatize, seeded_generator
+from backbones.mae.dp import (PrivacyLeakWarning, add_gaussian_noise, poisson_sample, reduce_and_privatize,
+                             seeded_generator)
 from backbones.mae.model import (MAE_SIZES, MAEConfig, build_mae, encoder_from_mae, encoder_state_dict, patchify,
                                  random_masking)
 from backbones.mae.per_example import (clip_and_sum, clip_factors, per_example_grads, per_example_norms,
                                        split_params)
 from backbones.mae.synthetic import ShaderImages
 from backbones.mae.train import TrainSettings, lr_at, main, train
+
+# DP training warns that its logged loss is computed on private images (asserted once, below); quiet elsewhere
+pytestmark = pytest.mark.filterwarnings("ignore:the training loss shown:UserWarning")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOY = MAE_SIZES["toy"]
@@ -225,8 +229,9 @@ def test_reported_epsilon_equals_dp_accounting(tmp_path):
     from dp_accounting.pld import pld_privacy_accountant
 
     # PLD evaluations are slow on a loaded 2-core box: one in training, one here
-    res = train(_dp_settings(tmp_path, steps=2, noise_multiplier=1.3, sample_rate=0.01, accountant="pld"),
-                progress=False)
+    with pytest.warns(PrivacyLeakWarning, match="computed on private images"):
+        res = train(_dp_settings(tmp_path, steps=2, noise_multiplier=1.3, sample_rate=0.01, accountant="pld"),
+                    progress=False)
     sigma, q, delta = res["noise_multiplier"], res["sample_rate"], res["delta"]
     assert delta == pytest.approx(1 / (2 * 1437))
     event = dp_accounting.SelfComposedDpEvent(
