@@ -123,7 +123,7 @@ def _padded_len(n: int) -> int:
 
 
 def _check_secure_mode(est) -> None:
-    """secure_mode's preconditions: a secret seed, a finite ε, and a method whose noise is released on the host."""
+    """secure_mode's preconditions: a secret seed (no random_state) and a finite ε (noise to secure)."""
     if est.random_state is not None:
         raise ValueError("secure_mode=True draws all randomness from os.urandom: leave random_state=None")
     if math.isinf(est.epsilon):
