@@ -16,10 +16,11 @@ Scripts: `benchmarks/`; per-area results: `benchmarks/results/*.md`; this file i
 
 Goals at a glance (met / not met; the rows give the numbers and the reasons):
 - met: adam1 fit ≤ 1.5× a plain pass (1.49×); DP-SGD step vs two GEMMs (0.94×); `privlin.fit` on a store ≥ 4× its
-  memory (5.4×); 10-ε adam1 sweep ≤ 1.3× one fit (1.16×); featurize ≤ 1.15× the pure forward (1.06–1.15× at low
-  load); DP-MAE per-example step vs non-private 1.72× (opacus' bar 2–3×); secure_mode fit 1.72× plain noise.
-- not met: analytic clipping ≥ 100× vmap(grad) (80×); 20-setting DP-SGD grid ≤ 3× one fit (17.6×, compute-bound
-  on a CPU); store `blocks()` ≥ 0.8 of the raw read bandwidth (0.39).
+  memory (5.4×); 10-ε adam1 sweep ≤ 1.3× one fit (1.16×); featurize ≤ 1.15× the pure forward with `cls` heads
+  (1.10× vip_toy, 0.97× ViT-B/16); DP-MAE per-example step 1.72× a non-private step (opacus' bar 2–3×);
+  secure_mode fit 1.72× the plain-noise fit.
+- not met: analytic clipping ≥ 100× vmap(grad) (80×); featurize with the 3072-d `blocks` head (1.18×); 20-setting
+  DP-SGD grid ≤ 3× one fit (17.6×, compute-bound on a CPU); store `blocks()` ≥ 0.8 of the raw read bandwidth (0.39).
 """
 
 
