@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     p.add_argument("--lr", type=float, nargs="+", default=None, help="learning rates (default: privlin's rule)")
     p.add_argument("--steps", type=int, nargs="+", default=[100], help="sgd steps")
     p.add_argument("--clip", type=float, default=1.0)
-    p.add_argument("--normalize", type=float, default=1.0, help="row norm (0: none)")
+    p.add_argument("--no-normalize", dest="normalize", action="store_false", help="do not scale rows to norm clip")
     p.add_argument("--center-share", type=float, default=0.0, help="share of the budget for private centering")
     p.add_argument("--split", default="train")
     p.add_argument("--eval-split", default="test")
@@ -36,24 +36,21 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="folder for sweep.csv and sweep.png (default: print only)")
     args = p.parse_args(argv)
 
-    import numpy as np
-
     import stores
     from privlin.selection import select_private
-    from privlin.sweep import Setting, sweep
+    from privlin.sweep import sweep
 
     st = stores.open(args.store)
-    norm = args.normalize or None
     todo = []
     for m in args.method:
         for e in args.eps:
             for lr in (args.lr or [None]):
-                for t in (args.steps if m == "sgd" else [1]):
-                    todo.append(Setting(method=m, epsilon=e, delta=args.delta, learning_rate=lr, steps=t,
-                                        clip=args.clip, normalize=norm, center_share=args.center_share))
-    classes = st.attrs.get("classes")
+                for t in (args.steps if m == "sgd" else [None]):
+                    todo.append(dict(method=m, epsilon=e, delta=args.delta, learning_rate=lr, steps=t,
+                                     clip=args.clip, normalize=args.normalize, center=args.center_share > 0,
+                                     **({"center_share": args.center_share} if args.center_share > 0 else {})))
     res = sweep(st, settings=todo, split=args.split, eval_split=args.eval_split, random_state=args.seed,
-                classes=None if classes is None else np.arange(len(classes)), progress=True)
+                progress=True)
     print(res.table())
     if args.val_split:
         sel = select_private(res, st[args.val_split], epsilon=args.select_eps, delta=args.delta,

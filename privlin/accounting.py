@@ -13,16 +13,20 @@ multiplier*.
 * Poisson-subsampled steps go through dp-accounting's PLD (default) or RDP
   accountant.
 
-Neighbouring relation (stated in every report):
+Neighbouring relations (dp-accounting's names, stated in every report and ledger entry):
 
-``"add_remove"`` (default)
-    Datasets differ by adding or removing one example; the dataset size N is
-    treated as public (it only normalizes the noisy sum).  One example moves a
-    clipped sum by at most C.
-``"substitute"``
-    Datasets differ by replacing one example.  A clipped sum moves by at most
-    2C, so a full-batch mechanism with multiplier σ is accounted as σ/2;
-    subsampled steps use dp-accounting's REPLACE_ONE relation (PLD only).
+``"replace_special"`` (default; "zero-out")
+    Datasets differ by replacing one example with a null example that contributes nothing to any released
+    sum.  The dataset size N is the same on both sides, so publishing it (privlin normalizes by it and
+    reports it) costs nothing.  One example moves a clipped sum by at most C.  dp-accounting gives the same
+    numbers as for add/remove-one.
+``"replace_one"``
+    Datasets differ by replacing one example with another.  A clipped sum moves by at most 2C, so a
+    full-batch mechanism with multiplier σ is accounted as σ/2; subsampled steps use dp-accounting's
+    REPLACE_ONE PLD.
+``"add_or_remove_one"``
+    Datasets differ by one example.  Kept for events made elsewhere (a ledger may hold them); privlin's
+    trainers publish N exactly, which tells D from D ∪ {x}, so they refuse it.
 """
 from __future__ import annotations
 
@@ -37,17 +41,15 @@ from dp_accounting.rdp import rdp_privacy_accountant as _rdp
 from scipy import optimize, special
 
 __all__ = [
-    "NEIGHBOURING", "ACCOUNTANTS", "gdp_mu", "gdp_delta", "gdp_epsilon", "gdp_mu_for", "dp_event",
+    "NEIGHBOURING", "DEFAULT_NEIGHBOURING", "ACCOUNTANTS", "relation_name", "relation", "make_accountant",
+    "compose_epsilon", "gdp_mu", "gdp_delta", "gdp_epsilon", "gdp_mu_for", "dp_event",
     "event_epsilon", "dpsgd_epsilon", "calibrate_noise", "split_noise",
 ]
 
-#: Accepted spellings of the neighbouring relation -> dp-accounting's enum.
-NEIGHBOURING = {
-    "add_remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-    "add_or_remove_one": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-    "substitute": dp_accounting.NeighboringRelation.REPLACE_ONE,
-    "replace_one": dp_accounting.NeighboringRelation.REPLACE_ONE,
-}
+#: dp-accounting's neighbouring relations by their lower-case enum names: the one vocabulary of privlin.
+NEIGHBOURING = {r.name.lower(): r for r in dp_accounting.NeighboringRelation}
+#: The relation privlin's trainers satisfy while publishing N (see the module docstring).
+DEFAULT_NEIGHBOURING = "replace_special"
 ACCOUNTANTS = ("gdp", "pld", "rdp")
 
 # PLD discretization: fine enough that PLD agrees with the exact GDP curve to ~1e-4 relative.
@@ -56,12 +58,54 @@ _PLD_INTERVAL = 1e-4
 _SIGMA_FLOOR = 0.5
 
 
-def _relation(neighbouring: str) -> str:
-    """Canonical name ('add_remove' or 'substitute') of a neighbouring relation."""
-    rel = NEIGHBOURING.get(neighbouring)
-    if rel is None:
-        raise ValueError(f"neighbouring must be one of {sorted(NEIGHBOURING)}, got {neighbouring!r}")
-    return "add_remove" if rel == dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE else "substitute"
+def relation_name(neighbouring) -> str:
+    """The canonical name (``"replace_special"``, ``"replace_one"``, ``"add_or_remove_one"``) of a relation."""
+    if isinstance(neighbouring, dp_accounting.NeighboringRelation):
+        return neighbouring.name.lower()
+    if neighbouring not in NEIGHBOURING:
+        raise ValueError(f"neighbouring must be one of {sorted(NEIGHBOURING)} (dp-accounting's relations), "
+                         f"got {neighbouring!r}")
+    return neighbouring
+
+
+def relation(neighbouring) -> dp_accounting.NeighboringRelation:
+    """dp-accounting's enum for a relation name."""
+    return NEIGHBOURING[relation_name(neighbouring)]
+
+
+def _sensitivity_factor(neighbouring) -> float:
+    """How far one neighbour moves a sum of contributions bounded by C, in units of C."""
+    return 2.0 if relation_name(neighbouring) == "replace_one" else 1.0
+
+
+def make_accountant(accountant: str, neighbouring, *, pld_interval: float = _PLD_INTERVAL):
+    """A fresh dp-accounting accountant: the only place privlin builds one."""
+    rel = relation(neighbouring)
+    if accountant == "pld":
+        return _pld.PLDAccountant(rel, value_discretization_interval=pld_interval)
+    if accountant == "rdp":
+        if rel == dp_accounting.NeighboringRelation.REPLACE_ONE:
+            raise ValueError("dp-accounting's RDP accountant does not support neighbouring='replace_one'; use 'pld'")
+        return _rdp.RdpAccountant(neighboring_relation=rel)
+    raise ValueError(f"accountant must be 'pld' or 'rdp' here, got {accountant!r}")
+
+
+def compose_epsilon(events: Iterable[_ev.DpEvent], delta: float, *, neighbouring=DEFAULT_NEIGHBOURING,
+                    pld_interval: float = _PLD_INTERVAL) -> float:
+    """ε at ``delta`` of all ``events`` composed by dp-accounting's PLD accountant.
+
+    ``inf`` when an event is non-private (``NonPrivateDpEvent``); 0 for no events.
+    """
+    acc = make_accountant("pld", neighbouring, pld_interval=pld_interval)
+    n = 0
+    for event in events:
+        if not acc.supports(event):
+            raise ValueError(f"the PLD accountant cannot compose {event!r} under {relation_name(neighbouring)}")
+        acc.compose(event)
+        n += 1
+    if n == 0:
+        return 0.0
+    return max(0.0, float(acc.get_epsilon(_check_delta(delta))))
 
 
 def _check_delta(delta: float) -> float:
@@ -82,19 +126,18 @@ def _multipliers(noise_multipliers) -> np.ndarray:
 
 # --------------------------------------------------------------------------- Gaussian DP (exact, full batch)
 
-def gdp_mu(noise_multipliers, neighbouring: str = "add_remove") -> float:
+def gdp_mu(noise_multipliers, neighbouring=DEFAULT_NEIGHBOURING) -> float:
     """μ of the composition of full-batch Gaussian mechanisms: μ = sqrt(Σ 1/σ_i²).
 
     Parameters
     ----------
     noise_multipliers : float or sequence of float
         σ_i of each mechanism (sensitivity C, noise std σ_i·C); ``inf`` adds nothing.
-    neighbouring : {"add_remove", "substitute"}
-        Under substitution the sensitivity is 2C, which doubles μ.
+    neighbouring : str
+        Under ``"replace_one"`` the sensitivity is 2C, which doubles μ.
     """
     sig = _multipliers(noise_multipliers)
-    mu = float(np.sqrt(np.sum(1.0 / sig**2)))
-    return 2.0 * mu if _relation(neighbouring) == "substitute" else mu
+    return _sensitivity_factor(neighbouring) * float(np.sqrt(np.sum(1.0 / sig**2)))
 
 
 def gdp_delta(mu: float, epsilon: float) -> float:
@@ -111,7 +154,7 @@ def gdp_delta(mu: float, epsilon: float) -> float:
     return float(np.exp(a) * -np.expm1(b - a))
 
 
-def gdp_epsilon(noise_multipliers, delta: float, neighbouring: str = "add_remove") -> float:
+def gdp_epsilon(noise_multipliers, delta: float, neighbouring=DEFAULT_NEIGHBOURING) -> float:
     """Exact ε at ``delta`` of full-batch Gaussian mechanisms composed under GDP.
 
     Parameters
@@ -213,35 +256,29 @@ def _flatten_gaussians(event: _ev.DpEvent, count: int = 1) -> list[float] | None
 
 
 def event_epsilon(event: _ev.DpEvent, delta: float, *, accountant: str = "pld",
-                  neighbouring: str = "add_remove", pld_interval: float = _PLD_INTERVAL) -> float:
+                  neighbouring=DEFAULT_NEIGHBOURING, pld_interval: float = _PLD_INTERVAL) -> float:
     """ε at ``delta`` of any dp-accounting ``event``.
 
     ``accountant="gdp"`` requires an event of full-batch Gaussians only (exact);
-    ``"pld"`` and ``"rdp"`` use dp-accounting (RDP supports add/remove only).
+    ``"pld"`` and ``"rdp"`` use dp-accounting (RDP does not support ``"replace_one"``).
     """
     delta = _check_delta(delta)
-    rel = _relation(neighbouring)
     if accountant == "gdp":
         sig = _flatten_gaussians(event)
         if sig is None:
             raise ValueError("accountant='gdp' is exact only for full-batch Gaussian mechanisms; "
                              "use 'pld' or 'rdp' for Poisson-subsampled steps")
         sig = [s for s in sig if np.isfinite(s)]
-        return gdp_epsilon(sig, delta, rel) if sig else 0.0
-    if accountant == "pld":
-        acc = _pld.PLDAccountant(NEIGHBOURING[rel], value_discretization_interval=pld_interval)
-    elif accountant == "rdp":
-        if rel != "add_remove":
-            raise ValueError("the RDP accountant here supports neighbouring='add_remove' only; use 'pld'")
-        acc = _rdp.RdpAccountant(neighboring_relation=NEIGHBOURING[rel])
-    else:
+        return gdp_epsilon(sig, delta, neighbouring) if sig else 0.0
+    if accountant not in ACCOUNTANTS:
         raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {accountant!r}")
+    acc = make_accountant(accountant, neighbouring, pld_interval=pld_interval)
     acc.compose(event)
     return float(acc.get_epsilon(delta))
 
 
 def dpsgd_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
-                  accountant: str = "pld", neighbouring: str = "add_remove") -> float:
+                  accountant: str = "pld", neighbouring=DEFAULT_NEIGHBOURING) -> float:
     """ε of ``steps`` Poisson-subsampled Gaussian steps (DP-SGD) at ``delta``.
 
     ``sample_rate=1`` is full-batch DP-SGD; there ``accountant="gdp"`` is exact.
@@ -253,7 +290,7 @@ def dpsgd_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta
 # --------------------------------------------------------------------------- calibration
 
 def calibrate_noise(epsilon: float, delta: float, *, steps: int = 1, sample_rate: float = 1.0,
-                    accountant: str = "gdp", neighbouring: str = "add_remove",
+                    accountant: str = "gdp", neighbouring=DEFAULT_NEIGHBOURING,
                     extra_ratios: Sequence[float] = (), rtol: float = 1e-3) -> float:
     """The smallest training noise multiplier σ whose plan meets (ε, δ); never overshoots.
 
@@ -291,8 +328,7 @@ def calibrate_noise(epsilon: float, delta: float, *, steps: int = 1, sample_rate
 
     if accountant == "gdp" and sample_rate >= 1.0:
         mu = gdp_mu_for(epsilon, delta)
-        scale = 2.0 if _relation(neighbouring) == "substitute" else 1.0
-        sigma = scale * math.sqrt(steps + sum(1.0 / r**2 for r in ratios)) / mu
+        sigma = _sensitivity_factor(neighbouring) * math.sqrt(steps + sum(1.0 / r**2 for r in ratios)) / mu
         while eps_of(sigma) > epsilon:  # float rounding only
             sigma *= 1 + 1e-12
         return sigma
@@ -324,7 +360,7 @@ def calibrate_noise(epsilon: float, delta: float, *, steps: int = 1, sample_rate
 
 
 def split_noise(epsilon: float, delta: float, *, steps: int = 1, center_share: float = 0.0,
-                neighbouring: str = "add_remove") -> tuple[float, float]:
+                neighbouring=DEFAULT_NEIGHBOURING) -> tuple[float, float]:
     """Full-batch plan: (σ_train, σ_center) spending ``center_share`` of μ² on centering.
 
     Under GDP the budget is μ² = 1/σ_c² + T/σ²; centering gets ``center_share`` of it

@@ -6,7 +6,7 @@ often than ε allows, the code is broken, whatever its accountant says.
 
 Two audits, both statistically valid lower bounds (at a stated confidence):
 
-* :func:`canary_audit` — many runs with and without one canary (add/remove
+* :func:`canary_audit` — many runs with one canary and with a null row in its place (zero-out
   neighbours). Half of the runs choose the attack (score function, threshold,
   direction); the other half measure its false-positive and false-negative
   rates, whose Clopper–Pearson upper bounds turn into ε via the hypothesis-test
@@ -402,7 +402,10 @@ def canary_audit(
     chunk: int = 250,
     select_fraction: float = 0.5,
 ) -> AuditResult:
-    """Audit ``train_fn`` with a canary: ``runs/2`` runs without it, ``runs/2`` with it.
+    """Audit ``train_fn`` with a canary: ``runs/2`` runs with it, ``runs/2`` with a null row in its place.
+
+    The two worlds are zero-out neighbours (privlin's relation): the same N, the canary replaced by a row of
+    zeros labelled ``-1`` (a label no class has, which a privlin trainer treats as a null row).
 
     Parameters
     ----------
@@ -439,8 +442,10 @@ def canary_audit(
     keys = jax.random.split(jax.random.key(seed), 2 * n_half)
     X_in = np.concatenate([X, x_c[None]], axis=0)
     y_in = np.concatenate([y, np.asarray([canary_y], dtype=y.dtype)])
+    X_out = np.concatenate([X, np.zeros_like(x_c)[None]], axis=0)
+    y_out = np.concatenate([y, np.asarray([-1], dtype=y.dtype)])
     out_in = run_many(train_fn, X_in, y_in, keys[:n_half], chunk=chunk)
-    out_out = run_many(train_fn, X, y, keys[n_half:], chunk=chunk)
+    out_out = run_many(train_fn, X_out, y_out, keys[n_half:], chunk=chunk)
     wall = time.perf_counter() - t0
     rng = np.random.default_rng(seed)
     p_in, p_out = rng.permutation(n_half), rng.permutation(n_half)
@@ -490,55 +495,39 @@ def _gaussian_sum_method(epsilon: float, delta: float, n_classes: int, **_):
     return gaussian_sum_trainer(sigma, 1.0, n_classes)
 
 
-def _estimator_method(method: str, **overrides) -> Callable:
-    """The privlin pipeline of ``DPLinearClassifier(method=...)`` as one pure trainer.
+def estimator_trainer(params: Mapping, *, n: int, dim: int, n_classes: int) -> Callable:
+    """The shipped estimator's in-memory fit as a pure trainer ``(X, y, key) -> released dict``.
 
-    Same plan (σ's, learning rate, steps, q: from the estimator's own ``_plan``),
-    same pieces (``preprocess.private_mean``/``apply``, ``train.*``), same key
-    split; everything it releases (weights, intercept, noisy mean) is attacked.
+    The same plan (:func:`privlin.plan.make_plan` of ``DPLinearClassifier(**params)``) and the same function
+    the estimator runs (:func:`privlin.runner.train_rows`); a label ``-1`` is a null row (the zero-out
+    neighbour of a canary).  Everything it releases (weights, intercept, noisy mean) is attacked.
     """
+    import jax
+    import jax.numpy as jnp
 
-    def factory(epsilon: float, delta: float, n_classes: int, n: int, **_):
-        import jax
-        import jax.numpy as jnp
+    from privlin import runner
+    from privlin.plan import make_plan
 
-        from privlin import noise, preprocess, train
-        from privlin.estimator import DPLinearClassifier
+    plan = make_plan(params, n=n, dim=dim, n_classes=n_classes)
+    static = plan.static()
+    sigma_c = plan.sigma_center if plan.centered else 1.0
 
-        est = DPLinearClassifier(epsilon=epsilon, delta=delta, method=method, **overrides)
-        plan = est._plan(n)
-        loss = est.loss or ("sigmoid" if method == "adam1" else "softmax")
-        bias_init = -10.0 if loss == "sigmoid" else 0.0
-        clip = float(est.clip)
-        sigma, sigma_c, lr = plan["sigma"], plan["sigma_center"], plan["learning_rate"]
+    def trainer(X, y, key):
+        mask = (y >= 0).astype(jnp.float32)
+        Y = jax.nn.one_hot(jnp.maximum(y, 0), n_classes)
+        rel = runner.train_rows(static, X, Y, mask, float(plan.n), key, plan.sigma, sigma_c, plan.learning_rate)
+        out = {"coef": rel.W.T, "intercept": rel.b}
+        if rel.mean is not None:
+            out["mean"] = rel.mean
+        return out
 
-        def trainer(X, y, key):
-            keys = noise.split_named(key, "center", "train")
-            mask = jnp.ones(X.shape[0], jnp.float32)
-            mean = None
-            if math.isfinite(sigma_c):
-                total = preprocess.row_sum(X, mask, clip)
-                mean = preprocess.private_mean(total, X.shape[0], keys["center"], sigma_c, clip)
-            Xp = preprocess.apply(X, preprocess.Preprocessing(clip, mean))
-            Y = jax.nn.one_hot(y, n_classes)
-            if method == "adam1":
-                acc = train.class_sums_update(train.class_sums_init(X.shape[1], n_classes), Xp, Y, mask, clip,
-                                              loss=loss, bias_init=bias_init)
-                params = train.adam1_step(acc, keys["train"], sigma, lr, clip=clip, loss=loss, bias_init=bias_init)
-            elif method == "sgd":
-                params = train.fit_full_batch(Xp, Y, mask, keys["train"], sigma, lr, steps=plan["steps"], clip=clip,
-                                              loss=loss, bias_init=bias_init, momentum=float(est.momentum))
-            else:
-                params = train.fit_minibatch(Xp, Y, mask, keys["train"], sigma, lr, steps=plan["steps"],
-                                             sample_rate=plan["sample_rate"], clip=clip, loss=loss,
-                                             optimizer=est.optimizer, bias_init=bias_init,
-                                             momentum=float(est.momentum))
-            out = {"coef": params.W.T, "intercept": params.b}
-            if mean is not None:
-                out["mean"] = mean
-            return out
+    trainer.plan = plan
+    return trainer
 
-        return trainer
+
+def _estimator_method(**params) -> Callable:
+    def factory(epsilon: float, delta: float, n_classes: int, n: int, dim: int, **_):
+        return estimator_trainer({**params, "epsilon": epsilon, "delta": delta}, n=n, dim=dim, n_classes=n_classes)
 
     return factory
 
@@ -546,10 +535,10 @@ def _estimator_method(method: str, **overrides) -> Callable:
 #: name -> factory(epsilon, delta, n_classes, n, dim) -> pure trainer (X, y, key) -> released dict
 METHODS: dict[str, Callable] = {
     "gaussian_sum": _gaussian_sum_method,
-    "adam1": _estimator_method("adam1"),
-    "sgd": _estimator_method("sgd", steps=10),
-    "minibatch_sgd": _estimator_method("minibatch", steps=20, batch_size=256),
-    "minibatch_adam": _estimator_method("minibatch", steps=20, batch_size=256, optimizer="adam"),
+    "adam1": _estimator_method(method="adam1"),
+    "sgd": _estimator_method(method="sgd", steps=10),
+    "minibatch_sgd": _estimator_method(method="minibatch", steps=20, batch_size=256),
+    "minibatch_adam": _estimator_method(method="minibatch", steps=20, batch_size=256, optimizer="adam"),
 }
 
 
@@ -561,7 +550,7 @@ def audit_method(method: str, epsilon: float, *, delta: float = 1e-5, runs: int 
     if X is None:
         X, y = _digits()
     n_classes = int(np.max(y)) + 1
-    train = METHODS[method](epsilon=epsilon, delta=delta, n_classes=n_classes, n=len(X), dim=X.shape[1])
+    train = METHODS[method](epsilon=epsilon, delta=delta, n_classes=n_classes, n=len(X) + 1, dim=X.shape[1])
     res = canary_audit(train, X, y, runs=runs, delta=delta, epsilon_claimed=epsilon, seed=seed, confidence=confidence)
     res.attack = f"{res.attack} (canary MI, {res.details['runs']} runs)"
     return res

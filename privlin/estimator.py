@@ -1,25 +1,12 @@
 """``DPLinearClassifier``: a scikit-learn estimator whose ``fit`` is (ε, δ)-differentially private.
 
-The thin public layer: settings stored by ``__init__``, validated once in
-``fit``, clean arrays handed to the pure jitted trainers of :mod:`privlin.train`.
-The pipeline of one fit:
-
-1. rows scaled to norm ``clip`` (free) — :mod:`privlin.preprocess`;
-2. optional private centering (Gaussian noise on the sum, its own σ);
-3. training: ``"sgd"`` (full-batch DP-SGD with momentum, DP-RandP, default),
-   ``"adam1"`` (single full-batch DP-Adam step, Mehta et al.) or
-   ``"minibatch"`` (Poisson-subsampled DP-SGD/Adam/LAMB);
-4. the privacy report ``privacy_`` from :mod:`privlin.accounting`.
-
-Default hyperparameters are fixed in advance, not tuned on any evaluation set:
-``sgd`` runs T=100 steps (DP-RandP Tables 22–23) with learning rate
-``0.008 · N / σ``: DP-RandP's CIFAR-10 learning rates (Table 22) all satisfy
-lr·σ/N ≈ 0.008 across ε ∈ [0.1, 8], i.e. the noise moves each weight by the
-same amount per step whatever the budget.
+The thin public layer: settings stored by ``__init__``, validated once in ``fit``, then one path for every
+input — :func:`privlin.data.as_source` (arrays or a store split), :func:`privlin.plan.make_plan` (every
+default, every σ), :func:`privlin.runner.run` (normalize → private centering → training).  ``privlin.fit``
+and ``privlin.evaluate`` are the same estimator on a store.
 """
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from numbers import Integral, Real
@@ -27,170 +14,50 @@ from numbers import Integral, Real
 import jax
 import jax.numpy as jnp
 import numpy as np
-from dp_accounting import dp_event as _ev
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
-from tqdm.auto import tqdm
 
-from . import accounting, noise, preprocess, secure_noise, train
+from . import accounting, data, noise, runner, train
+from .plan import DEFAULT_EPSILON, METHODS, Plan, make_plan
 from .report import PrivacyLeakWarning, PrivacyReport
-from .sources import ArraySource
 
-__all__ = ["DPLinearClassifier", "LR_NOISE_RATIO", "DEFAULT_STEPS"]
-
-#: lr · σ / N of DP-RandP's tuned CIFAR-10 linear probes (seed 004, Table 22): ≈ 0.008 at every ε.
-LR_NOISE_RATIO = 0.008
-#: Default steps per method: adam1 is one step by definition; sgd follows DP-RandP (T=100).
-DEFAULT_STEPS = {"adam1": 1, "sgd": 100, "minibatch": 200}
-_METHODS = ("adam1", "sgd", "minibatch")
+__all__ = ["DPLinearClassifier", "fit", "evaluate"]
 
 
-# ----------------------------------------------------------------------------- jitted cores (compiled once per shape)
-
-@functools.partial(jax.jit, static_argnames=("norm",))
-def _row_sum(X, mask, norm):
-    return preprocess.row_sum(X, mask, norm)
-
-
-@functools.partial(jax.jit, static_argnames=("norm",))
-def _prep(X, mean, norm):
-    return preprocess.apply(X, preprocess.Preprocessing(norm, mean))
-
-
-@functools.partial(jax.jit, static_argnames=("k", "norm", "loss", "fit_intercept"))
-def _class_sums_block(acc, X, y, mask, mean, clip, bias_init, *, k, norm, loss, fit_intercept):
-    Xp = preprocess.apply(X, preprocess.Preprocessing(norm, mean))
-    return train.class_sums_update(acc, Xp, jax.nn.one_hot(y, k), mask, clip, loss=loss, bias_init=bias_init,
-                                   fit_intercept=fit_intercept)
-
-
-@functools.partial(jax.jit, static_argnames=("k", "norm", "loss", "fit_intercept"))
-def _grad_block(params, X, y, mask, mean, clip, *, k, norm, loss, fit_intercept):
-    Xp = preprocess.apply(X, preprocess.Preprocessing(norm, mean))
-    return train.clipped_grad_sum(params, Xp, jax.nn.one_hot(y, k), mask, clip, loss=loss, fit_intercept=fit_intercept)
-
-
-_adam1_step = jax.jit(train.adam1_step, static_argnames=("loss", "fit_intercept"))
-_fit_full_batch = jax.jit(train.fit_full_batch, static_argnames=("steps", "loss", "optimizer", "fit_intercept"))
-_fit_minibatch = jax.jit(train.fit_minibatch, static_argnames=("steps", "loss", "optimizer", "fit_intercept"))
-
-
-@functools.partial(jax.jit, static_argnames=("optimizer", "fit_intercept"))
-def _stream_update(state, grad_sum, key, sigma, denom, lr, momentum, clip, *, optimizer, fit_intercept):
-    opt = train.make_optimizer(optimizer, lr, momentum=momentum)
-    return train.noisy_update(state, grad_sum, key, sigma, denom, opt, clip=clip, fit_intercept=fit_intercept)
-
-
-# ----------------------------------------------------------------------------- row sharding across devices
-
-def _row_sharding():
-    """NamedSharding splitting rows over all devices, or None on a single device."""
-    devices = jax.devices()
-    if len(devices) == 1:
-        return None
-    mesh = jax.sharding.Mesh(np.array(devices), ("rows",))
-    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("rows"))
-
-
-def _pad_rows(X, y, to: int):
-    """Pad a block to ``to`` rows with zero rows of mask 0 (fixed shapes: one compilation)."""
-    n = X.shape[0]
-    mask = np.zeros(to, np.float32)
-    mask[:n] = 1.0
-    if n < to:
-        X = np.concatenate([X, np.zeros((to - n, X.shape[1]), X.dtype)])
-        y = np.concatenate([y, np.zeros(to - n, y.dtype)])
-    return X, y, mask
-
-
-def _put_rows(*arrays):
-    """Device arrays with rows sharded over ``jax.devices()`` (one data-parallel jit; GSPMD inserts the psum).
-
-    Uses ``make_array_from_process_local_data``, so under ``jax.distributed`` each
-    process passes its own rows and the global array spans all hosts.
-    """
-    sharding = _row_sharding()
-    if sharding is None:
-        return tuple(jnp.asarray(a) for a in arrays)
-    return tuple(jax.make_array_from_process_local_data(sharding, np.asarray(a)) for a in arrays)
-
-
-def _padded_len(n: int) -> int:
-    nd = jax.device_count()
-    return -(-n // nd) * nd
-
-
-def _check_secure_mode(est) -> None:
-    """secure_mode's preconditions: a secret seed (no random_state) and a finite ε (noise to secure)."""
-    if est.random_state is not None:
-        raise ValueError("secure_mode=True draws all randomness from os.urandom: leave random_state=None")
-    if math.isinf(est.epsilon):
-        raise ValueError("secure_mode=True with epsilon=inf: there is no noise to secure")
-
-
-def _secure_release(g, sigma, clip, fit_intercept):
-    """A clipped gradient sum released with the discrete Gaussian (W and b as one vector when b is trained)."""
-    W, b = np.asarray(g.W, np.float64), np.asarray(g.b, np.float64)
-    flat = np.concatenate([W.ravel(), b]) if fit_intercept else W.ravel()
-    noisy = secure_noise.secure_gaussian_release(flat, sigma * clip, clip)
-    return train.LinearParams(jnp.asarray(noisy[:W.size].reshape(W.shape), jnp.float32),
-                              jnp.asarray(noisy[W.size:], jnp.float32) if fit_intercept else g.b)
-
-
-def _secure_adam1_step(acc, sigma, lr, *, clip, loss, bias_init, fit_intercept):
-    """``adam1`` stage 2 with the gradient sum released by :func:`_secure_release`."""
-    released = _secure_release(train.adam1_gradient(acc, loss=loss, bias_init=bias_init), sigma, clip, fit_intercept)
-    return train.adam1_update(released, acc.n, lr, bias_init=bias_init, fit_intercept=fit_intercept)
-
-
-#: Default learning rate of full-batch SGD at epsilon=inf (DP-RandP's rule lr = 0.008·N/σ needs σ > 0).
-NON_PRIVATE_SGD_LR = 1.0
-
-
-def _public_setting_leaks(epsilon: float, delta: float, n: int) -> list[str]:
+def _public_setting_leaks(plan: Plan) -> list[str]:
     """Warn about settings that void the guarantee: ε = ∞ (the non-private baseline) and δ ≥ 1/N."""
     leaks = []
-    if math.isinf(epsilon):
+    if not plan.private:
         warnings.warn("epsilon=inf is the NON-PRIVATE baseline: no noise, no privacy guarantee",
-                      PrivacyLeakWarning, stacklevel=4)
+                      PrivacyLeakWarning, stacklevel=5)
         leaks.append("everything (epsilon=inf, non-private baseline)")
-    elif delta >= 1.0 / n:
-        warnings.warn(f"delta={delta:g} >= 1/N = {1.0 / n:.3g}: a mechanism that publishes one random row outright "
-                      f"meets such a guarantee; choose delta << 1/N", PrivacyLeakWarning, stacklevel=4)
-        leaks.append(f"delta={delta:g} >= 1/N (guarantee meaningless)")
+    elif plan.delta >= 1.0 / plan.n:
+        warnings.warn(f"delta={plan.delta:g} >= 1/N = {1.0 / plan.n:.3g}: a mechanism that publishes one random row "
+                      f"outright meets such a guarantee; choose delta << 1/N", PrivacyLeakWarning, stacklevel=5)
+        leaks.append(f"delta={plan.delta:g} >= 1/N (guarantee meaningless)")
     return leaks
 
 
-#: A short last block is padded to a multiple of this many rows (not to a full block): a few compiled shapes
-#: instead of up to one block of zero rows computed for nothing.
-TAIL_ROWS = 8192
+def _check_secure_mode(est) -> None:
+    """secure_mode's preconditions: a secret seed (no random_state) and noise to secure."""
+    if not est.secure_mode:
+        return
+    if est.random_state is not None:
+        raise ValueError("secure_mode=True draws all randomness from os.urandom: leave random_state=None")
+    if est.epsilon is not None and math.isinf(est.epsilon):
+        raise ValueError("secure_mode=True with epsilon=inf: there is no noise to secure")
 
-
-def _double_buffered(results):
-    """Drive an accumulation of device results, keeping at most two in flight.
-
-    While the device works on block i, the host reads block i+1 (JAX dispatch is asynchronous); waiting on the
-    previous result bounds memory to two blocks.  Returns the last result.
-    """
-    prev = last = None
-    for last in results:
-        if prev is not None:
-            jax.block_until_ready(prev)
-        prev = last
-    return last
-
-
-# ----------------------------------------------------------------------------- the estimator
 
 class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     """Differentially private linear classifier (multinomial or one-vs-rest logistic).
 
     Parameters
     ----------
-    epsilon : float, default=1.0
-        Privacy budget ε > 0 of the whole fit (centering + training).
+    epsilon : float or None, default=1.0
+        Privacy budget ε > 0 of the whole fit (centering + training); ``inf`` is the labelled non-private
+        baseline.  None only with ``noise_multiplier`` (then the report gives the ε it achieves).
     delta : float, default=1e-5
         δ in (0, 1); choose δ ≪ 1/N.
     method : {"sgd", "adam1", "minibatch"}, default="sgd"
@@ -200,49 +67,52 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     steps : int or None, default=None
         Training steps; None: 1 (adam1), 100 (sgd), 200 (minibatch).
     learning_rate : float or None, default=None
-        None: ``LR_NOISE_RATIO · B / σ`` with B the (expected) batch size (sgd, minibatch, with
-        optimizer "sgd"), 1e-3 for adam1 and for Adam/LAMB.
+        None: the plan's rule (:func:`privlin.plan.default_learning_rate`).
     clip : float, default=1.0
-        Per-example gradient norm bound C; rows are also normalized to norm C.
+        Per-example gradient norm bound C.
+    normalize : bool, default=True
+        Scale every row to norm ``clip`` first (free: a per-row map with a public constant).
     center : bool, default=True
-        Privately center rows (DP-RandP); costs ``center_share`` of the budget.
+        Privately center rows (DP-RandP); costs ``center_share`` of the budget.  Needs ``normalize``.
     center_share : float, default=0.01
         Fraction of the GDP budget μ² spent on centering (DP-RandP's ImageNet runs spent 0.2–0.4%).
+    noise_multiplier, center_noise_multiplier : float or None, default=None
+        Explicit σ of the training steps and of the centering (a paper's stated σ) instead of calibrating
+        to ``epsilon`` (then ``epsilon=None``).
     classes : array-like or None, default=None
-        The public class list.  None infers it from the private labels (PrivacyLeakWarning).
+        The public class list.  None: a store's published ``classes`` attribute, else read from the private
+        labels (PrivacyLeakWarning).  Rows whose label is not in it contribute nothing.
     loss : {"softmax", "sigmoid"} or None, default=None
         None: sigmoid for adam1 (Mehta et al.), softmax otherwise.
     fit_intercept : bool, default=False
         Train an intercept (its gradient shares the clip norm).  Otherwise it stays at its init
         (−10 for sigmoid, 0 for softmax), which never changes predictions.
     optimizer : {"sgd", "adam", "lamb"}, default="sgd"
-        Optimizer of ``"minibatch"`` (``"sgd"`` uses ``momentum``); ``"sgd"`` method uses SGD.
+        Optimizer of ``"minibatch"`` (``"sgd"`` uses ``momentum``).
     momentum : float, default=0.9
     batch_size : int, default=256
         Expected batch size of ``"minibatch"`` (sample rate q = batch_size / N).
     accountant : {"gdp", "pld", "rdp"} or None, default=None
         None: "gdp" (exact) for full-batch methods, "pld" for minibatch.
-    neighbouring : {"add_remove", "substitute"}, default="add_remove"
+    neighbouring : {"replace_special", "replace_one"}, default="replace_special"
+        dp-accounting's relation: zero-out (one example replaced by a null one; N public) or substitution.
     random_state : int, numpy Generator, JAX key or None, default=None
         None draws the noise seed from the OS CSPRNG; a seed makes the noise reproducible
         (and so known to whoever knows the seed; ``privacy_.seeded`` says so).
     block_rows : int, default=65536
         Rows per block when streaming.
     memory_limit : int, default=2**30
-        Bytes of preprocessed float32 rows kept on device; larger splits are streamed every pass.
+        Bytes of float32 rows kept in memory; larger inputs are streamed every pass.
     verbose : bool, default=False
         Progress bars.
     budget : (float, float) or None, default=None
-        Cap ``(ε, δ)`` on the total spent on the data's ledger; a fit past it raises
-        ``PrivacyBudgetExceeded`` before reading any row.
+        Cap ``(ε, δ)`` on the total spent on the data's ledger: set (or lowered) in the ledger, which then
+        refuses any mechanism past it before reading a row (``PrivacyBudgetExceeded``).
     ledger : privlin.ledger.PrivacyLedger or None, default=None
-        Ledger to charge (default: the one beside a store split; none for arrays without ``budget``).
+        Ledger to charge for arrays (a store split always charges the ledger beside it).
     secure_mode : bool, default=False
-        Resist floating-point attacks on the noise (Mironov 2012): the released statistics (the ``adam1`` gradient
-        sum, every step's gradient sum and the centering sum) get discrete Gaussian noise on a power-of-two grid
-        drawn from ``os.urandom`` (``privlin.secure_noise``; σ inflated by ~1e-6 to cover the rounding), released
-        on the host once per step.  Needs ``random_state=None``.  Multi-step methods then run the per-step
-        (streaming) loop, slower than the compiled in-memory trainer.
+        Release every noisy statistic with the discrete Gaussian from ``os.urandom`` (``privlin.secure_noise``),
+        on the host, once per step.  Needs ``random_state=None``.
 
     Attributes
     ----------
@@ -252,21 +122,26 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     intercept_ : ndarray (k,)
     mean_ : ndarray (d,) or None
         Released noisy mean of the normalized rows (public output of the centering mechanism).
+    plan_ : privlin.plan.Plan
+        What ran: every default resolved, every σ.
     privacy_ : PrivacyReport
-    ledger_ : privlin.ledger.PrivacyLedger
-        The ledger this fit was charged on (store splits always; arrays with ``budget``/``ledger``).
+    ledger_ : privlin.ledger.PrivacyLedger or None
+        The ledger this fit was charged on.
     n_features_in_ : int
     """
 
     _parameter_constraints = {
-        "epsilon": [Interval(Real, 0, float("inf"), closed="right")],  # inf: the non-private baseline (warned)
+        "epsilon": [Interval(Real, 0, float("inf"), closed="right"), None],  # inf: the non-private baseline
         "delta": [Interval(Real, 0, 1, closed="neither")],
-        "method": [StrOptions(set(_METHODS))],
+        "method": [StrOptions(set(METHODS))],
         "steps": [Interval(Integral, 1, None, closed="left"), None],
         "learning_rate": [Interval(Real, 0, None, closed="neither"), None],
         "clip": [Interval(Real, 0, None, closed="neither")],
+        "normalize": ["boolean"],
         "center": ["boolean"],
         "center_share": [Interval(Real, 0, 1, closed="neither")],
+        "noise_multiplier": [Interval(Real, 0, None, closed="neither"), None],
+        "center_noise_multiplier": [Interval(Real, 0, None, closed="neither"), None],
         "classes": ["array-like", None],
         "loss": [StrOptions(set(train.LOSSES)), None],
         "fit_intercept": ["boolean"],
@@ -274,7 +149,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         "momentum": [Interval(Real, 0, 1, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "accountant": [StrOptions(set(accounting.ACCOUNTANTS)), None],
-        "neighbouring": [StrOptions(set(accounting.NEIGHBOURING))],
+        "neighbouring": [StrOptions({"replace_special", "replace_one"})],
         "random_state": ["random_state", jax.Array],
         "block_rows": [Interval(Integral, 1, None, closed="left")],
         "memory_limit": [Interval(Integral, 0, None, closed="left")],
@@ -284,18 +159,23 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         "ledger": "no_validation",
     }
 
-    def __init__(self, *, epsilon=1.0, delta=1e-5, method="sgd", steps=None, learning_rate=None, clip=1.0,
-                 center=True, center_share=0.01, classes=None, loss=None, fit_intercept=False, optimizer="sgd",
-                 momentum=0.9, batch_size=256, accountant=None, neighbouring="add_remove", random_state=None,
-                 block_rows=65536, memory_limit=2**30, verbose=False, budget=None, ledger=None, secure_mode=False):
+    def __init__(self, *, epsilon=DEFAULT_EPSILON, delta=1e-5, method="sgd", steps=None, learning_rate=None,
+                 clip=1.0, normalize=True, center=True, center_share=0.01, noise_multiplier=None,
+                 center_noise_multiplier=None, classes=None, loss=None, fit_intercept=False, optimizer="sgd",
+                 momentum=0.9, batch_size=256, accountant=None, neighbouring=accounting.DEFAULT_NEIGHBOURING,
+                 random_state=None, block_rows=65536, memory_limit=2**30, verbose=False, budget=None, ledger=None,
+                 secure_mode=False):
         self.epsilon = epsilon
         self.delta = delta
         self.method = method
         self.steps = steps
         self.learning_rate = learning_rate
         self.clip = clip
+        self.normalize = normalize
         self.center = center
         self.center_share = center_share
+        self.noise_multiplier = noise_multiplier
+        self.center_noise_multiplier = center_noise_multiplier
         self.classes = classes
         self.loss = loss
         self.fit_intercept = fit_intercept
@@ -315,33 +195,41 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ sklearn surface
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
-        """Fit privately on ``X`` (n, d) and labels ``y`` (n,).
+    def fit(self, X, y=None):
+        """Fit privately on ``X`` (n, d) and labels ``y`` (n,), or on a store split passed as ``X`` alone.
+
+        Parameters
+        ----------
+        X : array (n, d), or a ``stores.Split`` / ``privlin.data.Source`` / store path (split ``"train"``)
+        y : array (n,) or None
+            None only when ``X`` is a store split or source.
 
         Raises
         ------
         ValueError
-            Bad settings (ε ≤ 0, δ ∉ (0, 1), ...), NaN/inf features, mismatched lengths,
-            fewer than two classes, labels outside ``classes``.
+            Bad settings (ε ≤ 0, δ ∉ (0, 1), ...), NaN/inf features or mismatched lengths in arrays,
+            fewer than two classes.
+        privlin.ledger.PrivacyBudgetExceeded
+            The data's ledger would pass its cap (nothing was read).
         """
-        X, y = validate_data(self, X, y, dtype=[np.float32, np.float64], ensure_min_samples=1)
-        check_classification_targets(y)
-        self._fit_source(ArraySource(X, y))
-        return self
+        if y is None and _is_store_like(X):
+            source = data.as_source(X, "train")
+            self.n_features_in_ = source.dim
+        else:
+            X, y = validate_data(self, X, y, dtype=[np.float32, np.float64], ensure_min_samples=1)
+            check_classification_targets(y)
+            source = data.ArraySource(X, y)
+        return self._fit(source)
 
     def decision_function(self, X):
         """Logits (n, k); for two classes the margin of ``classes_[1]`` (n,)."""
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float32, np.float64])
         Z = np.asarray(self._logits(X))
         return Z[:, 1] - Z[:, 0] if Z.shape[1] == 2 else Z
 
     def predict_proba(self, X):
         """Class probabilities (n, k): softmax, or normalized sigmoids (one-vs-rest) for the sigmoid loss."""
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float32, np.float64])
         Z = self._logits(X)
-        if self._loss == "softmax":
+        if self.plan_.loss == "softmax":
             P = jax.nn.softmax(Z, axis=1)
         else:
             P = jax.nn.sigmoid(Z)
@@ -350,14 +238,13 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
 
     def predict(self, X):
         """Most likely class of each row, (n,)."""
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float32, np.float64])
         return self.classes_[np.asarray(jnp.argmax(self._logits(X), axis=1))]
 
     def _logits(self, X):
-        mean = None if self.mean_ is None else jnp.asarray(self.mean_)
-        Xp = _prep(jnp.asarray(X, jnp.float32), mean, float(self.clip))
-        return Xp @ jnp.asarray(self.coef_.T) + jnp.asarray(self.intercept_)
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=[np.float32, np.float64])
+        Xp = runner.preprocess_rows(self.plan_, X, self.mean_)
+        return Xp @ jnp.asarray(self.coef_.T, jnp.float32) + jnp.asarray(self.intercept_, jnp.float32)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -366,220 +253,91 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ the private core
 
-    def _plan(self, n: int) -> dict:
-        """Steps, sample rate, noise multipliers, learning rate and accountant: public, before any data."""
-        method = self.method
-        steps = int(self.steps or DEFAULT_STEPS[method])
-        if method == "adam1" and steps != 1:
-            raise ValueError(f"method='adam1' is a single step; got steps={steps} (use method='sgd' or 'minibatch')")
-        q = 1.0 if method != "minibatch" else min(1.0, self.batch_size / n)
-        acct = self.accountant or ("gdp" if q >= 1.0 else "pld")
-        if acct == "gdp" and q < 1.0:
-            raise ValueError("accountant='gdp' is exact only for full-batch methods; use 'pld' or 'rdp' for minibatch")
-        share = self.center_share if self.center else 0.0
-        if q >= 1.0 and acct == "gdp":
-            sigma, sigma_c = accounting.split_noise(self.epsilon, self.delta, steps=steps, center_share=share,
-                                                    neighbouring=self.neighbouring)
-        else:
-            # Centering gets the share of μ² it would get if the T sampled steps were
-            # Gaussian with μ² ≈ q²T/σ² (CLT, Bu et al.); the accountant then verifies exactly.
-            ratios = [math.sqrt((1 - share) / (share * steps * q * q))] if share > 0 else []
-            sigma = accounting.calibrate_noise(self.epsilon, self.delta, steps=steps, sample_rate=q, accountant=acct,
-                                               neighbouring=self.neighbouring, extra_ratios=ratios)
-            sigma_c = ratios[0] * sigma if ratios else math.inf
-        lr = self.learning_rate
-        if lr is None:
-            if method == "adam1" or self.optimizer != "sgd":
-                lr = 1e-3
-            elif sigma == 0.0:
-                lr = NON_PRIVATE_SGD_LR
-            else:
-                lr = LR_NOISE_RATIO * q * n / sigma
-        if math.isinf(self.epsilon):
-            acct, event = "none", _ev.NonPrivateDpEvent()
-        else:
-            event = accounting.dp_event(sigma, steps=steps, sample_rate=q,
-                                        extra_noise_multipliers=[sigma_c] if math.isfinite(sigma_c) else [])
-        return dict(method=method, steps=steps, sample_rate=q, accountant=acct, sigma=sigma, sigma_center=sigma_c,
-                    learning_rate=float(lr), event=event)
-
-    def _classes_from(self, source) -> tuple[np.ndarray, list]:
-        leaks = []
-        if self.classes is None:
-            labels = source.labels()
-            classes = np.unique(labels)
-            warnings.warn("classes inferred from the private labels: the class list is not covered by the "
-                          "privacy guarantee; pass classes=... to avoid this", PrivacyLeakWarning, stacklevel=4)
-            leaks.append("classes")
-        else:
-            classes = np.unique(np.asarray(self.classes))
-            if classes.size != np.asarray(self.classes).size:
-                raise ValueError("classes contains duplicates")
-        if classes.size < 2:
-            raise ValueError(f"DPLinearClassifier needs at least 2 classes; got {classes.size} class: {classes}")
-        return classes, leaks
-
-    def _fit_source(self, source) -> "DPLinearClassifier":
-        """Fit on any row source (arrays or a store split); bounded memory when streaming."""
-        n, d = source.n, source.dim
-        if n < 1:
-            raise ValueError("no rows to fit on")
-        plan = self._plan(n)
-        if self.secure_mode:
-            _check_secure_mode(self)
+    def _fit(self, source: data.Source) -> "DPLinearClassifier":
+        """Public checks, then the charge, then the rows: classes → plan → ledger → runner → report."""
+        classes, leaks = data.public_classes(source, self.classes, stacklevel=5)
+        plan = make_plan(self.get_params(), n=source.n, dim=source.dim, n_classes=classes.size)
+        _check_secure_mode(self)
+        leaks += _public_setting_leaks(plan)
         key, seeded = noise.make_key(self.random_state)
-        self._charge(source, plan, seeded)  # before any private row (labels included) is read
-        classes, leaks = self._classes_from(source)
-        leaks += _public_setting_leaks(self.epsilon, self.delta, n)
-        k = classes.size
-        loss = self.loss or ("sigmoid" if plan["method"] == "adam1" else "softmax")
-        bias_init = -10.0 if loss == "sigmoid" else 0.0
-        keys = noise.split_named(key, "center", "train")
-        norm, clip = float(self.clip), float(self.clip)
-        rows = int(self.block_rows)
-
-        def index_blocks():
-            for Xb, yb in source.blocks(rows):
-                idx = np.searchsorted(classes, yb)
-                idx = np.minimum(idx, k - 1)
-                bad = classes[idx] != yb
-                if np.any(bad):
-                    raise ValueError(f"labels {np.unique(yb[bad])[:10].tolist()} are not in classes={classes.tolist()}")
-                if Xb.dtype not in (np.float16, np.float32):
-                    Xb = np.asarray(Xb, np.float32)
-                yield Xb, idx.astype(np.int32)  # float16 stays float16 until the device: half the copy
-
-        def padded_blocks(desc):
-            size = None
-            for Xb, yb in tqdm(index_blocks(), desc=desc, disable=not self.verbose, leave=False):
-                size = size or _padded_len(Xb.shape[0])
-                m = Xb.shape[0]
-                to = size if m >= size else min(size, -(-m // TAIL_ROWS) * TAIL_ROWS)
-                yield _put_rows(*_pad_rows(Xb, yb, _padded_len(to)))
-
-        # 1. private centering: Gaussian mechanism on the sum of normalized rows
-        mean = None
-        if math.isfinite(plan["sigma_center"]):
-            total = jnp.zeros(d, jnp.float32)
-
-            def row_sums():
-                nonlocal total
-                for Xb, _, mb in padded_blocks("centering"):
-                    total = total + _row_sum(Xb, mb, norm)
-                    yield total
-
-            _double_buffered(row_sums())
-            if self.secure_mode:
-                mean = jnp.asarray(secure_noise.secure_gaussian_release(total, plan["sigma_center"] * norm, norm) / n,
-                                   jnp.float32)
-            else:
-                mean = preprocess.private_mean(total, n, keys["center"], plan["sigma_center"], norm)
-
-        # 2. training
-        # secure_mode releases every step's gradient sum on the host: the per-step (streaming) loop does that
-        in_memory = (source.in_memory or n * d * 4 <= self.memory_limit) and not self.secure_mode
-        method = plan["method"]
-        sigma, lr = plan["sigma"], plan["learning_rate"]
-        if method == "adam1":
-            acc = train.class_sums_init(d, k)
-
-            def class_sums():
-                nonlocal acc
-                for Xb, yb, mb in padded_blocks("adam1 pass"):
-                    acc = _class_sums_block(acc, Xb, yb, mb, mean, clip, bias_init, k=k, norm=norm, loss=loss,
-                                            fit_intercept=self.fit_intercept)
-                    yield acc
-
-            _double_buffered(class_sums())
-            if self.secure_mode:
-                params = _secure_adam1_step(acc, sigma, lr, clip=clip, loss=loss, bias_init=bias_init,
-                                            fit_intercept=self.fit_intercept)
-            else:
-                params = _adam1_step(acc, keys["train"], sigma, lr, clip=clip, loss=loss, bias_init=bias_init,
-                                     fit_intercept=self.fit_intercept)
-        elif in_memory:
-            Xs, ys = [], []
-            for Xb, yb in index_blocks():
-                Xs.append(np.asarray(_prep(jnp.asarray(Xb), mean, norm), np.float32))
-                ys.append(yb)
-            Xp, yp, mp = _pad_rows(np.concatenate(Xs), np.concatenate(ys), _padded_len(n))
-            Xp, Yp, mp = _put_rows(Xp, np.asarray(jax.nn.one_hot(yp, k)), mp)
-            common = dict(steps=plan["steps"], clip=clip, loss=loss, fit_intercept=self.fit_intercept,
-                          bias_init=bias_init, momentum=float(self.momentum))
-            if method == "sgd":
-                params = _fit_full_batch(Xp, Yp, mp, keys["train"], sigma, lr, optimizer="sgd", **common)
-            else:
-                params = _fit_minibatch(Xp, Yp, mp, keys["train"], sigma, lr, sample_rate=plan["sample_rate"],
-                                        optimizer=self.optimizer, **common)
-        else:
-            params = self._fit_streaming(padded_blocks, plan, keys["train"], mean, n, d, k, loss, bias_init)
-
+        led = source.ledger(cap=self.budget, ledger=self.ledger)
+        if led is not None:  # before any private row is read
+            led.charge(plan.dp_event(), mechanism=f"DPLinearClassifier/{plan.method}", epsilon=plan.epsilon,
+                       delta=plan.delta, params=_entry_params(plan, seeded))
+        (released,) = runner.run([plan], source, [key], classes, block_rows=int(self.block_rows),
+                                 memory_limit=int(self.memory_limit), verbose=bool(self.verbose))
         self.classes_ = classes
-        self.coef_ = np.asarray(params.W, dtype=np.float64).T.copy()
-        self.intercept_ = np.asarray(params.b, dtype=np.float64).copy()
-        self.mean_ = None if mean is None else np.asarray(mean, dtype=np.float64)
-        self._loss = loss
-        sig = {"step": plan["sigma"]}
-        if math.isfinite(plan["sigma_center"]):
-            sig = {"center": plan["sigma_center"], **sig}
-        if plan["accountant"] == "none":
-            eps = math.inf
-        else:
-            eps = accounting.event_epsilon(plan["event"], self.delta, accountant=plan["accountant"],
-                                           neighbouring=self.neighbouring)
-        self.privacy_ = PrivacyReport(
-            epsilon=eps, delta=float(self.delta), noise_multipliers=sig, steps=plan["steps"],
-            sample_rate=plan["sample_rate"], accountant=plan["accountant"],
-            neighbouring=accounting._relation(self.neighbouring), seeded=seeded, dp_event=plan["event"],
-            clip=clip, method=method, n_rows=n, leaks=tuple(leaks), learning_rate=lr,
-            secure_mode=bool(self.secure_mode))
+        self.coef_ = np.asarray(released.W, dtype=np.float64).T.copy()
+        self.intercept_ = np.asarray(released.b, dtype=np.float64).copy()
+        self.mean_ = None if released.mean is None else np.asarray(released.mean, dtype=np.float64)
+        self.plan_ = plan
+        self.ledger_ = led
+        self.privacy_ = report_for(plan, seeded=seeded, leaks=leaks, data=source.description, ledger=led)
         return self
 
-    def _charge(self, source, plan, seeded) -> None:
-        """Record this fit on the split's ledger (raises PrivacyBudgetExceeded past ``budget``).
 
-        A store split is charged on the ledger beside it; arrays only when ``ledger`` or ``budget`` is given.
-        """
-        from .ledger import ledger_for
+def _entry_params(plan: Plan, seeded: bool) -> dict:
+    """What a ledger entry keeps about a fit (public plan facts; never the key)."""
+    return {"steps": plan.steps, "sample_rate": plan.sample_rate, "sigma": plan.sigma,
+            "sigma_center": plan.sigma_center if plan.centered else None, "accountant": plan.accountant,
+            "n": plan.n, "seeded": bool(seeded)}
 
-        split = getattr(source, "split", None)
-        if split is None and self.ledger is None and self.budget is None:
-            return
-        led = ledger_for(split if split is not None else (), cap=self.budget, ledger=self.ledger)
-        led.charge(plan["event"], mechanism=f"DPLinearClassifier/{plan['method']}", epsilon=float(self.epsilon),
-                   delta=float(self.delta), params={"steps": plan["steps"], "sample_rate": plan["sample_rate"],
-                                                    "sigma": plan["sigma"], "accountant": plan["accountant"],
-                                                    "seeded": bool(seeded)})
-        self.ledger_ = led
 
-    def _fit_streaming(self, padded_blocks, plan, key, mean, n, d, k, loss, bias_init):
-        """sgd / minibatch when the split exceeds ``memory_limit``: one pass over the store per step."""
-        q = plan["sample_rate"]
-        optimizer = "sgd" if plan["method"] == "sgd" else self.optimizer
-        opt = train.make_optimizer(optimizer, plan["learning_rate"], momentum=float(self.momentum))
-        state = train.init_state(d, k, opt, bias_init)
-        denom = q * n  # public: expected (q<1) or exact (q=1) batch size
-        for step_key in (tqdm(jax.random.split(key, plan["steps"]), desc=f"{plan['method']} steps",
-                                             disable=not self.verbose)):
-            # full batch: the step key is the noise key, exactly as in train.fit_full_batch
-            k_sample, k_noise = jax.random.split(step_key) if q < 1.0 else (None, step_key)
-            g = train.LinearParams(jnp.zeros((d, k), jnp.float32), jnp.zeros((k,), jnp.float32))
+def report_for(plan: Plan, *, seeded: bool, leaks=(), data: str = "", ledger=None) -> PrivacyReport:
+    """The privacy report of a plan that ran (the estimator's and the sweep's records share it)."""
+    return PrivacyReport(
+        epsilon=plan.epsilon, delta=plan.delta, noise_multipliers=plan.noise_multipliers(), steps=plan.steps,
+        sample_rate=plan.sample_rate, accountant=plan.accountant, neighbouring=plan.neighbouring, seeded=seeded,
+        dp_event=plan.dp_event(), clip=plan.clip, method=plan.method, n_rows=plan.n, leaks=tuple(leaks),
+        learning_rate=plan.learning_rate, secure_mode=plan.secure_mode, data=data,
+        ledger=None if ledger is None else ledger.where, ledger_spent=None if ledger is None else ledger.spent())
 
-            def grad_sums():
-                nonlocal g
-                for b, (Xb, yb, mb) in enumerate(padded_blocks(None)):
-                    if q < 1.0:
-                        mb = mb * jax.random.bernoulli(jax.random.fold_in(k_sample, b), q, mb.shape).astype(mb.dtype)
-                    gb = _grad_block(state.params, Xb, yb, mb, mean, float(self.clip), k=k, norm=float(self.clip),
-                                     loss=loss, fit_intercept=self.fit_intercept)
-                    g = jax.tree.map(jnp.add, g, gb)
-                    yield g
 
-            _double_buffered(grad_sums())
-            sigma = plan["sigma"]
-            if self.secure_mode:  # released here with the discrete Gaussian; nothing more to add in the update
-                g, sigma = _secure_release(g, sigma, float(self.clip), self.fit_intercept), 0.0
-            state = _stream_update(state, g, k_noise, sigma, denom, plan["learning_rate"],
-                                   float(self.momentum), float(self.clip), optimizer=optimizer,
-                                   fit_intercept=self.fit_intercept)
-        return state.params
+def _is_store_like(X) -> bool:
+    if isinstance(X, data.Source):
+        return True
+    if isinstance(X, str) or hasattr(X, "__fspath__"):
+        return True
+    mod = type(X).__module__ or ""
+    return mod.startswith("stores")
+
+
+# ----------------------------------------------------------------------------- privlin.fit / privlin.evaluate
+
+def fit(data_, epsilon=DEFAULT_EPSILON, *, split: str = "train", eps=None, **params) -> DPLinearClassifier:
+    """Fit a :class:`DPLinearClassifier` on a store split (streamed, bounded memory) or on ``(X, y)`` arrays.
+
+    Parameters
+    ----------
+    data_ : stores.FeatureStore, stores.Split, str/path/URL, or tuple (X, y)
+    epsilon : float or None, default=privlin.plan.DEFAULT_EPSILON
+        ε of the whole fit (the estimator's keyword and default; ``eps=`` is an alias that replaces it).
+    split : str, default="train"
+        Split to fit on when ``data_`` is a store or a path.
+    **params
+        Any :class:`DPLinearClassifier` parameter (``classes=``, ``method=``, ``budget=``, ...).
+
+    Returns
+    -------
+    DPLinearClassifier
+        Fitted; ``model.privacy_`` holds the guarantee.
+    """
+    model = DPLinearClassifier(epsilon=epsilon if eps is None else eps, **params)
+    if isinstance(data_, tuple) and len(data_) == 2:
+        return model.fit(*data_)
+    return model.fit(data.as_source(data_, split))
+
+
+def evaluate(model: DPLinearClassifier, data_, split: str = "test", *, block_rows: int = 65536) -> float:
+    """Accuracy of ``model`` on a store split (streamed) or on arrays ``(X, y)``.
+
+    Reads the split's labels without noise: evaluate on a split you may look at (a public or held-out test
+    split), not on private training rows.
+    """
+    source = data.as_source(data_, split)
+    right = 0
+    for X, y in source.blocks(block_rows):
+        right += int(np.sum(model.predict(np.asarray(X, np.float32)) == y))
+    if source.n == 0:
+        raise ValueError(f"split {split!r} has no rows")
+    return right / source.n

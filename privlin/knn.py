@@ -19,51 +19,19 @@ from dataclasses import dataclass, field
 
 import faiss
 import numpy as np
+from dp_accounting import dp_event as _ev
+
+from . import data
 
 __all__ = ["knn_accuracy", "KnnResult", "overlap_audit", "OverlapReport"]
 
 _BLOCK = 16384
 
 
-def _is_split(data) -> bool:
-    return hasattr(data, "blocks") and hasattr(data, "dim")
-
-
-def _dim(data) -> int:
-    if _is_split(data):
-        return int(data.dim)
-    if not (isinstance(data, (tuple, list)) and len(data) == 2):
-        raise TypeError(f"expected a stores.Split or an (X, y) pair of arrays, got {type(data).__name__}")
-    X = np.asarray(data[0])
-    if X.ndim != 2:
-        raise ValueError(f"X must be (n, D), got shape {X.shape}")
-    return int(X.shape[1])
-
-
-def _blocks(data, rows: int = _BLOCK):
-    """``(X float32 (b, D), y (b,))`` blocks of a store split or of an ``(X, y)`` pair."""
-    if _is_split(data):
-        for X, y in data.blocks(rows=rows, dtype=np.float32):
-            yield np.ascontiguousarray(X), y
-        return
-    if not (isinstance(data, (tuple, list)) and len(data) == 2):
-        raise TypeError(f"expected a stores.Split or an (X, y) pair of arrays, got {type(data).__name__}")
-    X, y = np.asarray(data[0]), np.asarray(data[1])
-    if X.ndim != 2 or y.shape != (X.shape[0],):
-        raise ValueError(f"X must be (n, D) and y (n,), got {X.shape} and {y.shape}")
-    for a in range(0, X.shape[0], rows):
-        yield np.ascontiguousarray(X[a:a + rows], dtype=np.float32), y[a:a + rows]
-
-
-def _ids(data, n: int) -> np.ndarray:
-    """Row ids of a store split (valid rows only), else the row numbers as strings."""
-    if _is_split(data) and hasattr(data, "ids"):
-        ids = np.asarray(data.ids[:])
-        if hasattr(data, "valid_mask"):
-            ids = ids[data.valid_mask()]
-        if len(ids) == n:
-            return ids
-    return np.arange(n).astype(str)
+def _blocks(source: data.Source):
+    """``(X float32 C-contiguous (b, D), y (b,))`` blocks of a source."""
+    for X, y in source.blocks(_BLOCK):
+        yield np.ascontiguousarray(X, dtype=np.float32), y
 
 
 def _normalized(X: np.ndarray) -> np.ndarray:
@@ -75,11 +43,11 @@ def _normalized(X: np.ndarray) -> np.ndarray:
     return X
 
 
-def _index(data, normalize: bool) -> tuple[faiss.Index, np.ndarray]:
-    """A flat inner-product index of every row of ``data`` and its labels (n,)."""
-    index = faiss.IndexFlatIP(_dim(data))
+def _index(source: data.Source, normalize: bool) -> tuple[faiss.Index, np.ndarray]:
+    """A flat inner-product index of every row of ``source`` and its labels (n,)."""
+    index = faiss.IndexFlatIP(source.dim)
     labels = []
-    for X, y in _blocks(data):
+    for X, y in _blocks(source):
         index.add(_normalized(X) if normalize else X)
         labels.append(np.asarray(y))
     if index.ntotal == 0:
@@ -108,8 +76,12 @@ class KnnResult:
     private: bool = False
 
 
-def knn_accuracy(train, test, *, k: int = 10, weighted: bool = True, cosine: bool = True) -> KnnResult:
+def knn_accuracy(train, test, *, k: int = 10, weighted: bool = True, cosine: bool = True, budget=None,
+                 ledger=None) -> KnnResult:
     """k-NN classification accuracy of ``test`` against ``train``: a non-private reference.
+
+    It releases a number computed from the training rows without noise, so it is charged to the training
+    split's ledger as a ``NonPrivateDpEvent`` (infinite ε: a capped ledger refuses it, before any row is read).
 
     Parameters
     ----------
@@ -117,6 +89,8 @@ def knn_accuracy(train, test, *, k: int = 10, weighted: bool = True, cosine: boo
         Reference (labels used for the vote) and query rows; the same feature dimension D.
     k : int
         Neighbours per query (capped at the training size).
+    budget, ledger
+        As for :class:`privlin.DPLinearClassifier` (a store split is always charged on its own ledger).
     weighted : bool
         Votes weighted by similarity (ties then break towards the nearer neighbours); else one vote each.
     cosine : bool
@@ -129,8 +103,13 @@ def knn_accuracy(train, test, *, k: int = 10, weighted: bool = True, cosine: boo
     """
     if int(k) < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    if _dim(train) != _dim(test):
-        raise ValueError(f"train has D={_dim(train)} but test has D={_dim(test)}")
+    train, test = data.as_source(train, "train"), data.as_source(test, "test")
+    if train.dim != test.dim:
+        raise ValueError(f"train has D={train.dim} but test has D={test.dim}")
+    led = train.ledger(cap=budget, ledger=ledger)
+    if led is not None:
+        led.charge(_ev.NonPrivateDpEvent(), mechanism="privlin.knn/accuracy", epsilon=float("inf"), delta=0.0,
+                   params={"k": int(k), "n": train.n, "note": "non-private reference: labels vote without noise"})
     index, train_y = _index(train, cosine)
     classes, train_code = np.unique(train_y, return_inverse=True)
     k = min(int(k), index.ntotal)
@@ -207,8 +186,9 @@ def overlap_audit(public, private, *, threshold: float = 0.95) -> OverlapReport:
     """
     if not -1.0 < float(threshold) <= 1.0:
         raise ValueError(f"threshold must be in (-1, 1], got {threshold}")
-    if _dim(public) != _dim(private):
-        raise ValueError(f"public has D={_dim(public)} but private has D={_dim(private)}: "
+    public, private = data.as_source(public, "train"), data.as_source(private, "train")
+    if public.dim != private.dim:
+        raise ValueError(f"public has D={public.dim} but private has D={private.dim}: "
                          "compare features of the same backbone and head")
     index, _ = _index(public, True)
     best_sim, best_nn = [], []
@@ -225,5 +205,5 @@ def overlap_audit(public, private, *, threshold: float = 0.95) -> OverlapReport:
     hit = hit[np.argsort(-max_sim[hit], kind="stable")]
     return OverlapReport(threshold=float(threshold), n_private=n_private, n_public=int(index.ntotal),
                          n_with_twin=int(hit.size), fraction=hit.size / n_private,
-                         private_ids=_ids(private, n_private)[hit], public_ids=_ids(public, index.ntotal)[nn[hit]],
+                         private_ids=private.ids()[hit], public_ids=public.ids()[nn[hit]],
                          similarity=max_sim[hit], max_similarity=max_sim)

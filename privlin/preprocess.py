@@ -52,7 +52,7 @@ def row_sum(X, mask=None, norm: float = 1.0):
     Returns
     -------
     array (d,)
-        The statistic whose sensitivity is ``norm`` under add/remove.
+        The statistic whose sensitivity is ``norm`` under zero-out (``replace_special``).
     """
     Xn = normalize_rows(X, norm)
     if mask is not None:

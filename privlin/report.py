@@ -6,9 +6,9 @@ import json
 import math
 from typing import Optional
 
-import attr
-
 from dp_accounting import dp_event as _ev
+
+from .events import event_to_dict
 
 __all__ = ["PrivacyLeakWarning", "PrivacyReport"]
 
@@ -37,7 +37,8 @@ class PrivacyReport:
     accountant : str
         ``"gdp"`` (exact full-batch composition), ``"pld"`` or ``"rdp"`` (dp-accounting).
     neighbouring : str
-        ``"add_remove"`` (N public) or ``"substitute"``.
+        dp-accounting's relation: ``"replace_special"`` (zero-out: one example replaced by a null one; N public)
+        or ``"replace_one"``.
     seeded : bool
         True when the noise came from a user-given seed (reproducible, so not secret).
     dp_event : dp_accounting.DpEvent
@@ -46,11 +47,17 @@ class PrivacyReport:
         Per-example gradient norm bound C (and row norm of the preprocessing).
     method : str
     n_rows : int
-        Rows of the private split (public under the neighbouring relation).
+        Rows of the private split N (public under the neighbouring relation; null rows included).
     leaks : tuple of str
         Quantities read from the data without privacy (each raised a PrivacyLeakWarning).
     secure_mode : bool
         Noise was the discrete Gaussian on a power-of-two grid from ``os.urandom`` (``privlin.secure_noise``).
+    data : str
+        The rows the guarantee is about (``"store PATH, split 'train'"`` or ``"arrays"``).
+    ledger : str or None
+        The ledger this fit was charged on.
+    ledger_spent : (float, float) or None
+        Total (ε, δ) spent on that ledger after this fit (every mechanism ever charged there, composed).
     """
 
     epsilon: float
@@ -69,20 +76,25 @@ class PrivacyReport:
     learning_rate: float = float("nan")
     notes: Optional[str] = None
     secure_mode: bool = False
+    data: str = ""
+    ledger: Optional[str] = None
+    ledger_spent: Optional[tuple] = None
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the event as dp-accounting's named-tuple form)."""
         d = dataclasses.asdict(self)
-        d["dp_event"] = _event_to_dict(self.dp_event)
+        d["dp_event"] = event_to_dict(self.dp_event)
         d["noise_multipliers"] = {k: (v if math.isfinite(v) else "inf") for k, v in self.noise_multipliers.items()}
         d["leaks"] = list(self.leaks)
+        if self.ledger_spent is not None:
+            d["ledger_spent"] = [v if math.isfinite(v) else "inf" for v in self.ledger_spent]
         return d
 
     def __str__(self) -> str:
         sig = ", ".join(f"{k}={v:.4g}" for k, v in self.noise_multipliers.items())
-        head = (f"NON-PRIVATE baseline (epsilon=inf): no privacy guarantee" if math.isinf(self.epsilon) else
+        head = ("NON-PRIVATE baseline (epsilon=inf): no privacy guarantee" if math.isinf(self.epsilon) else
                 f"({self.epsilon:.4g}, {self.delta:.3g})-DP, {self.neighbouring} neighbours, {self.accountant} accountant")
-        lines = [head,
+        lines = [head + (f" on {self.data}" if self.data else "") + f" (N={self.n_rows})",
                  f"method={self.method} steps={self.steps} sample_rate={self.sample_rate:g} clip={self.clip:g} "
                  f"noise multipliers: {sig}",
                  "noise: seeded (reproducible, not secret)" if self.seeded else
@@ -90,20 +102,10 @@ class PrivacyReport:
                  "noise: OS-entropy seeded"]
         if self.leaks:
             lines.append("NOT covered (read without privacy): " + ", ".join(self.leaks))
+        if self.ledger_spent is not None:
+            lines.append(f"ledger {self.ledger}: total spent on these rows ε={self.ledger_spent[0]:.4g} at "
+                         f"δ={self.ledger_spent[1]:.3g} (every mechanism charged there, composed)")
         return "\n".join(lines)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
-
-
-def _event_to_dict(event) -> dict:
-    """A dp-accounting event (attrs class) as nested plain data with its class name."""
-    out = {"name": type(event).__name__}
-    for f in attr.fields(type(event)):
-        v = getattr(event, f.name)
-        if isinstance(v, _ev.DpEvent):
-            v = _event_to_dict(v)
-        elif isinstance(v, (list, tuple)):
-            v = [_event_to_dict(e) if isinstance(e, _ev.DpEvent) else e for e in v]
-        out[f.name] = v
-    return out

@@ -26,9 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 from dp_accounting import dp_event as _ev
 
-from . import accounting
+from . import accounting, data
 from .noise import gaussian, make_key
-from .sweep import SweepResult, _blocks, _resolve
+from .sweep import SweepResult, correct_counts
 
 __all__ = ["select_private", "Selection", "holdout"]
 
@@ -80,20 +80,8 @@ def holdout(X, y, fraction: float = 0.1, *, seed: int = 0):
     return (X[t], y[t]), (X[v], y[v])
 
 
-def _correct_counts(result: SweepResult, validation) -> tuple[np.ndarray, int]:
-    counts = np.zeros(len(result), dtype=np.int64)
-    n = 0
-    for X, y in _blocks(validation):
-        for s in range(len(result)):
-            counts[s] += int((result.predict(s, X) == np.asarray(y)).sum())
-        n += len(y)
-    if n == 0:
-        raise ValueError("the validation split has no rows")
-    return counts, n
-
-
 def select_private(result: SweepResult, validation, *, epsilon: float, delta: float = 1e-6, split: str = "val",
-                   random_state=None, ledger=None) -> Selection:
+                   random_state=None, budget=None, ledger=None) -> Selection:
     """Choose a setting of ``result`` by noisy validation accuracy, privately.
 
     Parameters
@@ -101,13 +89,14 @@ def select_private(result: SweepResult, validation, *, epsilon: float, delta: fl
     result : SweepResult
         A sweep trained on rows disjoint from ``validation``.
     validation : stores.Split, store (with ``split``) or (X (m, D), y (m,))
-        Held-out private rows.
+        Held-out private rows.  A store split is charged on its own ledger, always.
     epsilon, delta : float
         Budget of the selection step on the validation rows.
     random_state : None, int or jax key
         None: OS entropy (the noise must stay secret for the guarantee).
-    ledger : privlin.ledger.PrivacyLedger, optional
-        Charged with the selection's Gaussian event before the validation rows are read.
+    budget, ledger
+        As for :class:`privlin.DPLinearClassifier`: charged with the selection's Gaussian event before the
+        validation rows are read (arrays: only when given).
 
     Returns
     -------
@@ -117,17 +106,21 @@ def select_private(result: SweepResult, validation, *, epsilon: float, delta: fl
         raise ValueError(f"epsilon must be > 0, got {epsilon}")
     if len(result) == 0:
         raise ValueError("the sweep has no settings")
+    source = data.as_source(validation, split)
+    if source.n == 0:
+        raise ValueError("the validation split has no rows")
     sigma = accounting.calibrate_noise(epsilon, delta, accountant="gdp")
     event = _ev.GaussianDpEvent(sigma)
-    if ledger is not None:
-        ledger.charge(event, mechanism="privlin.selection/report_noisy_max_gaussian", epsilon=epsilon, delta=delta,
-                      params={"candidates": len(result)})
-    counts, n = _correct_counts(result, _resolve(validation, split))
-    key = make_key(random_state).key
+    led = source.ledger(cap=budget, ledger=ledger)
+    info = make_key(random_state)
+    if led is not None:
+        led.charge(event, mechanism="privlin.selection/report_noisy_max_gaussian", epsilon=epsilon, delta=delta,
+                   params={"candidates": len(result), "n": source.n, "seeded": info.seeded})
+    counts = correct_counts(result, source)
     noisy = np.asarray(jnp.asarray(counts, jnp.float32)
-                       + gaussian(key, (len(result),), sigma * math.sqrt(len(result))))
+                       + gaussian(info.key, (len(result),), sigma * math.sqrt(len(result))))
     i = int(np.argmax(noisy))
     rec = dict(result.records[i], index=i, selected_on=f"{split} (private: report-noisy-max, ε={epsilon:g})",
                selection_epsilon=epsilon, selection_delta=delta)
     return Selection(index=i, record=rec, epsilon=float(epsilon), delta=float(delta), noise_multiplier=sigma,
-                     training_epsilon=result.total_epsilon, n_validation=n)
+                     training_epsilon=result.total_epsilon, n_validation=source.n)

@@ -42,7 +42,7 @@ from . import noise
 __all__ = [
     "LinearParams", "ClassSums", "TrainState", "residuals", "grad_norms", "clip_factors", "clipped_grad_sum",
     "privatize", "init_params", "make_optimizer", "init_state", "noisy_update", "fit_full_batch", "fit_minibatch",
-    "zero_init_residual_norm", "class_sums_init", "class_sums_update", "adam1_gradient", "adam1_step",
+    "zero_init_residual_norm", "poisson_mask", "SAMPLE_CHUNK", "class_sums_init", "class_sums_update", "adam1_gradient", "adam1_step",
     "decision_function", "LOSSES", "OPTIMIZERS",
 ]
 
@@ -61,12 +61,11 @@ class LinearParams(NamedTuple):
 class ClassSums(NamedTuple):
     """Sufficient statistics of ``adam1``: per-class sums of clip factors times rows.
 
-    ``S`` (k, d): Σ_{i in class j} c_i x_i;  ``w`` (k,): Σ_{i in class j} c_i;  ``n``: rows seen.
+    ``S`` (k, d): Σ_{i in class j} c_i x_i;  ``w`` (k,): Σ_{i in class j} c_i.
     """
 
     S: jax.Array
     w: jax.Array
-    n: jax.Array
 
 
 class TrainState(NamedTuple):
@@ -168,21 +167,21 @@ def noisy_update(state: TrainState, grad_sum: LinearParams, key, sigma, denom, o
     return TrainState(params, opt_state)
 
 
-def fit_full_batch(X, Y, mask, key, sigma, learning_rate, *, steps: int, clip: float = 1.0, loss: str = "softmax",
-                   optimizer: str = "sgd", momentum: float = 0.9, fit_intercept: bool = False,
+def fit_full_batch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, clip: float = 1.0,
+                   loss: str = "softmax", optimizer: str = "sgd", momentum: float = 0.9, fit_intercept: bool = False,
                    bias_init: float = 0.0) -> LinearParams:
     """Full-batch DP-SGD (DP-RandP) for ``steps`` steps on in-memory rows; pure, jittable, vmappable.
 
     Parameters
     ----------
-    X : (n, d) preprocessed rows; Y : (n, k) one-hot; mask : (n,) 1 for real rows, 0 for padding.
+    X : (m, d) preprocessed rows; Y : (m, k) one-hot; mask : (m,) 1 for real rows, 0 for padding and null rows.
+    n : the public N (never Σ mask: which rows are null is private).
     key : jax key (split into one key per step); sigma, learning_rate : scalars (may be traced).
 
-    Every step adds fresh noise N(0, (σC)²) to the clipped gradient sum and divides by N = Σ mask.
+    Every step adds fresh noise N(0, (σC)²) to the clipped gradient sum and divides by N.
     """
     opt = make_optimizer(optimizer, learning_rate, momentum=momentum)
     state = init_state(X.shape[1], Y.shape[1], opt, bias_init)
-    n = jnp.sum(mask)
 
     def step(state, k):
         g = clipped_grad_sum(state.params, X, Y, mask, clip, loss=loss, fit_intercept=fit_intercept)
@@ -192,23 +191,40 @@ def fit_full_batch(X, Y, mask, key, sigma, learning_rate, *, steps: int, clip: f
     return state.params
 
 
-def fit_minibatch(X, Y, mask, key, sigma, learning_rate, *, steps: int, sample_rate: float, clip: float = 1.0,
+#: Rows per Poisson-sampling chunk: row i of a step is drawn from chunk i // SAMPLE_CHUNK's own key, so a
+#: streamed pass (any block size) and an in-memory pass draw the same sample.
+SAMPLE_CHUNK = 4096
+
+
+def poisson_mask(key, sample_rate, start, length: int) -> jax.Array:
+    """The Poisson sample of global rows ``[start, start + length)``: float32 0/1, each row in with prob. q.
+
+    Row i's draw depends only on ``key`` and ``i`` (not on how the rows are blocked).
+    """
+    first = start // SAMPLE_CHUNK
+    chunks = length // SAMPLE_CHUNK + 2
+    ids = first + jnp.arange(chunks)
+    bits = jax.vmap(lambda c: jax.random.bernoulli(jax.random.fold_in(key, c), sample_rate, (SAMPLE_CHUNK,)))(ids)
+    return jax.lax.dynamic_slice(bits.reshape(-1), (start - first * SAMPLE_CHUNK,), (length,)).astype(jnp.float32)
+
+
+def fit_minibatch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, sample_rate: float, clip: float = 1.0,
                   loss: str = "softmax", optimizer: str = "sgd", momentum: float = 0.9, fit_intercept: bool = False,
                   bias_init: float = 0.0) -> LinearParams:
     """Poisson-subsampled DP-SGD / DP-Adam / DP-LAMB on in-memory rows; pure, jittable, vmappable.
 
     Each step includes every row independently with probability ``sample_rate`` (the
     sampling the accountant assumes), sums clipped gradients of the sampled rows, adds
-    fresh noise and divides by the expected batch size q·N (public), as in Opacus.
+    fresh noise and divides by the expected batch size q·N (N public), as in Opacus.
     The sampling key and the noise key of a step are independent.
     """
     opt = make_optimizer(optimizer, learning_rate, momentum=momentum)
     state = init_state(X.shape[1], Y.shape[1], opt, bias_init)
-    denom = sample_rate * jnp.sum(mask)
+    denom = sample_rate * n
 
     def step(state, k):
         k_sample, k_noise = jax.random.split(k)
-        take = jax.random.bernoulli(k_sample, sample_rate, mask.shape).astype(jnp.float32) * mask
+        take = poisson_mask(k_sample, sample_rate, 0, mask.shape[0]) * mask
         g = clipped_grad_sum(state.params, X, Y, take, clip, loss=loss, fit_intercept=fit_intercept)
         return noisy_update(state, g, k_noise, sigma, denom, opt, clip=clip, fit_intercept=fit_intercept), None
 
@@ -230,7 +246,7 @@ def zero_init_residual_norm(k: int, loss: str = "sigmoid", bias_init: float = -1
 
 
 def class_sums_init(d: int, k: int) -> ClassSums:
-    return ClassSums(jnp.zeros((k, d), jnp.float32), jnp.zeros((k,), jnp.float32), jnp.zeros((), jnp.float32))
+    return ClassSums(jnp.zeros((k, d), jnp.float32), jnp.zeros((k,), jnp.float32))
 
 
 def class_sums_update(acc: ClassSums, X, Y, mask, clip, *, loss: str = "sigmoid", bias_init: float = -10.0,
@@ -247,7 +263,7 @@ def class_sums_update(acc: ClassSums, X, Y, mask, clip, *, loss: str = "sigmoid"
     # Y is one-hot: a segment sum by label costs O(n d), where Y^T X would cost O(n d k)
     label = jnp.argmax(Y, axis=1)
     S = jax.ops.segment_sum(X * c[:, None], label, num_segments=k)
-    return ClassSums(acc.S + S, acc.w + jax.ops.segment_sum(c, label, num_segments=k), acc.n + jnp.sum(mask))
+    return ClassSums(acc.S + S, acc.w + jax.ops.segment_sum(c, label, num_segments=k))
 
 
 def adam1_gradient(sums: ClassSums, *, loss: str = "sigmoid", bias_init: float = -10.0) -> LinearParams:
@@ -261,7 +277,7 @@ def adam1_gradient(sums: ClassSums, *, loss: str = "sigmoid", bias_init: float =
     return LinearParams(p * total[:, None] - sums.S.T, p * jnp.sum(sums.w) - sums.w)
 
 
-def adam1_step(sums: ClassSums, key, sigma, learning_rate, *, clip: float = 1.0, loss: str = "sigmoid",
+def adam1_step(sums: ClassSums, n, key, sigma, learning_rate, *, clip: float = 1.0, loss: str = "sigmoid",
                bias_init: float = -10.0, fit_intercept: bool = False, eps: float = 1e-8,
                b1: float = 0.9, b2: float = 0.999) -> LinearParams:
     """Stage 2 of ``adam1``: noise the gradient, divide by N, take one Adam step from zero init.
@@ -270,18 +286,18 @@ def adam1_step(sums: ClassSums, key, sigma, learning_rate, *, clip: float = 1.0,
     The first Adam step is ``-lr · g / (|g| + eps)`` (bias-corrected), ≈ signSGD (Mehta et al. App. E).
     """
     g = privatize(adam1_gradient(sums, loss=loss, bias_init=bias_init), key, sigma, clip, fit_intercept=fit_intercept)
-    return adam1_update(g, sums.n, learning_rate, bias_init=bias_init, fit_intercept=fit_intercept, eps=eps,
+    return adam1_update(g, n, learning_rate, bias_init=bias_init, fit_intercept=fit_intercept, eps=eps,
                         b1=b1, b2=b2)
 
 
 def adam1_update(noisy_grad_sum: LinearParams, n, learning_rate, *, bias_init: float = -10.0,
                  fit_intercept: bool = False, eps: float = 1e-8, b1: float = 0.9, b2: float = 0.999) -> LinearParams:
-    """The data-free end of ``adam1``: divide the released gradient sum by N, one Adam step from zero init.
+    """The data-free end of ``adam1``: divide the released gradient sum by the public N, one Adam step from zero init.
 
     Separate from :func:`adam1_step` so the noise can come from elsewhere (``secure_mode``'s discrete Gaussian).
     """
     d, k = noisy_grad_sum.W.shape
-    g = jax.tree.map(lambda t: t / jnp.maximum(n, 1.0), noisy_grad_sum)
+    g = jax.tree.map(lambda t: t / n, noisy_grad_sum)
     if not fit_intercept:
         g = LinearParams(g.W, jnp.zeros_like(g.b))
     opt = make_optimizer("adam", learning_rate, b1=b1, b2=b2, eps=eps)

@@ -9,3 +9,59 @@ if ROOT not in sys.path:
 # JAX on CPU only, and quiet: the suite must run on a 2-core machine with no accelerator.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+
+# ----------------------------------------------------------------------------- shared data (one copy each)
+import uuid  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+
+def _blobs(n, d=16, k=4, seed=0, *, centers_seed=1234, scale=2.0):
+    """Gaussian blobs: the same k class centres in every call (``centers_seed``), rows from ``seed``."""
+    centers = np.random.default_rng(centers_seed).normal(size=(k, d)) * scale
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, k, n)
+    X = (centers[y] + rng.normal(size=(n, d))).astype(np.float32)
+    return X, y.astype(np.int64)
+
+
+@pytest.fixture(scope="session")
+def blobs():
+    """``blobs(n, d=16, k=4, seed=0)`` -> (X float32 (n, d), y int64 (n,)) from fixed class centres."""
+    return _blobs
+
+
+def _write_store(url, splits, *, shard_rows=64, chunk_rows=32, dtype="float32", attrs=None, valid=None):
+    import stores
+
+    for name, (X, y) in splits.items():
+        w = stores.create_split(url, name, n_rows=len(y), dim=X.shape[1], dtype=dtype, shard_rows=shard_rows,
+                                chunk_rows=min(chunk_rows, shard_rows), attrs=dict(attrs or {"backbone": "test"}))
+        for i in w.pending():
+            a, b = w.shard_bounds(i)
+            v = None if valid is None or name not in valid else valid[name][a:b]
+            w.write_shard(i, X[a:b], y[a:b], np.array([f"{name}{j}" for j in range(a, b)]), v)
+        assert w.finalize()
+    return stores.open(url)
+
+
+@pytest.fixture
+def make_store(tmp_path):
+    """``make_store(splits, where="local"|"memory", **kw)`` -> stores.FeatureStore with those (X, y) splits."""
+    def make(splits, where="local", **kw):
+        url = str(tmp_path / f"{uuid.uuid4().hex[:8]}.zarr") if where == "local" else f"memory://t-{uuid.uuid4().hex}"
+        return _write_store(url, splits, **kw)
+    return make
+
+
+@pytest.fixture(scope="session")
+def digits():
+    """sklearn digits, rows at unit norm, stratified 80/20 split with seed 0: (Xtr, Xte, ytr, yte)."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    X, y = load_digits(return_X_y=True)
+    X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
+    return train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)

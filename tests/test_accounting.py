@@ -25,7 +25,7 @@ def test_gdp_mu_closed_form():
     assert A.gdp_mu([2.0, 2.0, 2.0, 2.0]) == pytest.approx(1.0)
     assert A.gdp_mu([3.0, 4.0]) == pytest.approx(math.sqrt(1 / 9 + 1 / 16))
     assert A.gdp_mu([3.0, math.inf]) == pytest.approx(1 / 3)
-    assert A.gdp_mu([2.0], neighbouring="substitute") == pytest.approx(1.0)
+    assert A.gdp_mu([2.0], neighbouring="replace_one") == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("mu,eps", [(0.3, 0.5), (1.0, 2.0), (2.5, 8.0)])
@@ -61,12 +61,12 @@ def test_full_batch_gdp_equals_pld_of_the_same_plan():
 
 def test_substitution_doubles_sensitivity():
     # replace-one moves a clipped sum by 2C: sigma under substitution == sigma/2 under add/remove
-    assert A.gdp_epsilon([4.0] * 3, 1e-5, "substitute") == pytest.approx(A.gdp_epsilon([2.0] * 3, 1e-5), rel=1e-9)
+    assert A.gdp_epsilon([4.0] * 3, 1e-5, "replace_one") == pytest.approx(A.gdp_epsilon([2.0] * 3, 1e-5), rel=1e-9)
     event = ev.SelfComposedDpEvent(ev.GaussianDpEvent(4.0), 3)
     pld_sub = pld_epsilon(event, 1e-5, dp_accounting.NeighboringRelation.REPLACE_ONE)
-    assert A.gdp_epsilon([4.0] * 3, 1e-5, "substitute") == pytest.approx(pld_sub, rel=1e-3)
-    with pytest.raises(ValueError, match="add_remove"):
-        A.dpsgd_epsilon(1.0, 0.1, 10, 1e-5, accountant="rdp", neighbouring="substitute")
+    assert A.gdp_epsilon([4.0] * 3, 1e-5, "replace_one") == pytest.approx(pld_sub, rel=1e-3)
+    with pytest.raises(ValueError, match="replace_one"):
+        A.dpsgd_epsilon(1.0, 0.1, 10, 1e-5, accountant="rdp", neighbouring="replace_one")
 
 
 def test_dp_randp_imagenet_table23_lands_on_stated_epsilon():

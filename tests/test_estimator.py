@@ -46,7 +46,7 @@ def test_privacy_report_is_recomputable_with_dp_accounting(digits):
     Xtr, _, ytr, _ = digits
     m = DPLinearClassifier(epsilon=2.0, classes=range(10), random_state=0).fit(Xtr, ytr)
     r = m.privacy_
-    assert (r.accountant, r.neighbouring, r.steps, r.sample_rate, r.seeded) == ("gdp", "add_remove", 100, 1.0, True)
+    assert (r.accountant, r.neighbouring, r.steps, r.sample_rate, r.seeded) == ("gdp", "replace_special", 100, 1.0, True)
     assert r.epsilon == pytest.approx(2.0, rel=1e-6) and r.epsilon <= 2.0 and r.delta == 1e-5
     assert set(r.noise_multipliers) == {"center", "step"}
     acc = pld_privacy_accountant.PLDAccountant()

@@ -132,7 +132,7 @@ def test_crash_during_write_keeps_the_old_file(tmp_path, monkeypatch):
 
 def test_mixed_relations_refuse_to_compose(tmp_path):
     p = tmp_path / "l.json"
-    L.PrivacyLedger(p, neighboring_relation="replace_one").charge(FIT, mechanism="a", epsilon=1, delta=1e-5)
+    L.PrivacyLedger(p, neighbouring="replace_one").charge(FIT, mechanism="a", epsilon=1, delta=1e-5)
     with pytest.raises(ValueError, match="do not compose"):
         L.PrivacyLedger(p).spent(1e-5)
 
@@ -141,7 +141,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="cap"):
         L.PrivacyLedger.in_memory(cap=(1.0, 2.0))
     with pytest.raises(ValueError, match="relation"):
-        L.PrivacyLedger.in_memory(neighboring_relation="swap")
+        L.PrivacyLedger.in_memory(neighbouring="swap")
     with pytest.raises(ValueError, match="split"):
         L.ledger_path("/x", "../etc")
     with pytest.raises(TypeError):

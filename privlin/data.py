@@ -1,0 +1,219 @@
+"""What a user passes, turned into a source of private rows: the one place privlin looks at inputs.
+
+A :class:`Source` gives row blocks in order (features as stored: float16 stays float16 until the device),
+N and the dimension (public), the public class list, and the ledger it charges.  It accepts a
+``stores.FeatureStore`` (with a split name), a ``stores.Split``, a store path or fsspec URL, or ``(X, y)``
+arrays.  Nothing else in privlin duck-types its inputs.
+
+Class-list policy (one everywhere): the classes given by the caller; else the store's ``classes`` attribute,
+which ``featurize`` writes from the dataset's public metadata (labels index it, so the classes are
+``0 .. len-1``); else the set of private labels, read with a :class:`PrivacyLeakWarning` (that set is then
+released without noise).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Iterator
+
+import numpy as np
+
+from .report import PrivacyLeakWarning
+
+__all__ = ["Source", "ArraySource", "SplitSource", "as_source", "public_classes", "label_index", "open_store"]
+
+
+class Source:
+    """Rows a private fit reads.
+
+    Attributes
+    ----------
+    n : int
+        Rows (public under the neighbouring relation).
+    dim : int
+    in_memory : bool
+        The rows are already in memory (arrays).
+    description : str
+        What the rows are, for reports: ``"store feats.zarr, split 'train'"`` or ``"arrays"``.
+    """
+
+    n: int
+    dim: int
+    in_memory: bool
+    description: str
+
+    def blocks(self, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(X (b, dim), y (b,))`` in row order, X as stored."""
+        raise NotImplementedError
+
+    def labels(self) -> np.ndarray:
+        """All labels (n,): private, read only by the class-list fallback."""
+        raise NotImplementedError
+
+    def published_classes(self):
+        """The class names the data's provenance publishes, or None."""
+        return None
+
+    def ids(self) -> np.ndarray:
+        """Row identifiers (n,): the store's ids, else the row numbers as strings."""
+        return np.arange(self.n).astype(str)
+
+    def ledger(self, *, cap=None, ledger=None):
+        """The :class:`privlin.ledger.PrivacyLedger` a mechanism on these rows charges (None: nothing to charge)."""
+        raise NotImplementedError
+
+
+class ArraySource(Source):
+    """Rows in memory: ``X`` (n, d), ``y`` (n,)."""
+
+    in_memory = True
+    description = "arrays"
+
+    def __init__(self, X, y):
+        X, y = np.asarray(X), np.asarray(y)
+        if X.ndim != 2 or y.shape != (X.shape[0],):
+            raise ValueError(f"X must be (n, d) and y (n,), got {X.shape} and {y.shape}")
+        if not np.issubdtype(X.dtype, np.floating):
+            X = X.astype(np.float32)
+        self.X, self.y = X, y
+        self.n, self.dim = X.shape
+
+    def labels(self) -> np.ndarray:
+        return self.y
+
+    def blocks(self, rows: int):
+        for start in range(0, self.n, rows):
+            yield self.X[start:start + rows], self.y[start:start + rows]
+
+    def ledger(self, *, cap=None, ledger=None):
+        """A given ledger, else an in-memory one when a cap is given, else none (arrays have no home)."""
+        from .ledger import PrivacyLedger
+
+        if ledger is not None:
+            return ledger.request_cap(cap)
+        return PrivacyLedger.in_memory(cap=cap) if cap is not None else None
+
+
+class SplitSource(Source):
+    """A split of a :mod:`stores` feature store, streamed with ``split.blocks`` (bounded memory)."""
+
+    in_memory = False
+
+    def __init__(self, split, store=None):
+        self.split, self.store = split, store
+        self.n = len(split)
+        self.dim = int(split.dim)
+        self.url = _split_url(split)
+        self.description = f"store {self.url or '(no path)'}, split {split.name!r}"
+
+    def labels(self) -> np.ndarray:
+        return np.asarray(self.split.labels[:])[self.split.valid_mask()]
+
+    def blocks(self, rows: int):
+        yield from self.split.blocks(rows=rows)
+
+    def ids(self) -> np.ndarray:
+        return np.asarray(self.split.ids[:])[self.split.valid_mask()]
+
+    def published_classes(self):
+        names = (self.split.attrs or {}).get("classes")
+        if names is None and self.store is not None:
+            names = (self.store.attrs or {}).get("classes")
+        return names
+
+    def ledger(self, *, cap=None, ledger=None):
+        """The ledger file beside the split: always charged (a ``ledger`` argument may only name that file)."""
+        from .ledger import PrivacyLedger, ledger_path
+
+        if self.url is None:
+            if ledger is None:
+                raise ValueError("this split's store has no path or URL to keep a ledger beside; "
+                                 "pass ledger=PrivacyLedger(path)")
+            return ArraySource.ledger(self, cap=cap, ledger=ledger)
+        own = ledger_path(self.url, self.split.name)
+        if ledger is not None and ledger.path != own:
+            raise ValueError(f"a store split is charged on its own ledger ({own}); the ledger passed "
+                             f"({ledger.where}) would bypass it")
+        return PrivacyLedger(own, cap=cap)
+
+
+def _split_url(split) -> str | None:
+    """Local path or fsspec URL of the store a ``stores.Split`` belongs to."""
+    store = split._group.store
+    root = getattr(store, "root", None)  # zarr LocalStore
+    if root is not None:
+        return os.fspath(root)
+    fs, path = getattr(store, "fs", None), getattr(store, "path", None)  # zarr FsspecStore
+    if fs is not None and path is not None:
+        return fs.unstrip_protocol(path)
+    return None
+
+
+def open_store(data):
+    """``stores.open`` for a path or URL (``stores`` is imported only when a store is used)."""
+    import stores
+
+    return stores.open(data)
+
+
+def as_source(data, split: str | None = "train") -> Source:
+    """A :class:`Source` from a Source, ``(X, y)``, a ``stores.Split``, a ``stores.FeatureStore`` or a path/URL.
+
+    ``split`` names the split of a store (a path/URL or ``FeatureStore``); it is ignored for a split or arrays.
+    """
+    if isinstance(data, Source):
+        return data
+    if isinstance(data, tuple) and len(data) == 2:
+        return ArraySource(*data)
+    if isinstance(data, (str, os.PathLike)):
+        data = open_store(data)
+    import stores
+
+    if isinstance(data, stores.Split):
+        return SplitSource(data)
+    if isinstance(data, stores.FeatureStore):
+        if split is None:
+            raise ValueError(f"which split? the store has {data.splits}")
+        if split not in data.splits:
+            raise ValueError(f"no split {split!r} in {data.url!r}; splits: {data.splits}")
+        return SplitSource(data[split], data)
+    raise TypeError(f"expected a store, a store path or URL, a stores.Split or an (X, y) pair, "
+                    f"got {type(data).__name__}")
+
+
+def public_classes(source: Source, classes=None, *, stacklevel: int = 3) -> tuple[np.ndarray, list[str]]:
+    """The public class list (sorted) and the leaks it caused (see the module docstring for the policy).
+
+    Raises
+    ------
+    ValueError
+        Duplicates in a given list, or fewer than 2 classes.
+    """
+    leaks = []
+    if classes is not None:
+        given = np.asarray(classes)
+        out = np.unique(given)
+        if out.size != given.size:
+            raise ValueError("classes contains duplicates")
+    elif source.published_classes() is not None:
+        out = np.arange(len(source.published_classes()))
+    else:
+        warnings.warn("classes inferred from the private labels: the class list is not covered by the privacy "
+                      "guarantee; pass classes=... to avoid this", PrivacyLeakWarning, stacklevel=stacklevel)
+        leaks.append("classes")
+        out = np.unique(source.labels())
+    if out.size < 2:
+        raise ValueError(f"a classifier needs at least 2 classes; got {out.size}: {out.tolist()}")
+    return out, leaks
+
+
+def label_index(classes: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Class index (int32) and a bool mask of the rows whose label is in ``classes``.
+
+    A row whose label is not in the public list is a null row: it contributes nothing (zero-out), and no
+    error reveals it.
+    """
+    y = np.asarray(y)
+    idx = np.clip(np.searchsorted(classes, y), 0, len(classes) - 1)
+    known = classes[idx] == y
+    return np.where(known, idx, 0).astype(np.int32), known

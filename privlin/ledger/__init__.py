@@ -1,0 +1,344 @@
+"""A privacy ledger: what a private split has already paid, and the cap it may not pass.
+
+Every mechanism run on a private split (a fit, a sweep, a private selection, a non-private release such as
+a k-NN accuracy) is recorded as a dp-accounting event before it reads a row; the ledger composes them with
+a privacy-loss-distribution accountant (:func:`privlin.accounting.compose_epsilon`) into the total spent.
+
+The ledger is policy, not a per-call argument: its document stores the neighbouring relation and the cap,
+and every charge is checked against the stored cap, whoever charges.  A cap passed by a caller may set or
+lower it; raising it is an explicit, recorded act (:meth:`PrivacyLedger.set_cap`).
+
+Where it lives: ``<store>/<split>/privacy_ledger.json`` beside a store split (:func:`ledger_path`); arrays get
+an in-memory ledger unless one is given.  Storage: :mod:`privlin.ledger.storage`; command line:
+``python -m privlin.ledger PATH``.
+
+What it protects against: mistakes (a forgotten earlier fit, a second notebook, a rerun).  Not against
+someone with write access to the files, who can rewrite them.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+from typing import Iterable, Mapping, Sequence
+
+from dp_accounting import dp_event as _ev
+
+from .. import accounting
+from ..events import describe
+from . import storage
+from .entry import LedgerEntry, jsonable
+
+__all__ = ["LEDGER_FILENAME", "PrivacyBudgetExceeded", "LedgerEntry", "PrivacyLedger", "ledger_path"]
+
+LEDGER_FILENAME = "privacy_ledger.json"
+FORMAT = "privlin.ledger/2"
+
+
+class PrivacyBudgetExceeded(RuntimeError):
+    """A mechanism would push a split's total ε past its cap; nothing was read."""
+
+
+def ledger_path(store_url: str, split: str) -> str:
+    """Where the ledger of ``split`` of the store at ``store_url`` lives."""
+    if not isinstance(split, str) or not split or "/" in split or split in (".", ".."):
+        raise ValueError(f"split must be a plain name, got {split!r}")
+    return str(store_url).rstrip("/") + "/" + split + "/" + LEDGER_FILENAME
+
+
+def _check_cap(cap) -> tuple[float, float] | None:
+    if cap is None:
+        return None
+    try:
+        eps, delta = (float(c) for c in cap)
+    except (TypeError, ValueError):
+        raise ValueError(f"cap must be (epsilon, delta), got {cap!r}") from None
+    if not (eps >= 0 and 0 < delta < 1):
+        raise ValueError(f"cap must have epsilon >= 0 and 0 < delta < 1, got {cap!r}")
+    return (eps, delta)
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class _Document:
+    """The parsed ledger document: relation, cap history, entries."""
+
+    def __init__(self, data: dict | None, where: str):
+        self.where = where
+        if data is None:
+            self.neighbouring, self.caps, self.entries = None, [], []
+            return
+        if not isinstance(data, Mapping) or data.get("format") != FORMAT or not isinstance(data.get("entries"), list):
+            raise ValueError(f"{where} is not a privlin ledger (format {FORMAT})")
+        self.neighbouring = accounting.relation_name(data.get("neighbouring"))
+        self.caps = list(data.get("caps") or [])
+        self.entries = [LedgerEntry.from_dict(d) for d in data["entries"]]
+
+    @property
+    def cap(self) -> tuple[float, float] | None:
+        return _check_cap((self.caps[-1]["epsilon"], self.caps[-1]["delta"])) if self.caps else None
+
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "neighbouring": self.neighbouring, "caps": self.caps,
+                "entries": [e.to_dict() for e in self.entries]}
+
+
+class PrivacyLedger:
+    """The privacy spent on one private split, composed by PLD, and its cap.
+
+    Parameters
+    ----------
+    path : str or None
+        Ledger JSON file (local path or fsspec URL).  ``None`` keeps it in memory (for arrays).
+    cap : (float, float) or None
+        Budget ``(epsilon, delta)`` to set, or to lower, at the next charge.  A ledger whose stored cap is
+        lower refuses a higher one (raise it with :meth:`set_cap`).  Once stored it binds every charge.
+    neighbouring : str or None
+        dp-accounting's relation of every entry; None: the stored one, else ``"replace_special"``.  Entries
+        under another relation are refused (their ε do not compose).
+    lock_timeout : float
+        Seconds to wait for another writer of a local ledger file.
+
+    Notes
+    -----
+    Charge first, then read data: :meth:`charge` checks the cap and appends the entry in one locked step, so
+    two concurrent fits cannot both slip under the cap.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, *, cap=None, neighbouring=None,
+                 lock_timeout: float = 60.0):
+        self.path = None if path is None else os.fspath(path)
+        self._requested_cap = _check_cap(cap)
+        self._requested_relation = None if neighbouring is None else accounting.relation_name(neighbouring)
+        self._backend = storage.backend(self.path, lock_timeout)
+
+    # -- construction -----------------------------------------------------------------
+    @classmethod
+    def in_memory(cls, *, cap=None, neighbouring=None) -> "PrivacyLedger":
+        """A ledger for in-memory arrays; :meth:`save` it to keep it."""
+        return cls(None, cap=cap, neighbouring=neighbouring)
+
+    @classmethod
+    def for_split(cls, store_url: str | os.PathLike, split: str, **kwargs) -> "PrivacyLedger":
+        """The ledger beside split ``split`` of the store at ``store_url``."""
+        return cls(ledger_path(os.fspath(store_url), split), **kwargs)
+
+    @classmethod
+    def load(cls, path, **kwargs) -> "PrivacyLedger":
+        """Open an existing ledger file (error if it does not exist)."""
+        led = cls(path, **kwargs)
+        if led._backend.read() is None:
+            raise FileNotFoundError(f"no privacy ledger at {path}")
+        return led
+
+    def request_cap(self, cap) -> "PrivacyLedger":
+        """Ask for ``cap`` at the next charge (it may set or lower the stored cap, never raise it); returns self."""
+        if cap is not None:
+            self._requested_cap = _check_cap(cap)
+        return self
+
+    # -- reading ----------------------------------------------------------------------
+    def _doc(self) -> _Document:
+        return _Document(self._backend.read(), self.path or "in-memory ledger")
+
+    @property
+    def where(self) -> str:
+        return self.path or "in-memory ledger"
+
+    @property
+    def neighbouring(self) -> str:
+        return self._doc().neighbouring or self._requested_relation or accounting.DEFAULT_NEIGHBOURING
+
+    @property
+    def cap(self) -> tuple[float, float] | None:
+        """The cap in force: the stored one, else the one this handle will set at its first charge."""
+        return self._doc().cap or self._requested_cap
+
+    @property
+    def entries(self) -> list[LedgerEntry]:
+        """All recorded entries, oldest first (re-read from storage)."""
+        return self._doc().entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def events(self) -> list[_ev.DpEvent]:
+        return [e.event for e in self.entries]
+
+    def default_delta(self, entries: Sequence[LedgerEntry] | None = None, cap=None) -> float:
+        """The δ every total is reported at: the cap's δ, else the sum of the entries' δ (at most 0.5)."""
+        cap = self.cap if cap is None else cap
+        if cap is not None:
+            return cap[1]
+        entries = self.entries if entries is None else entries
+        return min(sum(e.delta for e in entries), 0.5) if entries else 0.0
+
+    def spent(self, delta: float | None = None) -> tuple[float, float]:
+        """Total ``(epsilon, delta)`` paid so far, composed by PLD (at :meth:`default_delta` unless given)."""
+        doc = self._doc()
+        delta = self.default_delta(doc.entries, doc.cap or self._requested_cap) if delta is None else float(delta)
+        return self._compose(doc.entries, delta, self._relation_of(doc)), delta
+
+    def _relation_of(self, doc: _Document) -> str:
+        return doc.neighbouring or self._requested_relation or accounting.DEFAULT_NEIGHBOURING
+
+    @staticmethod
+    def _compose(entries: Sequence[LedgerEntry], delta: float, relation: str) -> float:
+        for e in entries:
+            if e.neighbouring != relation:
+                raise ValueError(f"ledger entry {e.id} ({e.mechanism}) is under {e.neighbouring!r}, the ledger "
+                                 f"under {relation!r}: they do not compose")
+        if not entries:
+            return 0.0
+        if delta <= 0:
+            raise ValueError("a total over Gaussian mechanisms needs delta > 0")
+        return accounting.compose_epsilon((e.event for e in entries), delta, neighbouring=relation)
+
+    def projected(self, event: _ev.DpEvent, delta: float | None = None) -> tuple[float, float]:
+        """Total ``(epsilon, delta)`` if ``event`` were run now."""
+        doc = self._doc()
+        rel = self._relation_of(doc)
+        probe = LedgerEntry("probe", event, math.nan, 0.0, rel)
+        delta = self.default_delta(doc.entries, doc.cap or self._requested_cap) if delta is None else float(delta)
+        return self._compose([*doc.entries, probe], delta, rel), delta
+
+    def check(self, event: _ev.DpEvent, *, mechanism: str = "mechanism") -> float:
+        """Raise :class:`PrivacyBudgetExceeded` if ``event`` would pass the cap (nothing is recorded).
+
+        Returns the projected total ε at the cap's δ; without a cap, ``nan``.
+        """
+        doc = self._doc()
+        cap = self._cap_after(doc)
+        if cap is None:
+            return math.nan
+        return self._check(doc.entries, event, mechanism, cap, self._relation_of(doc))
+
+    def _check(self, entries, event, mechanism, cap, relation) -> float:
+        eps_cap, delta_cap = cap
+        probe = LedgerEntry(mechanism, event, math.nan, 0.0, relation)
+        total = self._compose([*entries, probe], delta_cap, relation)
+        if total > eps_cap * (1 + 1e-9):
+            spent = self._compose(entries, delta_cap, relation)
+            raise PrivacyBudgetExceeded(
+                f"{mechanism} would bring the total to ε={total:.4g} at δ={delta_cap:g}, past the cap "
+                f"ε={eps_cap:g} ({len(entries)} earlier entries already spent ε={spent:.4g} at δ={delta_cap:g}; "
+                f"ledger: {self.where}). Nothing was read.")
+        return total
+
+    def _cap_after(self, doc: _Document) -> tuple[float, float] | None:
+        """The cap once this handle's requested cap is applied: it may set or lower the stored one, never raise it."""
+        stored, asked = doc.cap, self._requested_cap
+        if asked is None or asked == stored:
+            return stored
+        if stored is not None and (asked[0] > stored[0] or asked[1] > stored[1]):
+            raise PrivacyBudgetExceeded(
+                f"budget (ε={asked[0]:g}, δ={asked[1]:g}) is above the cap stored in {self.where} "
+                f"(ε={stored[0]:g}, δ={stored[1]:g}); raising a cap is an explicit act: "
+                f"PrivacyLedger({self.where!r}).set_cap(...). Nothing was read.")
+        return asked
+
+    # -- writing ----------------------------------------------------------------------
+    def charge(self, event: _ev.DpEvent, *, mechanism: str, epsilon: float, delta: float,
+               params: Mapping | None = None) -> LedgerEntry:
+        """Check the stored cap and record ``event`` in one locked step.  Call it *before* reading private rows.
+
+        Parameters
+        ----------
+        event : dp_accounting.DpEvent
+            The mechanism exactly as it will run.
+        mechanism : str
+            Human-readable name, e.g. ``"DPLinearClassifier/sgd"``.
+        epsilon, delta : float
+            The mechanism's own guarantee (for the history).
+        params : mapping, optional
+            JSON metadata kept with the entry (never a key or seed).
+
+        Raises
+        ------
+        PrivacyBudgetExceeded
+            The total would pass the cap (nothing is recorded).
+        """
+        with self._backend.locked():
+            doc = self._doc()
+            rel = self._relation_of(doc)
+            if self._requested_relation is not None and doc.neighbouring not in (None, self._requested_relation):
+                raise ValueError(f"{self.where} is a ledger under {doc.neighbouring!r}; this mechanism is under "
+                                 f"{self._requested_relation!r}: they do not compose")
+            entry = LedgerEntry(mechanism=str(mechanism), event=event, epsilon=float(epsilon), delta=float(delta),
+                                neighbouring=rel, params=jsonable(dict(params or {})))
+            entry.to_dict()  # validate before writing
+            cap = self._cap_after(doc)
+            if cap is not None:
+                self._check(doc.entries, event, entry.mechanism, cap, rel)
+            if cap != doc.cap:
+                doc.caps.append({"epsilon": cap[0], "delta": cap[1], "time": _now(), "note": "set by a charge"})
+            doc.neighbouring = rel
+            doc.entries.append(entry)
+            self._backend.write(doc.to_dict())
+        return entry
+
+    def set_cap(self, epsilon: float, delta: float, *, note: str = "") -> None:
+        """Set the cap to ``(epsilon, delta)``, higher or lower than before: recorded with its time and ``note``."""
+        cap = _check_cap((epsilon, delta))
+        with self._backend.locked():
+            doc = self._doc()
+            doc.neighbouring = self._relation_of(doc)
+            doc.caps.append({"epsilon": cap[0], "delta": cap[1], "time": _now(), "note": str(note)})
+            self._backend.write(doc.to_dict())
+        self._requested_cap = None
+
+    def extend(self, entries: Iterable[LedgerEntry]) -> None:
+        """Append existing entries (e.g. merge an in-memory ledger); checked against the stored cap."""
+        entries = list(entries)
+        with self._backend.locked():
+            doc = self._doc()
+            rel = self._relation_of(doc)
+            seen = {e.id for e in doc.entries}
+            new = [e for e in entries if e.id not in seen]
+            cap = self._cap_after(doc)
+            if cap is not None and new:
+                self._check(doc.entries, _ev.ComposedDpEvent([e.event for e in new]), "merged entries", cap, rel)
+            doc.neighbouring = rel
+            doc.entries += new
+            self._backend.write(doc.to_dict())
+
+    def save(self, path: str | os.PathLike) -> "PrivacyLedger":
+        """Append this ledger's entries to the ledger file at ``path``; returns that ledger."""
+        other = PrivacyLedger(path, cap=self.cap, neighbouring=self.neighbouring)
+        other.extend(self.entries)
+        return other
+
+    def to_dict(self) -> dict:
+        doc = self._doc()
+        doc.neighbouring = self._relation_of(doc)
+        return doc.to_dict()
+
+    # -- display ----------------------------------------------------------------------
+    def summary(self, delta: float | None = None) -> str:
+        """The history, one line per entry, then the PLD total with its δ."""
+        doc = self._doc()
+        rel = self._relation_of(doc)
+        lines = [f"privacy ledger: {self.where}  [{rel}]"]
+        if not doc.entries:
+            lines.append("  (no mechanisms recorded)")
+        for i, e in enumerate(doc.entries):
+            lines.append(f"  {i + 1:3d}  {e.time}  {e.mechanism:<28s} ε={e.epsilon:<8.4g} δ={e.delta:<8.2g} "
+                         f"{describe(e.event)}")
+        cap = doc.cap or self._requested_cap
+        delta = self.default_delta(doc.entries, cap) if delta is None else delta
+        if doc.entries:
+            total = self._compose(doc.entries, delta, rel)
+            lines.append(f"total (PLD composition of {len(doc.entries)} entries): ε={total:.4g} at δ={delta:.3g}")
+        if cap is not None:
+            lines.append(f"cap: ε={cap[0]:g} at δ={cap[1]:g}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"PrivacyLedger({self.path!r}, cap={self.cap})"
+
+    def __deepcopy__(self, memo):
+        # A ledger is a handle on shared state (a file, or one in-memory history):
+        # sklearn.clone must not fork it, or charges would land in a copy.
+        return self

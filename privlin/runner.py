@@ -1,0 +1,415 @@
+"""The one runner: a plan run on rows with a key — normalize → private centering → DP training.
+
+Two forms of the same pipeline, built from the same pieces (:mod:`privlin.preprocess`, :mod:`privlin.train`)
+and the same key split (:func:`stage_keys`):
+
+* :func:`train_rows` — pure and jittable, on rows in memory.  ``jax.vmap`` runs many plans that share their
+  compiled form (:meth:`Plan.static`) over one copy of the rows (the sweep), or one plan over many keys (the
+  audit).
+* :func:`run` — many plans on a :class:`privlin.data.Source`: rows that fit ``memory_limit`` are loaded once
+  and handed to :func:`train_rows` (vmapped per group of plans); larger ones are streamed block by block
+  (one pass per ``adam1`` group, one pass per step for ``sgd``/``minibatch``); ``secure_mode`` releases every
+  statistic on the host with the discrete Gaussian.  Rows are sharded over ``jax.devices()`` (and over hosts
+  under ``jax.distributed``); every noise draw is made once, on the global sum.
+
+Rows whose label is not in the public class list, and rows with a non-finite value, are null rows: they
+contribute nothing (the zero-out relation), and nothing about them is reported.  Every sum is divided by the
+public N, never by a count of rows.
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import noise, preprocess, secure_noise, train
+from .data import Source, label_index
+from .plan import Plan
+
+__all__ = ["Released", "train_rows", "run", "stage_keys", "TAIL_ROWS"]
+
+#: A short last block is padded to a multiple of this many rows (not to a full block): a few compiled shapes
+#: instead of up to one block of zero rows computed for nothing.
+TAIL_ROWS = 8192
+
+
+class Released(NamedTuple):
+    """Everything a fit releases: weights ``W`` (d, k), intercept ``b`` (k,), the noisy mean (d,) or None."""
+
+    W: jax.Array
+    b: jax.Array
+    mean: Optional[jax.Array]
+
+
+def stage_keys(key) -> tuple[jax.Array, jax.Array]:
+    """(centering key, training key) of a fit's key: the one key split of privlin."""
+    keys = noise.split_named(key, "center", "train")
+    return keys["center"], keys["train"]
+
+
+# ----------------------------------------------------------------------------- the pure core
+
+def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_rate) -> Released:
+    """Run one plan on in-memory rows; pure, jittable, vmappable over (key, σ, σ_center, lr).
+
+    Parameters
+    ----------
+    static : tuple
+        ``Plan.static()`` (hashable: what the compiled code specializes on).
+    X : (m, d) rows as given (float16/32); Y : (m, k) one-hot; mask : (m,) 1 for real rows, 0 for padding
+        and null rows.
+    n : scalar
+        The public N.
+    key : jax key
+    sigma, sigma_center, learning_rate : scalars (may be traced); ``sigma_center`` is ignored without centering.
+    """
+    method, steps, q, clip, normalize, centered, loss, bias_init, fit_intercept, optimizer, momentum = static
+    k_center, k_train = stage_keys(key)
+    X = jnp.asarray(X, jnp.float32)
+    mean = None
+    if centered:
+        mean = preprocess.private_mean(preprocess.row_sum(X, mask, clip), n, k_center, sigma_center, clip)
+    Xp = _prep(X, clip, normalize, mean)
+    if method == "adam1":
+        sums = train.class_sums_update(train.class_sums_init(X.shape[1], Y.shape[1]), Xp, Y, mask, clip,
+                                       loss=loss, bias_init=bias_init, fit_intercept=fit_intercept)
+        params = train.adam1_step(sums, n, k_train, sigma, learning_rate, clip=clip, loss=loss, bias_init=bias_init,
+                                  fit_intercept=fit_intercept)
+    elif method == "sgd":
+        params = train.fit_full_batch(Xp, Y, mask, n, k_train, sigma, learning_rate, steps=steps, clip=clip,
+                                      loss=loss, optimizer=optimizer, momentum=momentum,
+                                      fit_intercept=fit_intercept, bias_init=bias_init)
+    else:
+        params = train.fit_minibatch(Xp, Y, mask, n, k_train, sigma, learning_rate, steps=steps, sample_rate=q,
+                                     clip=clip, loss=loss, optimizer=optimizer, momentum=momentum,
+                                     fit_intercept=fit_intercept, bias_init=bias_init)
+    return Released(params.W, params.b, mean)
+
+
+def _prep(X, clip, normalize, mean):
+    """Rows as the model sees them: normalized to ``clip``, centered by the released mean and normalized again."""
+    if not normalize:
+        return jnp.asarray(X, jnp.float32)
+    return preprocess.apply(X, preprocess.Preprocessing(clip, mean))
+
+
+def preprocess_rows(plan: Plan, X, mean) -> jax.Array:
+    """Rows of any dimension as a fitted plan's model sees them (prediction uses this)."""
+    return _prep_jit(jnp.asarray(X), plan.clip, plan.normalize, None if mean is None else jnp.asarray(mean))
+
+
+_prep_jit = jax.jit(_prep, static_argnames=("clip", "normalize"))
+
+
+@functools.partial(jax.jit, static_argnames=("static",))
+def _train_many(static, X, Y, mask, n, keys, sigmas, sigmas_center, lrs):
+    """:func:`train_rows` for S plans of one static form at once; the rows are shared (not batched)."""
+    return jax.vmap(train_rows, in_axes=(None, None, None, None, None, 0, 0, 0, 0))(
+        static, X, Y, mask, n, keys, sigmas, sigmas_center, lrs)
+
+
+# ----------------------------------------------------------------------------- run plans on a source
+
+def run(plans: Sequence[Plan], source: Source, keys: Sequence, classes: np.ndarray, *, block_rows: int = 65536,
+        memory_limit: int = 2**30, verbose: bool = False) -> list[Released]:
+    """Run every plan on ``source`` with its key; returns one :class:`Released` per plan, in order.
+
+    Parameters
+    ----------
+    plans : sequence of Plan
+        Made for ``source`` (same N and dimension) and ``classes``.
+    keys : sequence of jax keys, one per plan
+    classes : ndarray (k,)
+        The public class list (sorted).
+    block_rows : int
+        Rows per block when streaming.
+    memory_limit : int
+        Bytes of float32 rows (per plan group, counting the centered copies of a vmapped group) kept in memory;
+        above it the rows are streamed.
+    """
+    plans = list(plans)
+    if len(keys) != len(plans):
+        raise ValueError(f"{len(plans)} plans but {len(keys)} keys")
+    for p in plans:
+        if (p.n, p.dim, p.n_classes) != (source.n, source.dim, len(classes)):
+            raise ValueError(f"plan made for N={p.n}, d={p.dim}, k={p.n_classes}; the source has N={source.n}, "
+                             f"d={source.dim}, k={len(classes)}")
+    rows = _Rows(source, classes, block_rows, verbose)
+    out: list[Optional[Released]] = [None] * len(plans)
+    fits = source.in_memory or source.n * source.dim * 4 <= memory_limit
+    groups: dict[tuple, list[int]] = {}
+    for i, p in enumerate(plans):
+        if p.secure_mode or not fits:
+            continue
+        groups.setdefault(p.static(), []).append(i)
+    if groups:
+        X, Y, mask = rows.load()
+        for static, idx in groups.items():
+            per_plan = X.size * 4 if static[5] else 0  # a centered plan holds its own centered copy
+            chunk = max(1, int(memory_limit // per_plan)) if per_plan else len(idx)
+            for a in range(0, len(idx), chunk):
+                sel = idx[a:a + chunk]
+                got = _train_many(static, X, Y, mask, float(source.n), jnp.stack([keys[i] for i in sel]),
+                                  *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in _dynamic(plans)))
+                for j, i in enumerate(sel):
+                    out[i] = Released(got.W[j], got.b[j], None if got.mean is None else got.mean[j])
+    rest = [i for i in range(len(plans)) if out[i] is None]
+    for i, released in zip(rest, _stream(rows, [plans[i] for i in rest], [keys[i] for i in rest])):
+        out[i] = released
+    return out
+
+
+def _dynamic(plans):
+    return ([p.sigma for p in plans], [p.sigma_center if p.centered else 1.0 for p in plans],
+            [p.learning_rate for p in plans])
+
+
+# ----------------------------------------------------------------------------- rows from a source
+
+def _row_sharding():
+    """NamedSharding splitting rows over all devices, or None on a single device."""
+    devices = jax.devices()
+    if len(devices) == 1:
+        return None
+    mesh = jax.sharding.Mesh(np.array(devices), ("rows",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("rows"))
+
+
+def _put_rows(*arrays):
+    """Device arrays with rows sharded over ``jax.devices()`` (one data-parallel jit; GSPMD inserts the psum).
+
+    ``make_array_from_process_local_data``: under ``jax.distributed`` each process passes its own rows and the
+    global array spans all hosts.
+    """
+    sharding = _row_sharding()
+    if sharding is None:
+        return tuple(jnp.asarray(a) for a in arrays)
+    return tuple(jax.make_array_from_process_local_data(sharding, np.asarray(a)) for a in arrays)
+
+
+def _padded_len(n: int) -> int:
+    nd = jax.device_count()
+    return -(-n // nd) * nd
+
+
+def _pad(X, idx, mask, to: int):
+    """Pad a block to ``to`` rows with zero rows of mask 0 (fixed shapes: one compilation)."""
+    m = X.shape[0]
+    if m < to:
+        X = np.concatenate([X, np.zeros((to - m, X.shape[1]), X.dtype)])
+        idx = np.concatenate([idx, np.zeros(to - m, idx.dtype)])
+        mask = np.concatenate([mask, np.zeros(to - m, mask.dtype)])
+    return X, idx, mask
+
+
+class _Rows:
+    """A source's rows as the runner consumes them: class indices, a mask of real rows, padded device blocks."""
+
+    def __init__(self, source: Source, classes: np.ndarray, block_rows: int, verbose: bool):
+        self.source, self.classes, self.block_rows, self.verbose = source, classes, int(block_rows), verbose
+        self.k = len(classes)
+
+    def host_blocks(self):
+        """``(X, idx int32, mask float32)``: null rows (unknown label, non-finite value) zeroed and masked out."""
+        for X, y in self.source.blocks(self.block_rows):
+            idx, known = label_index(self.classes, y)
+            if X.dtype not in (np.float16, np.float32):
+                X = np.asarray(X, np.float32)
+            finite = np.isfinite(X).all(axis=1)
+            ok = known & finite
+            if not finite.all():
+                X = np.where(finite[:, None], X, 0).astype(X.dtype)
+            yield X, idx, ok.astype(np.float32)  # float16 stays float16 until the device: half the copy
+
+    def load(self):
+        """Every row at once: X (m, d), one-hot Y (m, k), mask (m,), padded to a multiple of the device count."""
+        Xs, idxs, masks = zip(*self.host_blocks()) if self.source.n else ((), (), ())
+        X, idx, mask = (np.concatenate(a) for a in (Xs, idxs, masks))
+        X, idx, mask = _pad(X, idx, mask, _padded_len(X.shape[0]))
+        return _put_rows(X, np.eye(self.k, dtype=np.float32)[idx], mask)
+
+    def device_blocks(self, desc: str | None, with_counts: bool = False):
+        """Padded, sharded device blocks ``(X, idx, mask[, rows before padding])``; a short last block is padded
+        to TAIL_ROWS multiples."""
+        size = None
+        for X, idx, mask in tqdm(self.host_blocks(), desc=desc, disable=not self.verbose or desc is None,
+                                 leave=False):
+            size = size or _padded_len(X.shape[0])
+            m = X.shape[0]
+            to = size if m >= size else min(size, -(-m // TAIL_ROWS) * TAIL_ROWS)
+            block = _put_rows(*_pad(X, idx, mask, _padded_len(to)))
+            yield (*block, m) if with_counts else block
+
+
+def _double_buffered(results):
+    """Drive an accumulation of device results, keeping at most two in flight.
+
+    While the device works on block i, the host reads block i+1 (JAX dispatch is asynchronous); waiting on the
+    previous result bounds memory to two blocks.  Returns the last result.
+    """
+    prev = last = None
+    for last in results:
+        if prev is not None:
+            jax.block_until_ready(prev)
+        prev = last
+    return last
+
+
+# ----------------------------------------------------------------------------- streaming
+
+@functools.partial(jax.jit, static_argnames=("clip",))
+def _row_sum_block(total, X, mask, clip):
+    return total + preprocess.row_sum(X, mask, clip)
+
+
+@functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "bias_init", "fit_intercept"))
+def _class_sums_block(acc, X, idx, mask, mean, *, k, clip, normalize, loss, bias_init, fit_intercept):
+    return train.class_sums_update(acc, _prep(X, clip, normalize, mean), jax.nn.one_hot(idx, k), mask, clip,
+                                   loss=loss, bias_init=bias_init, fit_intercept=fit_intercept)
+
+
+@functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "fit_intercept"))
+def _grad_block(acc, params, X, idx, mask, mean, *, k, clip, normalize, loss, fit_intercept):
+    g = train.clipped_grad_sum(params, _prep(X, clip, normalize, mean), jax.nn.one_hot(idx, k), mask, clip,
+                               loss=loss, fit_intercept=fit_intercept)
+    return jax.tree.map(jnp.add, acc, g)
+
+
+@functools.partial(jax.jit, static_argnames=("loss", "bias_init", "fit_intercept"))
+def _adam1_release_many(sums, n, keys, sigmas, lrs, clip, *, loss, bias_init, fit_intercept):
+    """adam1's data-free stage for S plans sharing one class-sum pass (vmapped over key, σ, lr)."""
+    def one(key, sigma, lr):
+        _, k_train = stage_keys(key)
+        return train.adam1_step(sums, n, k_train, sigma, lr, clip=clip, loss=loss, bias_init=bias_init,
+                                fit_intercept=fit_intercept)
+    return jax.vmap(one)(keys, sigmas, lrs)
+
+
+_sample = jax.jit(train.poisson_mask, static_argnames=("length",))
+
+
+@functools.partial(jax.jit, static_argnames=("optimizer", "fit_intercept"))
+def _noisy_step(state, grad_sum, key, sigma, denom, lr, momentum, clip, *, optimizer, fit_intercept):
+    opt = train.make_optimizer(optimizer, lr, momentum=momentum)
+    return train.noisy_update(state, grad_sum, key, sigma, denom, opt, clip=clip, fit_intercept=fit_intercept)
+
+
+def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
+    """Plans whose rows do not fit in memory, or in secure mode: block by block."""
+    out: list[Optional[Released]] = [None] * len(plans)
+    means = _centering(rows, plans, keys)
+    # adam1 without centering: one class-sum pass for every plan of the same static form
+    shared: dict[tuple, list[int]] = {}
+    for i, p in enumerate(plans):
+        if p.method == "adam1" and not p.centered and not p.secure_mode:
+            shared.setdefault(p.static(), []).append(i)
+    for idx in shared.values():
+        p = plans[idx[0]]
+        sums = _class_sums(rows, p, None)
+        got = _adam1_release_many(sums, float(p.n), jnp.stack([keys[i] for i in idx]),
+                                  jnp.asarray([plans[i].sigma for i in idx], jnp.float32),
+                                  jnp.asarray([plans[i].learning_rate for i in idx], jnp.float32), p.clip,
+                                  loss=p.loss, bias_init=p.bias_init, fit_intercept=p.fit_intercept)
+        for j, i in enumerate(idx):
+            out[i] = Released(got.W[j], got.b[j], None)
+    for i, p in enumerate(plans):
+        if out[i] is not None:
+            continue
+        _, k_train = stage_keys(keys[i])
+        if p.method == "adam1":
+            sums = _class_sums(rows, p, means[i])
+            if p.secure_mode:
+                g = _secure_release(train.adam1_gradient(sums, loss=p.loss, bias_init=p.bias_init), p)
+                params = train.adam1_update(g, p.n, p.learning_rate, bias_init=p.bias_init,
+                                            fit_intercept=p.fit_intercept)
+            else:
+                params = train.adam1_step(sums, p.n, k_train, p.sigma, p.learning_rate, clip=p.clip, loss=p.loss,
+                                          bias_init=p.bias_init, fit_intercept=p.fit_intercept)
+        else:
+            params = _stream_steps(rows, p, k_train, means[i])
+        out[i] = Released(params.W, params.b, means[i])
+    return out
+
+
+def _centering(rows: _Rows, plans: list[Plan], keys: list) -> list:
+    """The released mean of every centered plan; one row-sum pass per clip norm."""
+    means: list = [None] * len(plans)
+    totals: dict[float, jax.Array] = {}
+    for i, p in enumerate(plans):
+        if not p.centered:
+            continue
+        if p.clip not in totals:
+            total = jnp.zeros(p.dim, jnp.float32)
+
+            def sums(total=total, clip=p.clip):
+                for X, _, mask in rows.device_blocks("centering"):
+                    total = _row_sum_block(total, X, mask, clip)
+                    yield total
+
+            totals[p.clip] = _double_buffered(sums())
+        total = totals[p.clip]
+        if p.secure_mode:
+            means[i] = jnp.asarray(secure_noise.secure_gaussian_release(total, p.sigma_center * p.clip, p.clip)
+                                   / p.n, jnp.float32)
+        else:
+            k_center, _ = stage_keys(keys[i])
+            means[i] = preprocess.private_mean(total, p.n, k_center, p.sigma_center, p.clip)
+    return means
+
+
+def _class_sums(rows: _Rows, p: Plan, mean):
+    acc = train.class_sums_init(p.dim, p.n_classes)
+
+    def sums():
+        nonlocal acc
+        for X, idx, mask in rows.device_blocks("adam1 pass"):
+            acc = _class_sums_block(acc, X, idx, mask, mean, k=p.n_classes, clip=p.clip, normalize=p.normalize,
+                                    loss=p.loss, bias_init=p.bias_init, fit_intercept=p.fit_intercept)
+            yield acc
+
+    _double_buffered(sums())
+    return acc
+
+
+def _stream_steps(rows: _Rows, p: Plan, key, mean):
+    """sgd / minibatch one pass over the rows per step (the streamed form of train.fit_full_batch/fit_minibatch)."""
+    q = p.sample_rate
+    opt = train.make_optimizer(p.optimizer, p.learning_rate, momentum=p.momentum)
+    state = train.init_state(p.dim, p.n_classes, opt, p.bias_init)
+    denom = q * p.n  # public: expected (q<1) or exact (q=1) batch size
+    for step_key in tqdm(jax.random.split(key, p.steps), desc=f"{p.method} steps", disable=not rows.verbose):
+        # full batch: the step key is the noise key, exactly as in train.fit_full_batch
+        k_sample, k_noise = jax.random.split(step_key) if q < 1.0 else (None, step_key)
+        g = train.LinearParams(jnp.zeros((p.dim, p.n_classes), jnp.float32), jnp.zeros((p.n_classes,), jnp.float32))
+
+        def grad_sums():
+            nonlocal g
+            start = 0
+            for X, idx, mask, real in rows.device_blocks(None, with_counts=True):
+                if q < 1.0:  # the same sample as train.fit_minibatch: a function of the row's global index
+                    mask = mask * _sample(k_sample, q, start, mask.shape[0])
+                start += real
+                g = _grad_block(g, state.params, X, idx, mask, mean, k=p.n_classes, clip=p.clip,
+                                normalize=p.normalize, loss=p.loss, fit_intercept=p.fit_intercept)
+                yield g
+
+        _double_buffered(grad_sums())
+        sigma = p.sigma
+        if p.secure_mode:  # released here with the discrete Gaussian; nothing more to add in the update
+            g, sigma = _secure_release(g, p), 0.0
+        state = _noisy_step(state, g, k_noise, sigma, denom, p.learning_rate, p.momentum, p.clip,
+                            optimizer=p.optimizer, fit_intercept=p.fit_intercept)
+    return state.params
+
+
+def _secure_release(g: train.LinearParams, p: Plan) -> train.LinearParams:
+    """A clipped gradient sum released with the discrete Gaussian (W and b as one vector when b is trained)."""
+    W, b = np.asarray(g.W, np.float64), np.asarray(g.b, np.float64)
+    flat = np.concatenate([W.ravel(), b]) if p.fit_intercept else W.ravel()
+    noisy = secure_noise.secure_gaussian_release(flat, p.sigma * p.clip, p.clip)
+    return train.LinearParams(jnp.asarray(noisy[:W.size].reshape(W.shape), jnp.float32),
+                              jnp.asarray(noisy[W.size:], jnp.float32) if p.fit_intercept else g.b)
