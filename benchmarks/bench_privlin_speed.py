@@ -69,8 +69,8 @@ def bench_adam1_vs_pass(tmp, n, d, k, repeats):
         for X, _ in sp.blocks(rows=65536, dtype=np.float32):
             s += X.sum(axis=0)
 
-    fit1 = lambda: privlin.fit(path, eps=1, method="adam1", center=False, classes=range(k), random_state=0)  # noqa: E731
-    fit2 = lambda: privlin.fit(path, eps=1, method="adam1", classes=range(k), random_state=0)  # noqa: E731
+    fit1 = lambda: privlin.fit(path, epsilon=1, method="adam1", center=False, classes=range(k), random_state=0)  # noqa: E731
+    fit2 = lambda: privlin.fit(path, epsilon=1, method="adam1", classes=range(k), random_state=0)  # noqa: E731
     t_plain, t_fit, t_fit_c = best_of([plain, fit1, fit2], repeats)
     return [f"| adam1 fit vs one plain pass (store n={n}, d={d}, k={k}, float16) | {t_plain:.2f} s | "
             f"{t_fit:.2f} s | **{t_fit / t_plain:.2f}×** (goal ≤ 1.5×) |",

@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import stores  # noqa: E402
-import privlin.api as api  # noqa: E402
+import privlin  # noqa: E402
 from privlin.sweep import sweep  # noqa: E402
 
 EPS10 = [0.25, 0.5, 1, 2, 3, 4, 6, 8, 12, 16]
@@ -95,19 +95,19 @@ def main(argv=None):
     machine = f"{os.cpu_count()}-core CPU ({platform.machine()}), shared"
     with tempfile.TemporaryDirectory() as tmp:
         st = make_store(os.path.join(tmp, "big.zarr"), args.n, args.d, args.k)
-        one = timed(lambda: api.fit(st, eps=1.0, method="adam1", center=False, classes=classes, random_state=0),
+        one = timed(lambda: privlin.fit(st, epsilon=1.0, method="adam1", center=False, classes=classes, random_state=0),
                     args.repeat)
-        many = timed(lambda: sweep(st, eps=EPS10, method="adam1", clip=1.0, normalize=1.0, classes=classes,
-                                   eval_split=None, charge=False, random_state=0), args.repeat)
+        many = timed(lambda: sweep(st, epsilon=EPS10, method="adam1", center=False, classes=classes,
+                                   eval_split=None, random_state=0), args.repeat)
         rows.append(f"| adam1: 10-ε sweep vs 1 fit, same store (n={args.n}, d={args.d}, k={args.k}, float16) | "
                     f"{one:.2f} s | {many:.2f} s | **{many / one:.2f}×** (goal ≤ 1.3×) | {machine} |")
 
         sg = make_store(os.path.join(tmp, "grid.zarr"), args.grid_n, args.d, args.k, seed=1)
-        one = timed(lambda: api.fit(sg, eps=1.0, method="sgd", steps=args.steps, learning_rate=1.0, center=False,
+        one = timed(lambda: privlin.fit(sg, epsilon=1.0, method="sgd", steps=args.steps, learning_rate=1.0, center=False,
                                     classes=classes, random_state=0), args.repeat)
-        many = timed(lambda: sweep(sg, eps=[0.5, 1, 2, 4, 8], method="sgd", steps=args.steps,
-                                   learning_rate=[0.5, 1.0, 2.0, 4.0], clip=1.0, normalize=1.0, classes=classes,
-                                   eval_split=None, charge=False, random_state=0), args.repeat)
+        many = timed(lambda: sweep(sg, epsilon=[0.5, 1, 2, 4, 8], method="sgd", steps=args.steps,
+                                   learning_rate=[0.5, 1.0, 2.0, 4.0], center=False, classes=classes,
+                                   eval_split=None, random_state=0), args.repeat)
         rows.append(f"| sgd: 20-setting grid (5 ε × 4 lr, T={args.steps}) vs 1 fit, same store (n={args.grid_n}, "
                     f"d={args.d}, k={args.k}) | {one:.2f} s | {many:.2f} s | **{many / one:.2f}×** (goal ≤ 3×) | "
                     f"{machine} |")
@@ -116,8 +116,8 @@ def main(argv=None):
         X, y = X[:args.opacus_n], y[:args.opacus_n]
         X /= np.linalg.norm(X, axis=1, keepdims=True)
         opacus_total = sum(opacus_epoch_time(X, y, args.k, 1.0) for _ in EPS10)
-        ours = timed(lambda: sweep((X, y), eps=EPS10, method="adam1", normalize=1.0, classes=classes,
-                                   eval_split=None, charge=False, random_state=0), args.repeat)
+        ours = timed(lambda: sweep((X, y), epsilon=EPS10, method="adam1", center=False, classes=classes,
+                                   eval_split=None, random_state=0), args.repeat)
         rows.append(f"| opacus (1 epoch DP-SGD, batch 1000, per ε) × 10 ε vs privlin 10-ε adam1 sweep "
                     f"(n={len(y)}, d={args.d}, k={args.k}) | {opacus_total:.2f} s | {ours:.2f} s | "
                     f"**{opacus_total / ours:.1f}× faster** | {machine} |")

@@ -92,10 +92,16 @@ def make_accountant(accountant: str, neighbouring, *, pld_interval: float = _PLD
 
 def compose_epsilon(events: Iterable[_ev.DpEvent], delta: float, *, neighbouring=DEFAULT_NEIGHBOURING,
                     pld_interval: float = _PLD_INTERVAL) -> float:
-    """ε at ``delta`` of all ``events`` composed by dp-accounting's PLD accountant.
+    """ε at ``delta`` of all ``events`` composed: exactly by GDP when every event is a full-batch Gaussian
+    (μ = √Σ 1/σ²; tight), else by dp-accounting's PLD accountant (a pessimistic discretization).
 
     ``inf`` when an event is non-private (``NonPrivateDpEvent``); 0 for no events.
     """
+    events = list(events)
+    sigmas = _flatten_gaussians(_ev.ComposedDpEvent(events))
+    if sigmas is not None:
+        sigmas = [s for s in sigmas if np.isfinite(s)]
+        return gdp_epsilon(sigmas, _check_delta(delta), neighbouring) if sigmas else 0.0
     acc = make_accountant("pld", neighbouring, pld_interval=pld_interval)
     n = 0
     for event in events:

@@ -47,6 +47,8 @@ __all__ = [
     "run_many",
     "canary_audit",
     "dirac_canary",
+    "estimator_trainer",
+    "one_run_estimator_audit",
     "ATTACKS",
 ]
 
@@ -540,6 +542,36 @@ METHODS: dict[str, Callable] = {
     "minibatch_sgd": _estimator_method(method="minibatch", steps=20, batch_size=256),
     "minibatch_adam": _estimator_method(method="minibatch", steps=20, batch_size=256, optimizer="adam"),
 }
+
+
+def one_run_estimator_audit(params: Mapping, X, y, *, canaries: int = 1000, seed: int = 0, delta: float = 1e-5,
+                            confidence: float = 0.95) -> AuditResult:
+    """One-run audit (Steinke, Nasr & Jagielski 2023) of ``DPLinearClassifier(**params).fit`` itself.
+
+    ``canaries`` Dirac rows on coordinates no other row uses, each included with probability ½ (otherwise a
+    null row takes its place: the zero-out neighbour), one fit through the estimator's own ``fit`` — whatever
+    path ``params`` choose (in memory, streamed with ``memory_limit=0``, ``secure_mode``).  The score of a
+    canary is its class's weight on its coordinate (use a method with continuous weights: adam1's sign-valued
+    step ties most scores).
+    """
+    from privlin import DPLinearClassifier
+
+    X, y = np.asarray(X, np.float32), np.asarray(y)
+    rng = np.random.default_rng(seed)
+    n, d = X.shape
+    k = int(y.max()) + 1
+    Xa = np.zeros((n + canaries, d + canaries), np.float32)
+    Xa[:n, :d] = X
+    cy = rng.integers(0, k, canaries)
+    included = rng.random(canaries) < 0.5
+    Xa[n + np.flatnonzero(included), d + np.flatnonzero(included)] = 1.0
+    ya = np.concatenate([y, np.where(included, cy, -1)])  # -1: not a class, a null row
+    est = DPLinearClassifier(**{**params, "classes": range(k)}).fit(Xa, ya)
+    scores = est.coef_[cy, d + np.arange(canaries)]
+    res = one_run_audit(scores, included, delta=delta, epsilon_claimed=est.privacy_.epsilon, confidence=confidence)
+    res.details["path"] = ("secure_mode" if params.get("secure_mode") else
+                           "streamed" if params.get("memory_limit") == 0 else "in memory")
+    return res
 
 
 def audit_method(method: str, epsilon: float, *, delta: float = 1e-5, runs: int = 1000, seed: int = 0,

@@ -203,7 +203,7 @@ def public_classes(source: Source, classes=None, *, stacklevel: int = 3) -> tupl
         leaks.append("classes")
         out = np.unique(source.labels())
     if out.size < 2:
-        raise ValueError(f"a classifier needs at least 2 classes; got {out.size}: {out.tolist()}")
+        raise ValueError(f"a classifier needs at least 2 classes; got {out.size} class: {out.tolist()}")
     return out, leaks
 
 

@@ -26,17 +26,20 @@ from .report import PrivacyLeakWarning, PrivacyReport
 __all__ = ["DPLinearClassifier", "fit", "evaluate"]
 
 
-def _public_setting_leaks(plan: Plan) -> list[str]:
+def _public_setting_leaks(plans, stacklevel: int) -> list[str]:
     """Warn about settings that void the guarantee: ε = ∞ (the non-private baseline) and δ ≥ 1/N."""
     leaks = []
-    if not plan.private:
+    if any(not p.private for p in plans):
         warnings.warn("epsilon=inf is the NON-PRIVATE baseline: no noise, no privacy guarantee",
-                      PrivacyLeakWarning, stacklevel=5)
+                      PrivacyLeakWarning, stacklevel=stacklevel)
         leaks.append("everything (epsilon=inf, non-private baseline)")
-    elif plan.delta >= 1.0 / plan.n:
-        warnings.warn(f"delta={plan.delta:g} >= 1/N = {1.0 / plan.n:.3g}: a mechanism that publishes one random row "
-                      f"outright meets such a guarantee; choose delta << 1/N", PrivacyLeakWarning, stacklevel=5)
-        leaks.append(f"delta={plan.delta:g} >= 1/N (guarantee meaningless)")
+    bad = [p.delta for p in plans if p.private and p.delta >= 1.0 / p.n]
+    if bad:
+        n = plans[0].n
+        warnings.warn(f"delta={max(bad):g} >= 1/N = {1.0 / n:.3g}: a mechanism that publishes one random row "
+                      f"outright meets such a guarantee; choose delta << 1/N", PrivacyLeakWarning,
+                      stacklevel=stacklevel)
+        leaks.append(f"delta={max(bad):g} >= 1/N (guarantee meaningless)")
     return leaks
 
 
@@ -228,6 +231,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
 
     def predict_proba(self, X):
         """Class probabilities (n, k): softmax, or normalized sigmoids (one-vs-rest) for the sigmoid loss."""
+        check_is_fitted(self)
         Z = self._logits(X)
         if self.plan_.loss == "softmax":
             P = jax.nn.softmax(Z, axis=1)
@@ -238,6 +242,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
 
     def predict(self, X):
         """Most likely class of each row, (n,)."""
+        check_is_fitted(self)
         return self.classes_[np.asarray(jnp.argmax(self._logits(X), axis=1))]
 
     def _logits(self, X):
@@ -254,16 +259,17 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ the private core
 
     def _fit(self, source: data.Source) -> "DPLinearClassifier":
-        """Public checks, then the charge, then the rows: classes → plan → ledger → runner → report."""
-        classes, leaks = data.public_classes(source, self.classes, stacklevel=5)
-        plan = make_plan(self.get_params(), n=source.n, dim=source.dim, n_classes=classes.size)
+        """Public checks, then the charge, then the rows: plan → ledger → runner → report."""
         _check_secure_mode(self)
-        leaks += _public_setting_leaks(plan)
         key, seeded = noise.make_key(self.random_state)
-        led = source.ledger(cap=self.budget, ledger=self.ledger)
-        if led is not None:  # before any private row is read
+
+        def charge(led, plans):
+            (plan,) = plans
             led.charge(plan.dp_event(), mechanism=f"DPLinearClassifier/{plan.method}", epsilon=plan.epsilon,
-                       delta=plan.delta, params=_entry_params(plan, seeded))
+                       delta=plan.delta, params=_entry_params(plan, seeded), neighbouring=plan.neighbouring)
+
+        classes, (plan,), leaks, led = plans_for(source, [self.get_params()], classes=self.classes,
+                                                 budget=self.budget, ledger=self.ledger, charge=charge)
         (released,) = runner.run([plan], source, [key], classes, block_rows=int(self.block_rows),
                                  memory_limit=int(self.memory_limit), verbose=bool(self.verbose))
         self.classes_ = classes
@@ -274,6 +280,31 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         self.ledger_ = led
         self.privacy_ = report_for(plan, seeded=seeded, leaks=leaks, data=source.description, ledger=led)
         return self
+
+
+def plans_for(source: data.Source, params_list, *, classes, budget, ledger, charge, stacklevel: int = 6):
+    """Plans for ``source``, charged before any private row is read: ``(classes, plans, leaks, ledger)``.
+
+    The order is the guarantee: public checks (parameters, N, d) and the plans first; then
+    ``charge(ledger, plans)`` (which may refuse); only then, if no class list is given or published, the
+    private labels (PrivacyLeakWarning).  The class count never changes the noise, so the charged event is
+    the one that runs.
+    """
+    known = classes is not None or source.published_classes() is not None
+    cls_, leaks = data.public_classes(source, classes, stacklevel=stacklevel) if known else (None, [])
+    plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=None if cls_ is None else cls_.size)
+             for p in params_list]
+    leaks += _public_setting_leaks(plans, stacklevel)
+    led = source.ledger(cap=budget, ledger=ledger)
+    if led is not None:
+        charge(led, plans)
+    if cls_ is None:
+        cls_, more = data.public_classes(source, None, stacklevel=stacklevel)
+        leaks += more
+        charged = [p.dp_event() for p in plans]
+        plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=cls_.size) for p in params_list]
+        assert [p.dp_event() for p in plans] == charged, "the class count changed the noise"
+    return cls_, plans, leaks, led
 
 
 def _entry_params(plan: Plan, seeded: bool) -> dict:

@@ -124,11 +124,12 @@ class Plan:
                 self.bias_init, self.fit_intercept, self.optimizer, self.momentum)
 
 
-def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int) -> Plan:
+def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | None) -> Plan:
     """The plan of ``DPLinearClassifier(**params)`` on N = ``n`` rows of dimension ``dim`` with ``n_classes``.
 
     ``params`` are the estimator's parameters (``DPLinearClassifier.get_params()``; missing keys take the
-    estimator's defaults).  Only public facts enter.
+    estimator's defaults).  Only public facts enter.  ``n_classes=None``: not known yet (the class list will
+    be read from the labels after the charge); the noise, and so the event charged, never depend on it.
 
     Raises
     ------
@@ -138,10 +139,10 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int) ->
     from .estimator import DPLinearClassifier  # the parameter defaults live in its signature
 
     p = {**DPLinearClassifier().get_params(), **dict(params)}
-    n, dim, k = int(n), int(dim), int(n_classes)
+    n, dim, k = int(n), int(dim), (0 if n_classes is None else int(n_classes))
     if n < 1:
         raise ValueError("no rows to fit on")
-    if k < 2:
+    if n_classes is not None and k < 2:
         raise ValueError(f"a classifier needs at least 2 classes; got {k}")
     method = p["method"]
     if method not in METHODS:

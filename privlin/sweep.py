@@ -32,9 +32,9 @@ import numpy as np
 from dp_accounting import dp_event as _ev
 
 from . import accounting, data, runner
-from .estimator import DPLinearClassifier, report_for
+from .estimator import DPLinearClassifier, plans_for, report_for
 from .noise import make_key
-from .plan import DEFAULT_EPSILON, make_plan
+from .plan import DEFAULT_EPSILON
 from .report import PrivacyLeakWarning
 
 __all__ = ["sweep", "SweepResult", "PrivacyLeakWarning"]
@@ -91,6 +91,10 @@ class SweepResult:
     total_delta: float = math.nan
     eval_public: bool = False
     means: list = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.means is None:
+            self.means = [None] * len(self.records)
 
     COLUMNS = ("method", "epsilon", "achieved_epsilon", "delta", "noise_multiplier", "center_noise_multiplier",
                "learning_rate", "steps", "clip", "center_share", "accuracy", "eval_split", "private", "seeded",
@@ -230,33 +234,26 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     ests = [_validated(s) for s in settings]
     source = data.as_source(data_, split)
     evaluation = _evaluation_source(data_, eval_data, eval_split)
-    classes_param = {repr(e.classes) for e in ests}
-    if len(classes_param) > 1:
+    if len({repr(e.classes) for e in ests}) > 1:
         raise ValueError("every setting of a sweep must use the same classes")
-    classes, leaks = data.public_classes(source, ests[0].classes, stacklevel=3)
-    plans = [make_plan(e.get_params(), n=source.n, dim=source.dim, n_classes=classes.size) for e in ests]
+    if len({e.neighbouring for e in ests}) > 1:
+        raise ValueError("every setting of a sweep must use one neighbouring relation")
     for e in ests:
         if e.secure_mode and (random_state is not None or return_keys):
             raise ValueError("secure_mode settings draw all randomness from os.urandom: leave random_state=None "
                              "and return_keys=False")
-
-    # privacy first: the composition of every setting, charged before any row is read
-    total_delta = max(p.delta for p in plans)
-    relations = {p.neighbouring for p in plans}
-    if len(relations) > 1:
-        raise ValueError(f"every setting of a sweep must use one neighbouring relation, got {sorted(relations)}")
-    relation = relations.pop()
-    event = _ev.ComposedDpEvent([p.dp_event() for p in plans])
-    total_eps = (math.inf if any(not p.private for p in plans)
-                 else accounting.compose_epsilon([event], total_delta, neighbouring=relation))
-    led = source.ledger(cap=budget, ledger=ledger)
     info = make_key(random_state)
     seeded = info.seeded or return_keys
-    if led is not None:
-        led.charge(event, mechanism=f"privlin.sweep/{'+'.join(sorted({p.method for p in plans}))}",
-                   epsilon=total_eps, delta=total_delta,
+
+    def charge(led, plans):  # privacy first: the composition of every setting, before any row is read
+        led.charge(_ev.ComposedDpEvent([p.dp_event() for p in plans]), mechanism=f"privlin.sweep/{'+'.join(sorted({p.method for p in plans}))}",
+                   epsilon=_total(plans), delta=max(p.delta for p in plans),
                    params={"settings": len(plans), "epsilons": [str(p.epsilon) for p in plans],
-                           "n": source.n, "seeded": bool(seeded)})
+                           "n": source.n, "seeded": bool(seeded)}, neighbouring=plans[0].neighbouring)
+
+    classes, plans, leaks, led = plans_for(source, [e.get_params() for e in ests], classes=ests[0].classes,
+                                           budget=budget, ledger=ledger, charge=charge, stacklevel=4)
+    total_eps, total_delta = _total(plans), max(p.delta for p in plans)
 
     keys = jax.random.split(info.key, len(plans))
     released = runner.run(plans, source, list(keys), classes, block_rows=int(ests[0].block_rows),
@@ -285,6 +282,14 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
         for i, rec in enumerate(result.records):
             rec["accuracy"], rec["eval_split"] = float(acc[i]), (eval_split or "eval")
     return result
+
+
+def _total(plans) -> float:
+    """ε at the largest δ of releasing every plan (PLD composition)."""
+    if any(not p.private for p in plans):
+        return math.inf
+    return accounting.compose_epsilon([p.dp_event() for p in plans], max(p.delta for p in plans),
+                                      neighbouring=plans[0].neighbouring)
 
 
 def _evaluation_source(data_, eval_data, eval_split):

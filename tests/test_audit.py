@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import stats
-from sklearn.datasets import load_digits
 
 from privlin import accounting
 from privlin import audit as A
@@ -97,10 +96,10 @@ def test_audit_inputs_are_checked():
 
 
 @pytest.fixture(scope="module")
-def digits():
-    X, y = load_digits(return_X_y=True)
-    X = X / np.linalg.norm(X, axis=1, keepdims=True)
-    return X.astype(np.float32), y.astype(np.int32)
+def digits_all(digits):
+    """All of digits (train and test of the shared split), rows at unit norm."""
+    Xtr, Xte, ytr, yte = digits
+    return np.concatenate([Xtr, Xte]).astype(np.float32), np.concatenate([ytr, yte]).astype(np.int32)
 
 
 def _clip(X, C=1.0):
@@ -136,8 +135,8 @@ def centered_sum_trainer(sigma, sigma_center, *, K=10, broken=None):
 
 
 @pytest.mark.parametrize("eps", [1.0, 4.0])
-def test_correct_mechanism_passes(digits, eps):
-    X, y = digits
+def test_correct_mechanism_passes(digits_all, eps):
+    X, y = digits_all
     sigma, sigma_c = accounting.split_noise(eps, DELTA, center_share=0.1)
     res = A.canary_audit(centered_sum_trainer(sigma, sigma_c), X, y, runs=1000, delta=DELTA, epsilon_claimed=eps)
     assert not res.violated, str(res)
@@ -145,8 +144,8 @@ def test_correct_mechanism_passes(digits, eps):
 
 
 @pytest.mark.parametrize("broken", ["weak_noise", "shared_noise", "exact_mean"])
-def test_broken_mechanism_is_caught(digits, broken):
-    X, y = digits
+def test_broken_mechanism_is_caught(digits_all, broken):
+    X, y = digits_all
     eps = 1.0
     sigma, sigma_c = accounting.split_noise(eps, DELTA, center_share=0.1)
     res = A.canary_audit(centered_sum_trainer(sigma, sigma_c, broken=broken), X, y, runs=1000, delta=DELTA,
@@ -155,9 +154,9 @@ def test_broken_mechanism_is_caught(digits, broken):
     assert res.epsilon_lb > 1.5
 
 
-def test_reference_gaussian_sum_tightness(digits):
+def test_reference_gaussian_sum_tightness(digits_all):
     """The ideal mechanism at ε=8 is audited above zero but below its claim."""
-    X, y = digits
+    X, y = digits_all
     sigma = accounting.calibrate_noise(8.0, DELTA)
     res = A.canary_audit(A.gaussian_sum_trainer(sigma), X, y, runs=1000, delta=DELTA, epsilon_claimed=8.0)
     assert 0.3 < res.epsilon_lb <= 8.0
@@ -183,3 +182,80 @@ def test_one_run_audit_catches_weak_noise():
         scores = coef[cy, d_data + np.arange(m)]
         res = A.one_run_audit(scores, inc, delta=DELTA, epsilon_claimed=2.0)
         assert res.violated == expect_violation, str(res)
+
+
+# --------------------------------------------------------------------------- the shipped estimator, audited
+
+@pytest.fixture
+def under_noised(monkeypatch):
+    """Every noise draw of the shipped code (privlin.noise.gaussian) scaled by 1/50, for one test only."""
+    from privlin import noise
+
+    real = noise.gaussian
+    monkeypatch.setattr(noise, "gaussian", lambda key, shape, stddev, dtype=jnp.float32:
+                        real(key, shape, stddev * 0.02, dtype))
+    jax.clear_caches()  # code compiled before the patch would still hold the real noise ...
+    yield
+    monkeypatch.undo()
+    jax.clear_caches()  # ... and code compiled under it must not outlive the test
+
+
+RUNS = {"adam1": 1000, "sgd": 300, "minibatch_sgd": 200, "minibatch_adam": 200}
+_slow = pytest.mark.slow
+
+
+@pytest.mark.parametrize("method,eps", [
+    ("adam1", 1.0), ("adam1", 4.0), ("sgd", 1.0), ("sgd", 4.0), ("minibatch_sgd", 1.0),
+    pytest.param("minibatch_sgd", 4.0, marks=_slow), pytest.param("minibatch_adam", 1.0, marks=_slow),
+    pytest.param("minibatch_adam", 4.0, marks=_slow),
+])
+def test_estimator_trainers_pass_the_canary_audit(method, eps):
+    """The trainer is the estimator's own in-memory fit (privlin.runner.train_rows with its plan), vmapped."""
+    res = A.audit_method(method, eps, runs=RUNS[method], delta=DELTA, seed=1)
+    assert res.epsilon_lb <= eps, str(res)
+    assert res.details["runs"] == RUNS[method]
+
+
+def test_an_under_noised_estimator_is_caught(under_noised):
+    """The same audit, with every noise draw of the shipped code scaled by 1/50: the claim is refuted.
+
+    (At 1/10 the centering noise, which reaches the canary's coordinate through every other centered row,
+    still hides a sign-valued adam1 step at ε=1 in 1000 runs.)"""
+    res = A.audit_method("adam1", 1.0, runs=1000, delta=DELTA, seed=1)
+    assert res.violated and res.epsilon_lb > 2.0, str(res)
+
+
+def test_the_estimator_trainer_is_the_estimators_fit(digits_all):
+    """Same key, same rows: the audit's trainer releases exactly what DPLinearClassifier.fit releases."""
+    from privlin import DPLinearClassifier
+
+    X, y = digits_all
+    X, y = X[:300], y[:300]
+    for method in ("adam1", "sgd"):
+        trainer = A.METHODS[method](epsilon=2.0, delta=DELTA, n_classes=10, n=len(y), dim=X.shape[1])
+        out = jax.jit(trainer)(jnp.asarray(X), jnp.asarray(y), jax.random.key(4))
+        est = DPLinearClassifier(epsilon=2.0, method=method, steps=trainer.plan.steps, classes=range(10),
+                                 random_state=jax.random.key(4)).fit(X, y)
+        np.testing.assert_allclose(np.asarray(out["coef"]), est.coef_, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(out["mean"]), est.mean_, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("path", [{}, {"memory_limit": 0}, {"secure_mode": True}])
+def test_one_run_audit_through_the_estimator_fit_on_every_path(digits_all, path):
+    X, y = digits_all
+    res = A.one_run_estimator_audit({"epsilon": 2.0, "method": "sgd", "steps": 10, **path}, X, y, canaries=1000)
+    assert not res.violated, str(res)
+    assert res.details["m"] == 1000
+
+
+def test_one_run_audit_through_the_estimator_catches_weak_noise(digits_all, under_noised):
+    X, y = digits_all
+    res = A.one_run_estimator_audit({"epsilon": 1.0, "method": "sgd", "steps": 10, "memory_limit": 0}, X, y,
+                                    canaries=1000)
+    assert res.violated, str(res)
+
+
+def test_cli_reports_claim_bound_and_attack(capsys):
+    assert A.main(["--method", "adam1", "--epsilon", "2", "--runs", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "claimed ε=2" in out and "audited lower bound" in out and "attack:" in out

@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 from sklearn.neighbors import KNeighborsClassifier
 
-import stores
 from privlin.knn import knn_accuracy, overlap_audit
 
 
@@ -11,16 +10,6 @@ def _blobs(rng, n, d=16, classes=4, spread=1.5):
     centers = rng.normal(size=(classes, d)) * spread
     y = rng.integers(0, classes, n)
     return (centers[y] + rng.normal(size=(n, d))).astype(np.float32), y.astype(np.int64)
-
-
-def _store(url, splits):
-    for name, (X, y, ids) in splits.items():
-        w = stores.create_split(url, name, n_rows=len(y), dim=X.shape[1], dtype="float32", shard_rows=64)
-        for i in w.pending():
-            a, b = w.shard_bounds(i)
-            w.write_shard(i, X[a:b], y[a:b], ids[a:b])
-        w.finalize()
-    return stores.open(url)
 
 
 @pytest.mark.parametrize("k,classes", [(1, 4), (7, 2)])  # no vote ties: both rules are the same rule
@@ -33,11 +22,10 @@ def test_knn_accuracy_matches_sklearn_cosine(k, classes):
     assert got.private is False and got.n_train == 300 and got.n_test == 200
 
 
-def test_knn_on_store_equals_arrays_and_separates_easy_from_random():
+def test_knn_on_store_equals_arrays_and_separates_easy_from_random(make_store):
     rng = np.random.default_rng(1)
     X, y = _blobs(rng, 400, spread=3.0)
-    ids = np.array([f"r{i}" for i in range(400)])
-    st = _store("memory://knn_store", {"train": (X[:300], y[:300], ids[:300]), "test": (X[300:], y[300:], ids[300:])})
+    st = make_store({"train": (X[:300], y[:300]), "test": (X[300:], y[300:])}, where="memory")
     on_store = knn_accuracy(st["train"], st["test"], k=5)
     on_arrays = knn_accuracy((X[:300], y[:300]), (X[300:], y[300:]), k=5)
     assert on_store.accuracy == on_arrays.accuracy
@@ -46,7 +34,7 @@ def test_knn_on_store_equals_arrays_and_separates_easy_from_random():
     assert shuffled.accuracy < 0.5  # labels carry no signal -> near chance (0.25)
 
 
-def test_overlap_audit_finds_exactly_the_planted_twins():
+def test_overlap_audit_finds_exactly_the_planted_twins(make_store):
     rng = np.random.default_rng(2)
     public = rng.normal(size=(500, 32)).astype(np.float32)
     private = rng.normal(size=(200, 32)).astype(np.float32)
@@ -54,11 +42,9 @@ def test_overlap_audit_finds_exactly_the_planted_twins():
     source = np.array([10, 400, 7, 0])
     # a twin: the public image, rescaled and lightly perturbed (cosine stays ~0.999)
     private[planted] = 2.0 * public[source] + 0.01 * rng.normal(size=(4, 32))
-    ids_pub = np.array([f"pub{i}" for i in range(500)])
-    ids_priv = np.array([f"priv{i}" for i in range(200)])
-    st_pub = _store("memory://overlap_pub", {"train": (public, np.zeros(500, np.int64), ids_pub)})
-    st_priv = _store("memory://overlap_priv", {"train": (private, np.zeros(200, np.int64), ids_priv)})
-    rep = overlap_audit(st_pub["train"], st_priv["train"], threshold=0.95)
+    st_pub = make_store({"pub": (public, np.zeros(500, np.int64))}, where="memory")  # ids pub0, pub1, ...
+    st_priv = make_store({"priv": (private, np.zeros(200, np.int64))}, where="memory")
+    rep = overlap_audit(st_pub["pub"], st_priv["priv"], threshold=0.95)
     assert rep.n_private == 200 and rep.n_public == 500 and rep.n_with_twin == 4
     assert dict(zip(rep.private_ids, rep.public_ids)) == {f"priv{p}": f"pub{s}" for p, s in zip(planted, source)}
     # independent check of the similarities: brute-force cosine in float64
@@ -82,3 +68,7 @@ def test_bad_inputs_are_clear_errors():
         overlap_audit((X, y), (np.full((2, 3), np.nan, np.float32), y[:2]))
     with pytest.raises(TypeError, match="stores.Split"):
         knn_accuracy(X, (X, y))
+    from privlin.ledger import PrivacyBudgetExceeded, PrivacyLedger
+
+    with pytest.raises(PrivacyBudgetExceeded):  # a non-private release is refused by any cap, before it runs
+        knn_accuracy((X, y), (X, y), ledger=PrivacyLedger.in_memory(cap=(10.0, 1e-5)))

@@ -1,4 +1,5 @@
-"""The privacy ledger: PLD totals equal dp-accounting's, caps refuse, concurrent writers lose nothing."""
+"""The privacy ledger: PLD totals equal dp-accounting's, the stored cap binds every charge, concurrent writers
+lose nothing, and every privlin path that reads private rows is charged."""
 import json
 import os
 import subprocess
@@ -10,7 +11,10 @@ from dp_accounting import NeighboringRelation
 from dp_accounting import dp_event as ev
 from dp_accounting.pld import pld_privacy_accountant
 
+import privlin
+from privlin import events as E
 from privlin import ledger as L
+from privlin.ledger.__main__ import main as ledger_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -19,8 +23,8 @@ CENTER = ev.GaussianDpEvent(10.0)
 SWEEP = ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(0.1, ev.GaussianDpEvent(1.5)), 10)
 
 
-def _pld_direct(events, delta):
-    acc = pld_privacy_accountant.PLDAccountant(NeighboringRelation.ADD_OR_REMOVE_ONE)
+def _pld_direct(events, delta, relation=NeighboringRelation.REPLACE_SPECIAL):
+    acc = pld_privacy_accountant.PLDAccountant(relation)
     for e in events:
         acc.compose(e)
     return acc.get_epsilon(delta)
@@ -28,9 +32,18 @@ def _pld_direct(events, delta):
 
 def test_event_round_trip_nested():
     e = ev.ComposedDpEvent([FIT, SWEEP, ev.NonPrivateDpEvent()])
-    d = L.event_to_dict(e)
+    d = E.event_to_dict(e)
     assert json.loads(json.dumps(d)) == d
-    assert L.event_from_dict(d) == e
+    assert E.event_from_dict(d) == e
+
+
+def test_a_reports_event_reads_back_through_the_ledgers_codec(blobs):
+    X, y = blobs(60, seed=0)
+    m = privlin.DPLinearClassifier(epsilon=1.0, classes=range(4), steps=3, random_state=0).fit(X, y)
+    d = json.loads(m.privacy_.to_json())["dp_event"]
+    assert E.event_from_dict(d) == m.privacy_.dp_event
+    assert L.LedgerEntry.from_dict(L.LedgerEntry("fit", m.privacy_.dp_event, 1.0, 1e-5, "replace_special")
+                                   .to_dict()).event == m.privacy_.dp_event
 
 
 @pytest.mark.parametrize(
@@ -45,13 +58,13 @@ def test_event_round_trip_nested():
 )
 def test_event_from_dict_admits_only_known_events_and_numbers(bad):
     with pytest.raises(ValueError):
-        L.event_from_dict(bad)
+        E.event_from_dict(bad)
 
 
 def test_two_fits_and_a_sweep_total_equals_dp_accounting(tmp_path):
     store = tmp_path / "feat.zarr"
     led = L.PrivacyLedger.for_split(str(store), "train")
-    assert led.path == str(store) + "/train/" + L.LEDGER_FILENAME
+    assert led.path == str(store) + "/train/" + L.LEDGER_FILENAME and led.neighbouring == "replace_special"
     led.charge(CENTER, mechanism="private_centering", epsilon=0.5, delta=1e-6)
     led.charge(FIT, mechanism="privlin.fit/dp_adam", epsilon=1.5, delta=1e-5)
     led.charge(FIT, mechanism="privlin.fit/dp_adam", epsilon=1.5, delta=1e-5)
@@ -123,7 +136,7 @@ def test_crash_during_write_keeps_the_old_file(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise OSError("disk full")
 
-    monkeypatch.setattr(L.os, "fsync", boom)
+    monkeypatch.setattr(L.storage.os, "fsync", boom)
     with pytest.raises(OSError):
         led.charge(FIT, mechanism="fit", epsilon=1.5, delta=1e-5)
     assert p.read_bytes() == before
@@ -133,8 +146,10 @@ def test_crash_during_write_keeps_the_old_file(tmp_path, monkeypatch):
 def test_mixed_relations_refuse_to_compose(tmp_path):
     p = tmp_path / "l.json"
     L.PrivacyLedger(p, neighbouring="replace_one").charge(FIT, mechanism="a", epsilon=1, delta=1e-5)
+    assert L.PrivacyLedger(p).neighbouring == "replace_one"  # the relation is stored with the entries
     with pytest.raises(ValueError, match="do not compose"):
-        L.PrivacyLedger(p).spent(1e-5)
+        L.PrivacyLedger(p, neighbouring="replace_special").charge(FIT, mechanism="b", epsilon=1, delta=1e-5)
+    assert len(L.PrivacyLedger(p)) == 1
 
 
 def test_bad_inputs():
@@ -166,7 +181,7 @@ def test_concurrent_processes_lose_no_entry(tmp_path):
         from privlin.ledger import PrivacyLedger
         led = PrivacyLedger({path!r})
         for i in range(n_each):
-            led.charge(ev.GaussianDpEvent(5.0), mechanism=f"w{{sys.argv[1]}}-{{i}}", epsilon=1, delta=1e-6, check=False)
+            led.charge(ev.GaussianDpEvent(5.0), mechanism=f"w{{sys.argv[1]}}-{{i}}", epsilon=1, delta=1e-6)
         """
     ).replace("n_each", str(n_each))
     procs = [subprocess.Popen([sys.executable, "-c", script, str(k)]) for k in range(n_proc)]
@@ -193,42 +208,137 @@ def test_cli_prints_history_and_total(tmp_path):
 def test_cli_json(tmp_path, capsys):
     led = L.PrivacyLedger.for_split(str(tmp_path / "s.zarr"), "train")
     led.charge(FIT, mechanism="privlin.fit/dp_adam", epsilon=1.5, delta=1e-5)
-    assert L.main([led.path, "--json", "--delta", "1e-5"]) == 0
+    assert ledger_main([led.path, "--json", "--delta", "1e-5"]) == 0
     assert json.loads(capsys.readouterr().out)["epsilon"] == pytest.approx(_pld_direct([FIT], 1e-5))
-    assert L.main([str(tmp_path / "s.zarr"), "--split", "train"]) == 0
+    assert ledger_main([str(tmp_path / "s.zarr"), "--split", "train"]) == 0
     assert "privlin.fit/dp_adam" in capsys.readouterr().out
-    assert L.main([str(tmp_path / "empty")]) == 1
+    assert ledger_main([str(tmp_path / "empty")]) == 1
 
 
-@pytest.mark.parametrize("where", ["local", "memory"])
-def test_ledger_for_real_store_splits(tmp_path, where):
-    import numpy as np
+# --------------------------------------------------------------------------- the ledger as policy
 
+
+def test_the_cap_is_stored_and_binds_every_later_charge(tmp_path):
+    p = tmp_path / "l.json"
+    one = _pld_direct([FIT], 1e-5)
+    L.PrivacyLedger(p, cap=(1.3 * one, 1e-5)).charge(FIT, mechanism="fit", epsilon=one, delta=1e-5)
+    uncapped = L.PrivacyLedger(p)  # a later caller that passes no budget
+    assert uncapped.cap == (1.3 * one, 1e-5)
+    with pytest.raises(L.PrivacyBudgetExceeded, match="past the cap"):
+        uncapped.charge(FIT, mechanism="fit", epsilon=one, delta=1e-5)
+    with pytest.raises(L.PrivacyBudgetExceeded, match="raising a cap is an explicit act"):
+        L.PrivacyLedger(p, cap=(100.0, 1e-5)).charge(FIT, mechanism="fit", epsilon=one, delta=1e-5)
+    assert len(uncapped) == 1
+    uncapped.set_cap(3 * one, 1e-5, note="approved by the data owner")  # the explicit, recorded act
+    uncapped.charge(FIT, mechanism="fit", epsilon=one, delta=1e-5)
+    doc = json.loads(p.read_text())
+    assert [c["epsilon"] for c in doc["caps"]] == [1.3 * one, 3 * one]
+    assert doc["caps"][1]["note"] == "approved by the data owner" and doc["neighbouring"] == "replace_special"
+    L.PrivacyLedger(p, cap=(2.5 * one, 1e-5)).charge(ev.GaussianDpEvent(1e3), mechanism="tiny", epsilon=0.01,
+                                                     delta=1e-5)  # lowering needs no ceremony
+    assert L.PrivacyLedger(p).cap == (2.5 * one, 1e-5)
+
+
+def test_substitution_fits_are_composed_as_substitution(blobs):
+    """Three ε=4 replace_one fits under a cap of ε=4: the second is refused (the total is composed under
+    REPLACE_ONE, not as if the entries were zero-out)."""
+    X, y = blobs(200, seed=1)
+    led = L.PrivacyLedger.in_memory(neighbouring="replace_one", cap=(4.0, 1e-5))
+    kw = dict(epsilon=4.0, neighbouring="replace_one", classes=range(4), steps=5, ledger=led)
+    m = privlin.DPLinearClassifier(**kw).fit(X, y)
+    assert m.privacy_.neighbouring == "replace_one"
+    assert _pld_direct([m.privacy_.dp_event], 1e-5, NeighboringRelation.REPLACE_ONE) == pytest.approx(4.0, rel=2e-3)
+    with pytest.raises(L.PrivacyBudgetExceeded):
+        privlin.DPLinearClassifier(**kw).fit(X, y)
+    with pytest.raises(ValueError, match="do not compose"):  # a zero-out fit on a replace_one ledger
+        privlin.DPLinearClassifier(epsilon=1.0, classes=range(4), steps=5, ledger=led).fit(X, y)
+    assert len(led) == 1
+
+
+# --------------------------------------------------------------------------- every path charges
+
+
+@pytest.fixture
+def store(make_store, blobs):
+    X, y = blobs(120, d=8, k=2, seed=3)
+    return make_store({"train": (X, y), "test": (X, y)})
+
+
+def _ledger(store, split="train"):
+    from privlin.data import as_source
+
+    return as_source(store, split).ledger()
+
+
+def test_two_fits_and_a_sweep_compose_to_the_ledger_total(store):
+    from privlin.sweep import sweep
+
+    m1 = privlin.fit(store, epsilon=1.0, classes=[0, 1], method="adam1", random_state=0)
+    m2 = privlin.fit(store, epsilon=2.0, classes=[0, 1], method="sgd", steps=5, random_state=1)
+    res = sweep(store, epsilon=[0.5, 1.0], classes=[0, 1], eval_split=None, random_state=2)
+    led = _ledger(store)
+    entries = led.entries
+    assert [e.mechanism for e in entries] == ["DPLinearClassifier/adam1", "DPLinearClassifier/sgd", "privlin.sweep/sgd"]
+    assert entries[0].event == m1.privacy_.dp_event and entries[1].event == m2.privacy_.dp_event
+    expected = _pld_direct([m1.privacy_.dp_event, m2.privacy_.dp_event] + [r["plan"].dp_event() for r in res.records],
+                           1e-5)
+    assert led.spent(1e-5)[0] == pytest.approx(expected, rel=1e-6)
+    assert m2.ledger_.path == led.path
+    assert m2.privacy_.ledger_spent[0] == pytest.approx(_pld_direct([m1.privacy_.dp_event, m2.privacy_.dp_event],
+                                                                     m2.privacy_.ledger_spent[1]), rel=1e-6)
+
+
+def test_fit_past_the_budget_raises_and_reads_nothing(store, monkeypatch):
     import stores
 
-    url = str(tmp_path / "s.zarr") if where == "local" else "memory://ledger-for/s.zarr"
-    w = stores.create_split(url, "train", n_rows=4, dim=3, dtype="float32", shard_rows=4)
-    w.write_shard(0, np.ones((4, 3), np.float32), np.zeros(4, np.int64), np.array(list("abcd")))
-    w.finalize()
-    st = stores.open(url)
-    by_split = L.ledger_for(st["train"])
-    by_store = L.ledger_for(st, "train")
-    by_url = L.ledger_for(url, "train")
-    by_split.charge(FIT, mechanism="fit", epsilon=1.5, delta=1e-5)
-    assert len(by_store) == len(by_url) == 1
-    assert by_url.path.endswith("/train/" + L.LEDGER_FILENAME)
-    # the store still reads and verifies with the ledger beside its split
-    st = stores.open(url)
-    st.verify()
-    assert len(st["train"]) == 4
-    with pytest.raises(ValueError, match="split"):
-        L.ledger_for(st)
+    privlin.fit(store, epsilon=1.0, classes=[0, 1], method="adam1", budget=(1.2, 1e-5), random_state=0)
+    reads = []
+    for name in ("blocks", "to_numpy"):
+        orig = getattr(stores.Split, name)
+        monkeypatch.setattr(stores.Split, name,
+                            lambda self, *a, _o=orig, _n=name, **k: (reads.append(_n), _o(self, *a, **k))[1])
+    monkeypatch.setattr(stores.Split, "labels", property(lambda self: reads.append("labels")), raising=False)
+    with pytest.raises(L.PrivacyBudgetExceeded):
+        privlin.fit(store, epsilon=1.0, method="adam1", random_state=0)  # no budget, classes=None: still refused
+    assert reads == []
+    assert len(_ledger(store)) == 1
 
 
-def test_ledger_for_arrays_is_in_memory():
-    import numpy as np
+def test_a_fit_that_fails_public_checks_charges_nothing(store):
+    with pytest.raises(ValueError, match="single step"):
+        privlin.fit(store, epsilon=1.0, method="adam1", steps=3, classes=[0, 1])
+    with pytest.raises(ValueError, match="random_state"):
+        privlin.fit(store, epsilon=1.0, secure_mode=True, random_state=0, classes=[0, 1])
+    assert len(_ledger(store)) == 0
 
-    led = L.ledger_for(np.zeros((3, 2)), cap=(1.0, 1e-5))
-    assert led.path is None and led.cap == (1.0, 1e-5)
-    shared = L.PrivacyLedger.in_memory()
-    assert L.ledger_for(np.zeros(2), ledger=shared) is shared
+
+def test_arrays_charge_a_given_ledger_and_budget(blobs):
+    X, y = blobs(50, d=4, k=2, seed=1)
+    led = L.PrivacyLedger.in_memory(cap=(2.5, 1e-5))
+    privlin.fit((X, y), epsilon=2.0, classes=[0, 1], method="adam1", ledger=led, random_state=0)
+    assert len(led) == 1
+    with pytest.raises(L.PrivacyBudgetExceeded):
+        privlin.fit((X, y), epsilon=2.0, classes=[0, 1], method="adam1", ledger=led, random_state=0)
+    with pytest.raises(L.PrivacyBudgetExceeded):
+        privlin.fit((X, y), epsilon=2.0, classes=[0, 1], method="adam1", budget=(1.0, 1e-5))
+    m = privlin.fit((X, y), epsilon=2.0, classes=[0, 1], method="adam1", random_state=0)
+    assert m.ledger_ is None and m.privacy_.ledger is None  # arrays without ledger or budget: nowhere to charge
+
+
+def test_non_private_releases_are_charged_and_refused_under_a_cap(store):
+    from privlin.knn import knn_accuracy
+    from privlin.report import PrivacyLeakWarning
+
+    with pytest.warns(PrivacyLeakWarning, match="NON-PRIVATE"):
+        m = privlin.fit(store, epsilon=float("inf"), classes=[0, 1], method="sgd", steps=5, random_state=0)
+    assert m.privacy_.epsilon == float("inf") and m.privacy_.accountant == "none"
+    assert set(m.privacy_.noise_multipliers.values()) == {0.0}
+    assert "NON-PRIVATE" in str(m.privacy_) and m.privacy_.leaks
+    assert _ledger(store).spent(1e-5)[0] == float("inf")  # recorded: the split has no privacy left
+    knn_accuracy(store["train"], store["test"], k=3)
+    assert _ledger(store).entries[-1].mechanism == "privlin.knn/accuracy"
+    with pytest.raises(L.PrivacyBudgetExceeded):  # any cap refuses them, before reading anything
+        privlin.fit(store, epsilon=float("inf"), classes=[0, 1], budget=(100.0, 1e-5))
+    with pytest.raises(L.PrivacyBudgetExceeded):
+        knn_accuracy(store["test"], store["train"], budget=(100.0, 1e-5))
+    assert len(_ledger(store, "test")) == 0

@@ -100,8 +100,8 @@ def test_crafted_privacy_ledger_is_data(tmp_path, marker):
 
     p = tmp_path / "privacy_ledger.json"
     p.write_text(json.dumps({
-        "format": "privlin.ledger/1",
-        "entries": [{"id": "x", "mechanism": "m", "epsilon": 1, "delta": 1e-5,
+        "format": "privlin.ledger/2", "neighbouring": "replace_special",
+        "entries": [{"id": "x", "mechanism": "m", "epsilon": 1, "delta": 1e-5, "neighbouring": "replace_special",
                      "event": {"type": "system", "module_name": "os", "class_name": "system",
                                "command": f"touch {marker}"}}],
     }))

@@ -1,5 +1,5 @@
-"""privlin.sweep: every setting equals the same setting trained alone, the math matches autodiff + optax,
-noise of different settings is independent, and the privacy numbers match dp-accounting."""
+"""privlin.sweep: settings are estimator parameters run by the one runner; the math matches autodiff + optax,
+noise of different settings is independent, the privacy numbers match dp-accounting, keys stay secret."""
 import csv
 import io
 import math
@@ -10,68 +10,34 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from dp_accounting import NeighboringRelation
 from dp_accounting import dp_event as ev
 from dp_accounting.pld import pld_privacy_accountant as pld
 
-import stores
-from privlin.train import ClassSums
+from privlin import train
 from privlin.ledger import PrivacyBudgetExceeded, PrivacyLedger
-from privlin.sweep import PrivacyLeakWarning, Setting, _adam1_noisy_grads, fit_setting, sweep
+from privlin.sweep import PrivacyLeakWarning, sweep
 
 CLASSES = np.arange(4)
 
 
-def _data(n=240, d=12, k=4, seed=0):
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(k, d)) * 2
-    y = rng.integers(0, k, n)
-    X = (centers[y] + rng.normal(size=(n, d))).astype(np.float32)
-    return X, y.astype(np.int64)
-
-
 @pytest.fixture(scope="module")
-def data():
-    return _data()
-
-
-@pytest.fixture(scope="module")
-def store(data):
-    X, y = data
-    url = "memory://sweep_store"
-    for name, sl in (("train", slice(0, 180)), ("test", slice(180, 240))):
-        Xs, ys = X[sl], y[sl]
-        w = stores.create_split(url, name, n_rows=len(ys), dim=X.shape[1], dtype="float32", shard_rows=64)
-        for i in w.pending():
-            a, b = w.shard_bounds(i)
-            w.write_shard(i, Xs[a:b], ys[a:b], np.array([f"{name}{j}" for j in range(a, b)]))
-        w.finalize()
-    return stores.open(url)
+def data(blobs):
+    return blobs(240, d=12, seed=0)
 
 
 def _pld_eps(sigmas, steps, delta):
-    acc = pld.PLDAccountant(value_discretization_interval=1e-3)
+    acc = pld.PLDAccountant(NeighboringRelation.REPLACE_SPECIAL, value_discretization_interval=1e-3)
     acc.compose(ev.ComposedDpEvent([ev.SelfComposedDpEvent(ev.GaussianDpEvent(s), steps) for s in sigmas]))
     return acc.get_epsilon(delta)
-
-
-def test_adam1_every_setting_equals_it_fitted_alone_on_a_store(store):
-    res = sweep(store, eps=[0.5, 8.0], method="adam1", learning_rate=1e-2, clip=[1.0, 0.5],
-                classes=CLASSES, random_state=7, ledger=PrivacyLedger.in_memory())
-    assert len(res) == 4
-    for i, rec in enumerate(res.records):
-        W, b = fit_setting(store, rec["setting"], key=rec["key"], classes=CLASSES)
-        np.testing.assert_array_equal(W, res.coef[i])
-        np.testing.assert_array_equal(b, res.intercept[i])
-        assert 0.0 <= rec["accuracy"] <= 1.0 and rec["eval_split"] == "test"
-    assert len({tuple(r["key"]) for r in res.records}) == 4  # a distinct key per setting
 
 
 @pytest.mark.parametrize("fit_intercept", [False, True])
 def test_adam1_without_noise_is_optax_adam_on_autodiff_clipped_gradients(data, fit_intercept):
     X, y = data
-    res = sweep((X, y), settings=[Setting(method="adam1", epsilon=math.inf, learning_rate=0.05, clip=0.7,
-                                          fit_intercept=fit_intercept)],
-                classes=CLASSES, eval_split=None, random_state=0)
+    with pytest.warns(PrivacyLeakWarning, match="NON-PRIVATE"):
+        res = sweep((X, y), epsilon=math.inf, method="adam1", learning_rate=0.05, clip=0.7, normalize=False,
+                    center=False, fit_intercept=fit_intercept, classes=CLASSES, eval_split=None)
     Y = jax.nn.one_hot(y, 4)
 
     def loss(theta, x, t):  # sigmoid CE of [W; b], zero weights, bias -10
@@ -94,9 +60,10 @@ def test_adam1_without_noise_is_optax_adam_on_autodiff_clipped_gradients(data, f
 
 def test_sgd_without_noise_is_optax_momentum_on_autodiff_clipped_gradients(data):
     X, y = data
-    X = X / np.linalg.norm(X, axis=1, keepdims=True)
-    res = sweep((X, y), settings=[Setting(method="sgd", epsilon=math.inf, steps=6, learning_rate=3.0, clip=0.3)],
-                classes=CLASSES, eval_split=None, random_state=0)
+    with pytest.warns(PrivacyLeakWarning, match="NON-PRIVATE"):
+        res = sweep((X, y), epsilon=math.inf, method="sgd", steps=6, learning_rate=3.0, clip=0.3, center=False,
+                    classes=CLASSES, eval_split=None)
+    Xn = 0.3 * X / np.linalg.norm(X, axis=1, keepdims=True)  # normalize=True: rows at norm clip
     Y = jax.nn.one_hot(y, 4)
 
     def loss(W, x, t):
@@ -106,7 +73,7 @@ def test_sgd_without_noise_is_optax_momentum_on_autodiff_clipped_gradients(data)
     opt = optax.sgd(3.0, momentum=0.9)
     state = opt.init(W)
     for _ in range(6):
-        g = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(W, jnp.asarray(X), Y)
+        g = jax.vmap(jax.grad(loss), in_axes=(None, 0, 0))(W, jnp.asarray(Xn), Y)
         norms = jnp.sqrt((g**2).sum((1, 2)))
         g = (g * jnp.minimum(1.0, 0.3 / norms)[:, None, None]).sum(0) / len(y)
         upd, state = opt.update(g, state, W)
@@ -115,90 +82,80 @@ def test_sgd_without_noise_is_optax_momentum_on_autodiff_clipped_gradients(data)
 
 
 def test_noise_of_different_settings_is_independent_and_has_the_stated_scale():
-    K, D1, S = 10, 2000, 5
+    """adam1's data-free stage on all-zero sums: the released gradients are pure noise of std σ·C, one draw per key."""
+    K, D, S = 10, 2000, 5
     keys = jax.random.split(jax.random.key(11), S)
     sig = jnp.asarray([0.5, 1.0, 2.0, 4.0, 8.0])
-    zero = ClassSums(jnp.zeros((K, D1)), jnp.zeros(K), jnp.zeros(()))  # no signal: the sums are pure noise
-    g = np.asarray(_adam1_noisy_grads(zero, keys, sig, 2.0))
+    g0 = train.adam1_gradient(train.class_sums_init(D, K))
+    g = np.asarray(jax.vmap(lambda k, s: train.privatize(g0, k, s, 2.0).W)(keys, sig))
     Z = (g / (2.0 * np.asarray(sig))[:, None, None]).reshape(S, -1)
     m = Z.shape[1]
     np.testing.assert_allclose(Z.std(1), 1.0, rtol=0.025)
     C = np.corrcoef(Z)
     off = C[~np.eye(S, dtype=bool)]
     assert np.abs(off).max() < 5 / math.sqrt(m)  # independent draws: |r| ~ 1/sqrt(m)
-    # the same key twice would give r = 1: the check has teeth
-    g2 = np.asarray(_adam1_noisy_grads(zero, jnp.stack([keys[0], keys[0]]), sig[:2], 2.0))
-    assert np.corrcoef(g2.reshape(2, -1))[0, 1] > 0.999
+    g2 = np.asarray(jax.vmap(lambda k, s: train.privatize(g0, k, s, 2.0).W)(jnp.stack([keys[0], keys[0]]), sig[:2]))
+    assert np.corrcoef(g2.reshape(2, -1))[0, 1] > 0.999  # the same key twice: r = 1, the check has teeth
 
 
 def test_privacy_numbers_match_dp_accounting_and_the_ledger_is_charged_first(data):
     X, y = data
     led = PrivacyLedger.in_memory()
-    res = sweep((X, y), eps=[0.5, 1.0, 4.0], method="sgd", steps=10, normalize=1.0, delta=1e-5,
+    res = sweep((X, y), epsilon=[0.5, 1.0, 4.0], method="sgd", steps=10, center=False, delta=1e-5,
                 classes=CLASSES, eval_split=None, random_state=1, ledger=led)
     for r in res.records:
         assert r["achieved_epsilon"] <= r["epsilon"] + 1e-9
         assert _pld_eps([r["noise_multiplier"]], 10, 1e-5) == pytest.approx(r["epsilon"], rel=5e-3)
-    assert res.total_epsilon == pytest.approx(_pld_eps([r["noise_multiplier"] for r in res.records], 10, 1e-5),
-                                              rel=5e-3)
-    assert len(led.entries) == 1 and led.entries[0].epsilon == pytest.approx(res.total_epsilon)
+    expected = _pld_eps([r["noise_multiplier"] for r in res.records], 10, 1e-5)
+    assert res.total_epsilon == pytest.approx(expected, rel=5e-3)
+    (entry,) = led.entries
+    assert entry.epsilon == pytest.approx(expected, rel=5e-3) and entry.mechanism == "privlin.sweep/sgd"
     capped = PrivacyLedger.in_memory(cap=(2.0, 1e-5))
     with pytest.raises(PrivacyBudgetExceeded):
-        sweep((X, y), eps=[1.0, 1.5, 2.0], classes=CLASSES, eval_split=None, ledger=capped)
+        sweep((X, y), epsilon=[1.0, 1.5, 2.0], classes=CLASSES, eval_split=None, ledger=capped)
+    assert len(capped) == 0
 
 
-def test_best_on_a_private_split_is_flagged_not_private(store):
-    res = sweep(store, eps=[1.0, 8.0], classes=CLASSES, random_state=0, ledger=PrivacyLedger.in_memory())
+def test_keys_stay_secret_unless_asked(data):
+    X, y = data
+    res = sweep((X, y), epsilon=[1.0, 2.0], classes=CLASSES, eval_split=None)
+    assert all("key" not in r and r["seeded"] is False for r in res.records)
+    shown = sweep((X, y), epsilon=[1.0, 2.0], classes=CLASSES, eval_split=None, return_keys=True)
+    assert all(len(r["key"]) == 2 and r["seeded"] is True for r in shown.records)  # whoever has it can denoise
+    assert len({tuple(r["key"]) for r in shown.records}) == 2
+    assert "seeded" in str(shown.records[0]["report"])
+
+
+def test_best_on_a_private_split_is_flagged_not_private(make_store, blobs):
+    X, y = blobs(240, d=12, seed=0)
+    st = make_store({"train": (X[:180], y[:180]), "test": (X[180:], y[180:])})
+    res = sweep(st, epsilon=[1.0, 8.0], classes=CLASSES, random_state=0)
     with pytest.warns(PrivacyLeakWarning, match="not a private result"):
         best = res.best()
     assert best["private"] is False and best["accuracy"] == max(r["accuracy"] for r in res.records)
-    public = sweep(store, eps=[1.0, 8.0], classes=CLASSES, random_state=0, eval_public=True,
-                   ledger=PrivacyLedger.in_memory())
+    assert all(r["eval_split"] == "test" for r in res.records)
+    public = sweep(st, epsilon=[1.0, 8.0], classes=CLASSES, random_state=0, eval_public=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert public.best()["private"] is True
     rows = list(csv.DictReader(io.StringIO(res.to_csv(extra={"backbone": "toy"}))))
     assert len(rows) == 2 and rows[0]["backbone"] == "toy" and float(rows[1]["epsilon"]) == 8.0
-    assert "releasing all 2 settings" in res.table()
+    assert "releasing all 2 settings" in res.table() and repr(res) == res.table()
+    from privlin.data import as_source
+    assert [e.mechanism for e in as_source(st, "train").ledger().entries] == ["privlin.sweep/sgd"] * 2
 
 
 def test_classes_read_from_labels_warn_and_bad_settings_are_clear_errors(data):
     X, y = data
-    with pytest.warns(PrivacyLeakWarning, match="classes were read"):
-        sweep((X, y), eps=[1.0], eval_split=None)
+    with pytest.warns(PrivacyLeakWarning, match="classes inferred"):
+        sweep((X, y), epsilon=[1.0], eval_split=None)
     with pytest.raises(ValueError, match="method"):
-        Setting(method="lbfgs")
-    with pytest.raises(ValueError, match="epsilon must be > 0"):
-        Setting(epsilon=0.0)
-    with pytest.raises(ValueError, match="adam1 is one"):
-        Setting(method="adam1", steps=3)
-    with pytest.raises(ValueError, match="centering"):
-        Setting(method="sgd", center_share=0.1)
-    with pytest.raises(ValueError, match="not in classes"):
-        sweep((X, y), eps=[1.0], classes=[0, 1], eval_split=None)
-    with pytest.raises(ValueError, match="NaN"):
-        sweep((np.full((4, 3), np.nan), np.zeros(4, int)), eps=[1.0], classes=[0, 1])
-
-
-def test_every_setting_equals_the_estimator_fitted_alone_with_its_key(data):
-    from privlin.estimator import DPLinearClassifier
-
-    X, y = data
-    settings = [Setting(method="adam1", epsilon=1.0, learning_rate=1e-3, clip=1.0, normalize=1.0),
-                Setting(method="adam1", epsilon=8.0, learning_rate=1e-2, clip=1.0, normalize=1.0),
-                Setting(method="sgd", epsilon=2.0, steps=5, learning_rate=1.0, clip=0.5, normalize=0.5),
-                Setting(method="sgd", epsilon=4.0, steps=5, learning_rate=2.0, clip=0.5, normalize=0.5),
-                Setting(method="sgd", epsilon=4.0, steps=4, learning_rate=2.0, clip=1.0, normalize=1.0,
-                        center_share=0.05),
-                Setting(method="adam1", epsilon=4.0, learning_rate=1e-3, clip=1.0, normalize=1.0, center_share=0.2)]
-    res = sweep((X, y), settings=settings, classes=CLASSES, eval_split=None, random_state=5)
-    for i, (s, rec) in enumerate(zip(settings, res.records)):
-        est = DPLinearClassifier(epsilon=s.epsilon, delta=s.delta, method=s.method, steps=s.steps,
-                                 learning_rate=s.learning_rate, clip=s.clip, center=s.centered,
-                                 center_share=s.center_share or 0.5, classes=CLASSES,
-                                 random_state=jnp.asarray(np.asarray(rec["key"], np.uint32))).fit(X, y)
-        np.testing.assert_allclose(res.coef[i], est.coef_.T, rtol=2e-4, atol=1e-6 * np.abs(est.coef_).max())
-        assert est.privacy_.epsilon == pytest.approx(rec["achieved_epsilon"], rel=1e-9)
-        if s.centered:  # the released mean is part of the model: predictions use it
-            np.testing.assert_allclose(res.means[i], est.mean_, rtol=1e-5, atol=1e-7)
-        assert (res.predict(i, X) == est.predict(X)).mean() > 0.99
+        sweep((X, y), method="lbfgs", classes=CLASSES)
+    with pytest.raises(ValueError, match="epsilon"):
+        sweep((X, y), epsilon=0.0, classes=CLASSES)
+    with pytest.raises(ValueError, match="single step"):
+        sweep((X, y), method="adam1", steps=3, classes=CLASSES)
+    with pytest.raises(ValueError, match="centering needs normalize"):
+        sweep((X, y), normalize=False, classes=CLASSES)
+    with pytest.raises(ValueError, match="same classes"):
+        sweep((X, y), settings=[{"classes": [0, 1]}, {"classes": [0, 1, 2]}])

@@ -109,7 +109,7 @@ class PrivacyLedger:
 
     def __init__(self, path: str | os.PathLike | None = None, *, cap=None, neighbouring=None,
                  lock_timeout: float = 60.0):
-        self.path = None if path is None else os.fspath(path)
+        self.path = None if path is None else storage.canonical(path)
         self._requested_cap = _check_cap(cap)
         self._requested_relation = None if neighbouring is None else accounting.relation_name(neighbouring)
         self._backend = storage.backend(self.path, lock_timeout)
@@ -241,7 +241,7 @@ class PrivacyLedger:
 
     # -- writing ----------------------------------------------------------------------
     def charge(self, event: _ev.DpEvent, *, mechanism: str, epsilon: float, delta: float,
-               params: Mapping | None = None) -> LedgerEntry:
+               params: Mapping | None = None, neighbouring=None) -> LedgerEntry:
         """Check the stored cap and record ``event`` in one locked step.  Call it *before* reading private rows.
 
         Parameters
@@ -254,18 +254,22 @@ class PrivacyLedger:
             The mechanism's own guarantee (for the history).
         params : mapping, optional
             JSON metadata kept with the entry (never a key or seed).
+        neighbouring : str, optional
+            The relation the mechanism's guarantee is under; refused unless it is the ledger's.
 
         Raises
         ------
         PrivacyBudgetExceeded
             The total would pass the cap (nothing is recorded).
         """
+        asked = None if neighbouring is None else accounting.relation_name(neighbouring)
         with self._backend.locked():
             doc = self._doc()
-            rel = self._relation_of(doc)
-            if self._requested_relation is not None and doc.neighbouring not in (None, self._requested_relation):
-                raise ValueError(f"{self.where} is a ledger under {doc.neighbouring!r}; this mechanism is under "
-                                 f"{self._requested_relation!r}: they do not compose")
+            rel = self._relation_of(doc) if doc.neighbouring or asked is None else asked
+            for other in (self._requested_relation, asked):
+                if other is not None and other != rel:
+                    raise ValueError(f"{self.where} is a ledger under {rel!r}; this mechanism is under {other!r}: "
+                                     "they do not compose")
             entry = LedgerEntry(mechanism=str(mechanism), event=event, epsilon=float(epsilon), delta=float(delta),
                                 neighbouring=rel, params=jsonable(dict(params or {})))
             entry.to_dict()  # validate before writing

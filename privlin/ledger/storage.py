@@ -131,6 +131,17 @@ class Memory:
         self.data = json.loads(json.dumps(data))
 
 
+def canonical(path: str) -> str:
+    """One spelling per file: an absolute local path, or the URL fsspec gives back for it."""
+    path = os.fspath(path)
+    if "://" not in path or path.startswith("file://"):
+        return os.path.abspath(os.path.expanduser(path[len("file://"):] if path.startswith("file://") else path))
+    import fsspec
+
+    fs, p = fsspec.core.url_to_fs(path)
+    return fs.unstrip_protocol(p)
+
+
 def backend(path: str | None, timeout: float):
     """The storage for ``path``: memory (None), a local file, or an fsspec URL."""
     if path is None:

@@ -18,7 +18,10 @@ def _constant_predictors(K=2, D=3):
     coef = np.zeros((K, D, K), np.float32)
     intercept = np.full((K, K), -1.0, np.float32)
     intercept[np.arange(K), np.arange(K)] = 1.0
-    recs = [{"epsilon": 1.0, "normalize": None, "accuracy": None} for _ in range(K)]
+    from privlin.plan import make_plan
+
+    plan = make_plan({"normalize": False, "center": False}, n=23, dim=D, n_classes=K)
+    recs = [{"epsilon": 1.0, "plan": plan, "accuracy": None} for _ in range(K)]
     return SweepResult(recs, coef, intercept, np.arange(K), total_epsilon=2.0, total_delta=1e-5)
 
 
@@ -49,7 +52,7 @@ def test_holdout_sweep_then_private_selection_is_charged_and_picks_a_good_settin
     assert len(yt) == 630 and len(yv) == 270
     led = PrivacyLedger.in_memory()
     # one deliberately bad setting (tiny steps, tiny lr) among good ones
-    res = sweep((Xt, yt), eps=[4.0], method="sgd", steps=[1, 20], learning_rate=[1e-4, 2.0], normalize=1.0,
+    res = sweep((Xt, yt), epsilon=[4.0], method="sgd", steps=[1, 20], learning_rate=[1e-4, 2.0], center=False,
                 classes=[0, 1, 2], eval_split=None, random_state=0, ledger=led)
     sel = select_private(res, (Xv, yv), epsilon=2.0, delta=1e-6, random_state=0, ledger=led)
     accs = [(res.predict(i, Xv) == yv).mean() for i in range(len(res))]
@@ -60,3 +63,19 @@ def test_holdout_sweep_then_private_selection_is_charged_and_picks_a_good_settin
         select_private(res, (Xv, yv), epsilon=0)
     with pytest.raises(ValueError, match="fraction"):
         holdout(X, y, 1.5)
+
+
+def test_selection_on_a_store_split_charges_that_split(make_store, blobs):
+    X, y = blobs(300, seed=2)
+    st = make_store({"train": (X[:200], y[:200]), "val": (X[200:], y[200:])})
+    res = sweep(st, epsilon=[1.0, 4.0], classes=range(4), eval_split=None)
+    sel = select_private(res, st, split="val", epsilon=0.5)
+    from privlin.data import as_source
+
+    (entry,) = as_source(st, "val").ledger().entries
+    assert entry.mechanism == "privlin.selection/report_noisy_max_gaussian" and entry.epsilon == 0.5
+    assert sel.n_validation == 100 and len(as_source(st, "train").ledger()) == 1
+    from privlin.ledger import PrivacyBudgetExceeded
+
+    with pytest.raises(PrivacyBudgetExceeded):  # the cap binds the validation split too, before it is read
+        select_private(res, st, split="val", epsilon=0.5, budget=(0.6, 1e-6))

@@ -1,0 +1,90 @@
+"""privlin.plan: every default and σ of a fit, decided from public facts, checked against independent math."""
+import math
+
+import pytest
+from dp_accounting import NeighboringRelation
+from dp_accounting import dp_event as ev
+from dp_accounting.pld import pld_privacy_accountant
+from scipy import optimize
+from scipy.stats import norm
+
+from privlin.plan import DEFAULT_STEPS, make_plan
+
+
+def _gdp_mu(eps, delta):
+    """The μ whose μ-GDP gives exactly (ε, δ): Dong, Roth & Su Cor. 2.13 solved with scipy (no privlin code)."""
+    f = lambda mu: norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2) - delta  # noqa: E731
+    return optimize.brentq(f, 1e-6, 100.0, xtol=1e-14)
+
+
+def test_full_batch_sigma_split_is_the_gdp_closed_form():
+    """sgd, T=100, 1% of μ² on centering: σ = √(T/((1-s)μ²)), σ_c = 1/(√s μ)."""
+    p = make_plan({"epsilon": 2.0, "delta": 1e-5}, n=1000, dim=8, n_classes=3)
+    mu = _gdp_mu(2.0, 1e-5)
+    assert (p.method, p.steps, p.sample_rate, p.accountant) == ("sgd", 100, 1.0, "gdp")
+    assert p.sigma == pytest.approx(math.sqrt(100 / (0.99 * mu**2)), rel=1e-6)
+    assert p.sigma_center == pytest.approx(1 / (math.sqrt(0.01) * mu), rel=1e-6)
+    assert p.center_share == pytest.approx(0.01, rel=1e-9)
+    assert p.epsilon <= 2.0 and p.epsilon == pytest.approx(2.0, rel=1e-6)
+
+
+def test_defaults_per_method():
+    sgd = make_plan({"epsilon": 1.0}, n=5000, dim=4, n_classes=10)
+    adam1 = make_plan({"epsilon": 1.0, "method": "adam1"}, n=5000, dim=4, n_classes=10)
+    mb = make_plan({"epsilon": 1.0, "method": "minibatch", "batch_size": 500}, n=5000, dim=4, n_classes=10)
+    assert (sgd.steps, adam1.steps, mb.steps) == (DEFAULT_STEPS["sgd"], 1, DEFAULT_STEPS["minibatch"])
+    assert (sgd.loss, sgd.bias_init, sgd.optimizer) == ("softmax", 0.0, "sgd")
+    assert (adam1.loss, adam1.bias_init, adam1.optimizer, adam1.learning_rate) == ("sigmoid", -10.0, "adam", 1e-3)
+    assert sgd.learning_rate == pytest.approx(0.008 * 5000 / sgd.sigma)  # DP-RandP Table 22: lr·σ/N ≈ 0.008
+    assert mb.sample_rate == 0.1 and mb.accountant == "pld"
+    assert mb.learning_rate == pytest.approx(0.008 * 500 / mb.sigma)  # B = q·N for subsampled steps
+    assert sgd.neighbouring == "replace_special"
+
+
+def test_subsampled_plan_meets_its_target_under_dp_accounting():
+    p = make_plan({"epsilon": 3.0, "method": "minibatch", "batch_size": 64, "steps": 50}, n=2000, dim=4, n_classes=2)
+    acc = pld_privacy_accountant.PLDAccountant(NeighboringRelation.REPLACE_SPECIAL)
+    acc.compose(ev.ComposedDpEvent([ev.GaussianDpEvent(p.sigma_center),
+                                    ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(0.032, ev.GaussianDpEvent(p.sigma)),
+                                                           50)]))
+    assert acc.get_epsilon(1e-5) <= 3.0 * (1 + 2e-3)
+    assert acc.get_epsilon(1e-5) >= 2.9  # calibrated, not merely safe
+
+
+def test_given_sigma_reports_the_epsilon_it_achieves():
+    """A paper's σ (DP-RandP Table 22, ε=1: σ=38, T=100, no centering) gives ε by the GDP closed form."""
+    p = make_plan({"epsilon": None, "noise_multiplier": 38.0, "center": False}, n=50000, dim=8, n_classes=10)
+    mu = math.sqrt(100) / 38.0
+    delta_at = norm.cdf(-p.epsilon / mu + mu / 2) - math.exp(p.epsilon) * norm.cdf(-p.epsilon / mu - mu / 2)
+    assert delta_at == pytest.approx(1e-5, rel=1e-4)
+    assert 0.9 < p.epsilon < 1.1 and not p.centered
+
+
+def test_substitution_doubles_the_sensitivity():
+    rep = make_plan({"epsilon": 2.0, "neighbouring": "replace_one", "center": False}, n=100, dim=2, n_classes=2)
+    zero = make_plan({"epsilon": 2.0, "center": False}, n=100, dim=2, n_classes=2)
+    assert rep.sigma == pytest.approx(2 * zero.sigma, rel=1e-9)
+
+
+def test_non_private_baseline_and_unknown_class_count():
+    p = make_plan({"epsilon": math.inf}, n=100, dim=2, n_classes=2)
+    assert (p.sigma, p.accountant, p.private) == (0.0, "none", False)
+    assert isinstance(p.dp_event(), ev.NonPrivateDpEvent)
+    # the class count is not needed to decide (and charge) the noise
+    assert make_plan({}, n=100, dim=2, n_classes=None).dp_event() == make_plan({}, n=100, dim=2, n_classes=7).dp_event()
+
+
+@pytest.mark.parametrize("params,match", [
+    ({"method": "adam1", "steps": 3}, "single step"),
+    ({"epsilon": 1.0, "noise_multiplier": 2.0}, "not both"),
+    ({"epsilon": None}, "noise_multiplier"),
+    ({"normalize": False}, "centering needs normalize"),
+    ({"neighbouring": "add_or_remove_one"}, "publish N"),
+    ({"method": "minibatch", "accountant": "gdp", "batch_size": 10}, "exact only for full-batch"),
+    ({"epsilon": None, "noise_multiplier": 3.0}, "center_noise_multiplier"),
+])
+def test_impossible_plans_are_clear_errors(params, match):
+    with pytest.raises(ValueError, match=match):
+        make_plan(params, n=100, dim=2, n_classes=2)
+    with pytest.raises(ValueError, match="2 classes"):
+        make_plan({}, n=100, dim=2, n_classes=1)

@@ -1,0 +1,176 @@
+"""privlin.runner: every entry point trains the code that ships.
+
+For every method × centering: a sweep record equals ``DPLinearClassifier(same parameters, same key).fit``;
+``privlin.fit(store)`` equals ``DPLinearClassifier.fit(X, y)`` on the store's arrays; the streamed form equals
+the in-memory form; default settings of the sweep and of ``privlin.fit`` are the same plan.  Null rows
+(unknown label, non-finite value) contribute exactly what a zero row does: nothing, and raise nothing.
+"""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import jax
+import numpy as np
+import pytest
+
+import privlin
+from privlin import DPLinearClassifier
+from privlin.sweep import sweep
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+K = 4
+METHODS = ["adam1", "sgd", "minibatch"]
+
+
+def params(method, center, **kw):
+    steps = None if method == "adam1" else 6
+    return dict(method=method, center=center, steps=steps, classes=range(K), batch_size=200, **kw)
+
+
+@pytest.fixture(scope="module")
+def rows(blobs):
+    return blobs(600, seed=0), blobs(200, seed=1)
+
+
+@pytest.fixture
+def store(make_store, rows):
+    (Xtr, ytr), (Xte, yte) = rows
+    return make_store({"train": (Xtr, ytr), "test": (Xte, yte)})
+
+
+def _rel(a, b):
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+@pytest.mark.parametrize("center", [False, True])
+@pytest.mark.parametrize("method", METHODS)
+def test_store_fit_equals_array_fit_and_streaming_equals_in_memory(store, rows, method, center):
+    (Xtr, ytr), (Xte, yte) = rows
+    p = params(method, center, epsilon=2.0, random_state=3, block_rows=128)
+    on_arrays = DPLinearClassifier(**p).fit(Xtr, ytr)
+    on_store = privlin.fit(store, **p)
+    np.testing.assert_array_equal(on_store.coef_, on_arrays.coef_)  # one path: bit for bit
+    assert on_store.plan_ == on_arrays.plan_
+    streamed = privlin.fit(store, memory_limit=0, **p)  # one pass over the store per step / statistic
+    assert _rel(streamed.coef_, on_arrays.coef_) < 1e-5
+    if center:
+        assert _rel(streamed.mean_, on_arrays.mean_) < 1e-5
+    assert privlin.evaluate(on_store, store) == pytest.approx(on_arrays.score(Xte, yte))
+    assert privlin.evaluate(on_store, store) > 0.9  # well-separated blobs: private training still learns them
+
+
+@pytest.mark.parametrize("center", [False, True])
+@pytest.mark.parametrize("method", METHODS)
+def test_sweep_record_equals_the_estimator_with_its_key(rows, method, center):
+    (Xtr, ytr), _ = rows
+    settings = [params(method, center, epsilon=e) for e in (1.0, 8.0)]
+    res = sweep((Xtr, ytr), settings=settings, random_state=5, return_keys=True, eval_split=None)
+    for i, rec in enumerate(res.records):
+        key = jax.random.wrap_key_data(np.asarray(rec["key"], np.uint32))
+        est = DPLinearClassifier(**settings[i], random_state=key).fit(Xtr, ytr)
+        assert est.plan_ == rec["plan"] and rec["seeded"]
+        assert _rel(res.coef[i].T, est.coef_) < 1e-5
+        if center:
+            assert _rel(res.means[i], est.mean_) < 1e-5
+        np.testing.assert_array_equal(res.model(i).predict(Xtr), est.predict(Xtr))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_default_settings_of_sweep_and_fit_are_one_plan(store, method):
+    res = sweep(store, epsilon=1.0, method=method, classes=range(K), return_keys=True)
+    model = privlin.fit(store, epsilon=1.0, method=method, classes=range(K),
+                        random_state=jax.random.wrap_key_data(np.asarray(res.records[0]["key"], np.uint32)))
+    assert res.records[0]["plan"] == model.plan_
+    assert _rel(res.coef[0].T, model.coef_) < 1e-5
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_secure_mode_runs_the_same_pipeline(rows, method):
+    """At a huge ε the noise is negligible: secure mode (host-side discrete Gaussian) lands on the plain fit."""
+    (Xtr, ytr), _ = rows
+    p = params(method, True, epsilon=1e6, learning_rate=0.5 if method != "adam1" else 1e-3)
+    p["batch_size"] = len(ytr)  # q = 1: a secure-mode sample comes from OS entropy, so compare full batches
+    plain = DPLinearClassifier(**p, random_state=0).fit(Xtr, ytr)
+    secure = DPLinearClassifier(**p, secure_mode=True).fit(Xtr, ytr)
+    assert secure.privacy_.secure_mode and secure.plan_ == DPLinearClassifier(**p, secure_mode=True).fit(
+        Xtr, ytr).plan_
+    assert _rel(secure.coef_, plain.coef_) < 1e-3
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("memory_limit", [2**30, 0])
+def test_null_rows_contribute_nothing_and_raise_nothing(rows, method, memory_limit):
+    """A row with a label outside the classes, or a NaN, is a null row.  Without centering it gives the model
+    of a zero row in its place (a zero row adds nothing to any sum), with the same key, in memory and streamed;
+    with centering (where a zero row would become −mean) the two kinds of null row give the same model."""
+    (X, y), _ = rows
+    bad_y = y.copy()
+    bad_y[[7, 300]] = 99  # not in classes
+    nan_X = X.copy()
+    nan_X[7, 3], nan_X[300, 0] = np.nan, np.inf
+    zero_X = X.copy()
+    zero_X[[7, 300]] = 0.0
+    for center in (False, True):
+        p = params(method, center, epsilon=4.0, random_state=11, memory_limit=memory_limit, block_rows=128)
+        unknown = DPLinearClassifier(**p).fit(X, bad_y)
+        est = DPLinearClassifier(**p)
+        est._validate_params()
+        nan = est._fit(privlin.data.ArraySource(nan_X, y))  # sklearn refuses NaN in arrays; a store may hold it
+        np.testing.assert_array_equal(nan.coef_, unknown.coef_)
+        assert nan.privacy_.n_rows == len(y)  # N is public and counts the null rows
+        if not center:
+            np.testing.assert_array_equal(DPLinearClassifier(**p).fit(zero_X, y).coef_, unknown.coef_)
+
+
+def test_rows_shard_across_two_devices():
+    """Same seed, same model on 1 (this process) and on 2 forced host devices; the data really is sharded."""
+    code = textwrap.dedent("""
+        import json, sys, numpy as np, jax
+        sys.path.insert(0, %r)
+        sys.path.insert(0, %r)
+        from test_runner import two_device_models
+        from privlin import runner
+        shard = runner._put_rows(np.zeros((4, 8), np.float32))[0]
+        out = {"devices": jax.device_count(), "shards": len(shard.addressable_shards), **two_device_models()}
+        print(json.dumps(out))
+    """ % (ROOT, os.path.join(ROOT, "tests")))
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    two = json.loads(p.stdout.strip().splitlines()[-1])
+    assert two["devices"] == 2 and two["shards"] == 2
+    one = two_device_models()
+    for key in one:
+        assert np.allclose(one[key], two[key], atol=1e-4), key
+
+
+def two_device_models():
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(301, 8)), rng.integers(0, 3, 301)  # 301 rows: padding on 2 devices
+    out = {}
+    for method in METHODS:
+        for mem in (2**30, 0):
+            m = DPLinearClassifier(epsilon=2.0, method=method, steps=None if method == "adam1" else 5,
+                                   batch_size=100, classes=[0, 1, 2], random_state=1, memory_limit=mem,
+                                   block_rows=128).fit(X, y)
+            out[f"{method}/{mem}"] = m.coef_.tolist()
+    return out
+
+
+def test_plan_mismatch_and_key_count_are_refused(rows):
+    from privlin import data, runner
+    from privlin.plan import make_plan
+
+    (X, y), _ = rows
+    source = data.ArraySource(X, y)
+    plan = make_plan({}, n=len(y) + 1, dim=X.shape[1], n_classes=K)
+    with pytest.raises(ValueError, match="plan made for N"):
+        runner.run([plan], source, [jax.random.key(0)], np.arange(K))
+    with pytest.raises(ValueError, match="keys"):
+        runner.run([plan], source, [], np.arange(K))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a given class list reads no label before the charge
+        DPLinearClassifier(epsilon=1.0, classes=range(K), steps=2, random_state=0).fit(X, y)
