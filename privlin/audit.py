@@ -430,8 +430,6 @@ def canary_audit(
     -------
     AuditResult (``details`` adds run counts and wall time)
     """
-    import jax
-
     X = np.asarray(X, np.float32)
     y = np.asarray(y)
     x_c = dirac_canary(X) if canary_x is None else np.asarray(canary_x, np.float32)
@@ -441,7 +439,9 @@ def canary_audit(
     if n_half < 8:
         raise ValueError("an audit needs at least 16 runs")
     t0 = time.perf_counter()
-    keys = jax.random.split(jax.random.key(seed), 2 * n_half)
+    from privlin import noise
+
+    keys = noise.split(noise.make_key(seed).key, 2 * n_half)
     X_in = np.concatenate([X, x_c[None]], axis=0)
     y_in = np.concatenate([y, np.asarray([canary_y], dtype=y.dtype)])
     X_out = np.concatenate([X, np.zeros_like(x_c)[None]], axis=0)
@@ -478,11 +478,13 @@ def gaussian_sum_trainer(noise_multiplier: float, clip: float = 1.0, n_classes: 
     import jax
     import jax.numpy as jnp
 
+    from privlin import noise
+
     def train(X, y, key):
         norms = jnp.linalg.norm(X, axis=1, keepdims=True)
         Xc = X * jnp.minimum(1.0, clip / jnp.maximum(norms, 1e-12))
         sums = jax.nn.one_hot(y, n_classes, dtype=X.dtype).T @ Xc
-        return {"coef": sums + noise_multiplier * clip * jax.random.normal(key, sums.shape, X.dtype)}
+        return {"coef": sums + noise.gaussian(key, sums.shape, noise_multiplier * clip, X.dtype)}
 
     return train
 

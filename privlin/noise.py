@@ -1,25 +1,33 @@
-"""PRNG keys and Gaussian noise: the one place privlin draws privacy noise.
+"""PRNG keys and privacy noise: the one place privlin draws random numbers for a mechanism.
 
-Why one place: a privacy guarantee is only as good as its noise.  Every
-mechanism asks :func:`gaussian` for noise with an explicit key, so fresh noise
-per step, per class and per statistic is a matter of splitting keys, and an
-audit can swap the generator here.
+Why one place: a guarantee is only as good as its noise.  Every mechanism asks this module for noise (or a
+Poisson sample) with an explicit key, so fresh noise per step, per class and per statistic is a matter of
+splitting keys, and an audit can swap the generator here.
 
-Keys come from :func:`make_key`: a user-given ``random_state`` gives a
-reproducible key (``seeded=True`` in the privacy report: anyone who knows the
-seed can subtract the noise); ``None`` seeds JAX's counter-based generator from
-the operating system's cryptographic entropy source (:mod:`secrets`).
+Keys have 128 bits.  A JAX threefry key holds 64 (and with x64 off, ``jax.random.key(int)`` keeps only 32),
+so a privlin key is a *pair* of independent threefry keys — a JAX key array of shape (2,) — and every draw
+XORs the random bits of the two streams: recovering the noise needs both halves, 2¹²⁸ candidates.
+:func:`make_key` fills both from 16 bytes of ``os.urandom`` unless the user seeds it (then every report says
+``seeded``: whoever knows the seed can subtract the noise).  Threefry is counter-based and vmap-invariant, so
+a setting trained inside a vmapped sweep draws exactly the noise it draws alone.
+
+``secure_mode`` does not use these keys at all: its noise comes from ``os.urandom`` directly
+(:mod:`privlin.secure_noise`).
 """
 from __future__ import annotations
 
-import secrets
+import os
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["KeyInfo", "make_key", "gaussian", "split_named"]
+__all__ = ["KeyInfo", "KEY_BITS", "make_key", "split", "split_named", "fold_in", "bits", "uniform", "normal",
+           "gaussian", "bernoulli", "key_data"]
+
+#: Entropy of an unseeded key, drawn from ``os.urandom``.
+KEY_BITS = 128
 
 
 class KeyInfo(NamedTuple):
@@ -30,50 +38,86 @@ class KeyInfo(NamedTuple):
 
 
 def make_key(random_state=None) -> KeyInfo:
-    """A JAX PRNG key from ``random_state``.
+    """A privlin key from ``random_state``.
 
     Parameters
     ----------
-    random_state : None, int, numpy.random.Generator, numpy.random.RandomState or jax key
-        ``None``: 64 bits from :func:`secrets.randbits` (OS CSPRNG), ``seeded=False``.
-        An int, a NumPy generator (one draw from it) or a JAX key: reproducible, ``seeded=True``.
+    random_state : None, int, numpy.random.Generator, numpy.random.RandomState or JAX key
+        ``None``: 128 bits from ``os.urandom``, ``seeded=False``.  An int, a NumPy generator (draws from it)
+        or a JAX key (a single key, a pair, or their ``key_data``): reproducible, ``seeded=True``.
 
     Returns
     -------
     KeyInfo
     """
     if random_state is None:
-        return KeyInfo(jax.random.key(secrets.randbits(63)), False)
+        words = np.frombuffer(os.urandom(KEY_BITS // 8), dtype=np.uint32).reshape(2, 2)
+        return KeyInfo(jax.random.wrap_key_data(words), False)
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
         if random_state < 0:
             raise ValueError(f"random_state must be >= 0, got {random_state}")
-        return KeyInfo(jax.random.key(int(random_state) % (2**63)), True)
+        return KeyInfo(jax.random.split(jax.random.key(int(random_state) % (2**63))), True)
     if isinstance(random_state, np.random.Generator):
-        return KeyInfo(jax.random.key(int(random_state.integers(0, 2**63 - 1))), True)
+        words = random_state.integers(0, 2**32, size=(2, 2), dtype=np.uint64).astype(np.uint32)
+        return KeyInfo(jax.random.wrap_key_data(words), True)
     if isinstance(random_state, np.random.RandomState):
-        return KeyInfo(jax.random.key(int(random_state.randint(0, 2**31 - 1))), True)
-    if isinstance(random_state, jax.Array):
-        if jnp.issubdtype(random_state.dtype, jax.dtypes.prng_key):
-            return KeyInfo(random_state, True)
-        return KeyInfo(jax.random.wrap_key_data(random_state), True)
+        words = random_state.randint(0, 2**32, size=(2, 2), dtype=np.uint64).astype(np.uint32)
+        return KeyInfo(jax.random.wrap_key_data(words), True)
+    if isinstance(random_state, (jax.Array, np.ndarray)):
+        key = random_state
+        if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+            key = jax.random.wrap_key_data(jnp.asarray(key, jnp.uint32))
+        if key.shape == ():
+            key = jax.random.split(key)
+        if key.shape != (2,):
+            raise ValueError(f"a privlin key is a pair of threefry keys; got a key array of shape {key.shape}")
+        return KeyInfo(key, True)
     raise ValueError(f"random_state must be None, an int, a NumPy generator or a JAX key, got {type(random_state)}")
 
 
-def gaussian(key: jax.Array, shape, stddev, dtype=jnp.float32) -> jax.Array:
-    """Gaussian noise N(0, stddev²) of ``shape`` from ``key`` (pure, jittable).
-
-    Parameters
-    ----------
-    key : jax key
-        Use a key once: split before each call.
-    shape : tuple of int
-    stddev : float or scalar array
-        Standard deviation, typically ``sigma * clip``.
-    """
-    return stddev * jax.random.normal(key, shape, dtype)
+def key_data(keys) -> np.ndarray:
+    """The raw uint32 words of keys (for a record that asked for them); ``make_key`` reads them back."""
+    return np.asarray(jax.random.key_data(keys))
 
 
-def split_named(key: jax.Array, *names: str) -> dict:
+def split(key, n: int = 2) -> jax.Array:
+    """``n`` independent keys (n, 2) from one (2,) key: each half split on its own."""
+    return jnp.swapaxes(jax.vmap(lambda k: jax.random.split(k, n))(key), 0, 1)
+
+
+def split_named(key, *names: str) -> dict:
     """Split ``key`` into one independent key per name (fresh noise per statistic)."""
-    keys = jax.random.split(key, len(names))
+    keys = split(key, len(names))
     return {n: keys[i] for i, n in enumerate(names)}
+
+
+def fold_in(key, data) -> jax.Array:
+    """The key for item ``data`` (an integer, may be traced) of a stream."""
+    return jax.vmap(lambda k: jax.random.fold_in(k, data))(key)
+
+
+def bits(key, shape) -> jax.Array:
+    """uint32 random bits: the XOR of the two halves' streams (uniform and secret if either half is)."""
+    shape = tuple(shape)
+    return jax.random.bits(key[0], shape, jnp.uint32) ^ jax.random.bits(key[1], shape, jnp.uint32)
+
+
+def uniform(key, shape) -> jax.Array:
+    """float32 uniforms in [0, 1) on a 2⁻²⁴ grid."""
+    return (bits(key, shape) >> 8).astype(jnp.float32) * (2.0**-24)
+
+
+def normal(key, shape, dtype=jnp.float32) -> jax.Array:
+    """Standard normals: √2·erfinv(u) of uniforms u in the open interval (-1, 1), as ``jax.random.normal``."""
+    u = ((bits(key, shape) >> 8).astype(jnp.float32) + 0.5) * (2.0**-23) - 1.0
+    return (jnp.sqrt(2.0) * jax.lax.erf_inv(u)).astype(dtype)
+
+
+def gaussian(key, shape, stddev, dtype=jnp.float32) -> jax.Array:
+    """Gaussian noise N(0, stddev²) of ``shape`` from ``key`` (pure, jittable).  Use a key once: split first."""
+    return stddev * normal(key, shape, dtype)
+
+
+def bernoulli(key, p, shape) -> jax.Array:
+    """Bools, each True with probability ``p`` (a Poisson sample's membership draws)."""
+    return uniform(key, shape) < p

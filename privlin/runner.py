@@ -381,9 +381,9 @@ def _stream_steps(rows: _Rows, p: Plan, key, mean):
     opt = train.make_optimizer(p.optimizer, p.learning_rate, momentum=p.momentum)
     state = train.init_state(p.dim, p.n_classes, opt, p.bias_init)
     denom = q * p.n  # public: expected (q<1) or exact (q=1) batch size
-    for step_key in tqdm(jax.random.split(key, p.steps), desc=f"{p.method} steps", disable=not rows.verbose):
+    for step_key in tqdm(noise.split(key, p.steps), desc=f"{p.method} steps", disable=not rows.verbose):
         # full batch: the step key is the noise key, exactly as in train.fit_full_batch
-        k_sample, k_noise = jax.random.split(step_key) if q < 1.0 else (None, step_key)
+        k_sample, k_noise = noise.split(step_key) if q < 1.0 else (None, step_key)
         g = train.LinearParams(jnp.zeros((p.dim, p.n_classes), jnp.float32), jnp.zeros((p.n_classes,), jnp.float32))
 
         def grad_sums():

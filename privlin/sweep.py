@@ -8,7 +8,7 @@ method=m)`` trains, and a record equals ``DPLinearClassifier(**record["params"],
 
 Why it is honest
 ----------------
-Every setting draws fresh noise from its own key (``jax.random.split`` of one base key).  Keys are secret:
+Every setting draws fresh noise from its own key (``privlin.noise.split`` of one 128-bit base key).  Keys are secret:
 they are not returned unless ``return_keys=True`` (then every record says ``seeded``: whoever holds a key
 can subtract its noise).  Every record states its own (ε, δ): the guarantee of releasing *that one model*.
 Releasing several, or picking the best by looking at private data, costs more: :attr:`SweepResult.total_epsilon`
@@ -27,13 +27,11 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-import jax
 import numpy as np
 from dp_accounting import dp_event as _ev
 
-from . import accounting, data, runner
+from . import accounting, data, noise, runner
 from .estimator import DPLinearClassifier, plans_for, report_for
-from .noise import make_key
 from .plan import DEFAULT_EPSILON
 from .report import PrivacyLeakWarning
 
@@ -208,7 +206,7 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
         Declare the evaluation split public (then :meth:`SweepResult.best` is free).  Test splits are usually
         private: leave it False.
     random_state : None, int or jax key
-        Base key; setting s uses ``jax.random.split(key, S)[s]``.  None: OS entropy.
+        Base key; setting s uses ``privlin.noise.split(key, S)[s]``.  None: 128 bits of OS entropy.
     budget, ledger
         As for :class:`DPLinearClassifier`: the composition of every setting is charged before any row is read.
     return_keys : bool
@@ -242,7 +240,7 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
         if e.secure_mode and (random_state is not None or return_keys):
             raise ValueError("secure_mode settings draw all randomness from os.urandom: leave random_state=None "
                              "and return_keys=False")
-    info = make_key(random_state)
+    info = noise.make_key(random_state)
     seeded = info.seeded or return_keys
 
     def charge(led, plans):  # privacy first: the composition of every setting, before any row is read
@@ -255,14 +253,14 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
                                            budget=budget, ledger=ledger, charge=charge, stacklevel=4)
     total_eps, total_delta = _total(plans), max(p.delta for p in plans)
 
-    keys = jax.random.split(info.key, len(plans))
+    keys = noise.split(info.key, len(plans))
     released = runner.run(plans, source, list(keys), classes, block_rows=int(ests[0].block_rows),
                           memory_limit=int(ests[0].memory_limit), verbose=progress)
     coef = np.stack([np.asarray(r.W, np.float32) for r in released])
     intercept = np.stack([np.asarray(r.b, np.float32) for r in released])
     means = [None if r.mean is None else np.asarray(r.mean) for r in released]
     result = SweepResult([], coef, intercept, classes, total_eps, total_delta, eval_public, means)
-    key_data = np.asarray(jax.random.key_data(keys)) if return_keys else None
+    words = noise.key_data(keys) if return_keys else None
     for i, (p, s) in enumerate(zip(plans, settings)):
         target = ests[i].epsilon
         rec = {"method": p.method, "epsilon": math.inf if target is None and not p.private else target,
@@ -273,7 +271,7 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
                "eval_split": None, "params": dict(s), "plan": p,
                "report": report_for(p, seeded=seeded, leaks=leaks, data=source.description, ledger=None)}
         if return_keys:
-            rec["key"] = key_data[i].tolist()
+            rec["key"] = words[i].tolist()
         result.records.append(rec)
     if evaluation is not None:
         if evaluation.n == 0:

@@ -127,7 +127,7 @@ def privatize(grad_sum: LinearParams, key, sigma, clip, *, fit_intercept: bool =
 
     The intercept gets noise only when it is trained (its gradient is part of the clipped vector).
     """
-    kw, kb = jax.random.split(key)
+    kw, kb = noise.split(key)
     W = grad_sum.W + noise.gaussian(kw, grad_sum.W.shape, sigma * clip)
     b = grad_sum.b + noise.gaussian(kb, grad_sum.b.shape, sigma * clip) if fit_intercept else grad_sum.b
     return LinearParams(W, b)
@@ -187,7 +187,7 @@ def fit_full_batch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, clip
         g = clipped_grad_sum(state.params, X, Y, mask, clip, loss=loss, fit_intercept=fit_intercept)
         return noisy_update(state, g, k, sigma, n, opt, clip=clip, fit_intercept=fit_intercept), None
 
-    state, _ = jax.lax.scan(step, state, jax.random.split(key, steps))
+    state, _ = jax.lax.scan(step, state, noise.split(key, steps))
     return state.params
 
 
@@ -204,7 +204,7 @@ def poisson_mask(key, sample_rate, start, length: int) -> jax.Array:
     first = start // SAMPLE_CHUNK
     chunks = length // SAMPLE_CHUNK + 2
     ids = first + jnp.arange(chunks)
-    bits = jax.vmap(lambda c: jax.random.bernoulli(jax.random.fold_in(key, c), sample_rate, (SAMPLE_CHUNK,)))(ids)
+    bits = jax.vmap(lambda c: noise.bernoulli(noise.fold_in(key, c), sample_rate, (SAMPLE_CHUNK,)))(ids)
     return jax.lax.dynamic_slice(bits.reshape(-1), (start - first * SAMPLE_CHUNK,), (length,)).astype(jnp.float32)
 
 
@@ -223,12 +223,12 @@ def fit_minibatch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, sampl
     denom = sample_rate * n
 
     def step(state, k):
-        k_sample, k_noise = jax.random.split(k)
+        k_sample, k_noise = noise.split(k)
         take = poisson_mask(k_sample, sample_rate, 0, mask.shape[0]) * mask
         g = clipped_grad_sum(state.params, X, Y, take, clip, loss=loss, fit_intercept=fit_intercept)
         return noisy_update(state, g, k_noise, sigma, denom, opt, clip=clip, fit_intercept=fit_intercept), None
 
-    state, _ = jax.lax.scan(step, state, jax.random.split(key, steps))
+    state, _ = jax.lax.scan(step, state, noise.split(key, steps))
     return state.params
 
 

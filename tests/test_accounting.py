@@ -2,7 +2,6 @@
 import math
 
 import dp_accounting
-import numpy as np
 import pytest
 from dp_accounting import dp_event as ev
 from dp_accounting.pld import pld_privacy_accountant

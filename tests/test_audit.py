@@ -12,6 +12,8 @@ from scipy import stats
 
 from privlin import accounting
 from privlin import audit as A
+from privlin import noise
+from privlin.noise import make_key
 
 DELTA = 1e-5
 
@@ -115,21 +117,21 @@ def centered_sum_trainer(sigma, sigma_center, *, K=10, broken=None):
     """
 
     def train(X, y, key):
-        k_mean, k_sum = jax.random.split(key)
+        k_mean, k_sum = noise.split(key)
         n = X.shape[0]  # public under add/remove
         Xc = _clip(X)
         if broken == "exact_mean":
             mean = Xc.sum(0) / n
         else:
-            mean = (Xc.sum(0) + sigma_center * jax.random.normal(k_mean, (X.shape[1],))) / n
+            mean = (Xc.sum(0) + sigma_center * noise.normal(k_mean, (X.shape[1],))) / n
         Z = _clip(X - mean)
         sums = jax.nn.one_hot(y, K, dtype=X.dtype).T @ Z
         s = sigma / 10 if broken == "weak_noise" else sigma
         if broken == "shared_noise":
-            noise = jax.random.normal(k_sum, (1, X.shape[1])) * jnp.ones((K, 1))
+            z = noise.normal(k_sum, (1, X.shape[1])) * jnp.ones((K, 1))
         else:
-            noise = jax.random.normal(k_sum, sums.shape)
-        return {"coef": sums + s * noise, "mean": mean}
+            z = noise.normal(k_sum, sums.shape)
+        return {"coef": sums + s * z, "mean": mean}
 
     return train
 
@@ -177,7 +179,7 @@ def test_one_run_audit_catches_weak_noise():
     yall = np.concatenate([y, cy[inc]])
     for mult, expect_violation in [(1.0, False), (0.1, True)]:
         sigma = accounting.calibrate_noise(2.0, DELTA) * mult
-        out = A.gaussian_sum_trainer(sigma)(jnp.asarray(Xall), jnp.asarray(yall), jax.random.key(3))
+        out = A.gaussian_sum_trainer(sigma)(jnp.asarray(Xall), jnp.asarray(yall), make_key(3).key)
         coef = np.asarray(out["coef"])
         scores = coef[cy, d_data + np.arange(m)]
         res = A.one_run_audit(scores, inc, delta=DELTA, epsilon_claimed=2.0)
@@ -233,9 +235,9 @@ def test_the_estimator_trainer_is_the_estimators_fit(digits_all):
     X, y = X[:300], y[:300]
     for method in ("adam1", "sgd"):
         trainer = A.METHODS[method](epsilon=2.0, delta=DELTA, n_classes=10, n=len(y), dim=X.shape[1])
-        out = jax.jit(trainer)(jnp.asarray(X), jnp.asarray(y), jax.random.key(4))
+        out = jax.jit(trainer)(jnp.asarray(X), jnp.asarray(y), make_key(4).key)
         est = DPLinearClassifier(epsilon=2.0, method=method, steps=trainer.plan.steps, classes=range(10),
-                                 random_state=jax.random.key(4)).fit(X, y)
+                                 random_state=make_key(4).key).fit(X, y)
         np.testing.assert_allclose(np.asarray(out["coef"]), est.coef_, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(np.asarray(out["mean"]), est.mean_, rtol=1e-5, atol=1e-7)
 

@@ -19,6 +19,7 @@ import pytest
 import privlin
 from privlin import DPLinearClassifier
 from privlin.sweep import sweep
+from privlin.noise import make_key
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 K = 4
@@ -168,7 +169,7 @@ def test_plan_mismatch_and_key_count_are_refused(rows):
     source = data.ArraySource(X, y)
     plan = make_plan({}, n=len(y) + 1, dim=X.shape[1], n_classes=K)
     with pytest.raises(ValueError, match="plan made for N"):
-        runner.run([plan], source, [jax.random.key(0)], np.arange(K))
+        runner.run([plan], source, [make_key(0).key], np.arange(K))
     with pytest.raises(ValueError, match="keys"):
         runner.run([plan], source, [], np.arange(K))
     with warnings.catch_warnings():

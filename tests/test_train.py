@@ -8,6 +8,8 @@ import optax
 import pytest
 
 from privlin import train as T
+from privlin import noise
+from privlin.noise import make_key
 
 N, D, K = 12, 5, 4
 
@@ -71,15 +73,15 @@ def test_clipped_sum_equals_clipping_autodiff_gradients_and_norms_are_bounded(lo
 def test_privatize_noise_std_is_sigma_times_clip_and_fresh_per_leaf():
     zero = T.LinearParams(jnp.zeros((400, 500)), jnp.zeros(200_000))
     sigma, C = 3.0, 0.5
-    out = T.privatize(zero, jax.random.key(0), sigma, C, fit_intercept=True)
+    out = T.privatize(zero, make_key(0).key, sigma, C, fit_intercept=True)
     w, b = np.asarray(out.W).ravel(), np.asarray(out.b)
     assert np.std(w) == pytest.approx(sigma * C, rel=0.02)
     assert np.std(b) == pytest.approx(sigma * C, rel=0.02)
     assert abs(np.mean(w)) < 5 * sigma * C / np.sqrt(w.size)
     assert abs(np.corrcoef(w[:200_000], b)[0, 1]) < 0.02
-    again = T.privatize(zero, jax.random.key(1), sigma, C, fit_intercept=True)
+    again = T.privatize(zero, make_key(1).key, sigma, C, fit_intercept=True)
     assert abs(np.corrcoef(np.asarray(again.W).ravel(), w)[0, 1]) < 0.02
-    frozen = T.privatize(zero, jax.random.key(0), sigma, C, fit_intercept=False)
+    frozen = T.privatize(zero, make_key(0).key, sigma, C, fit_intercept=False)
     assert np.all(np.asarray(frozen.b) == 0)  # an untrained intercept is not released, so gets no noise
 
 
@@ -88,7 +90,7 @@ def test_full_batch_steps_use_fresh_noise():
     X = jnp.zeros((4, 300))
     Y = jax.nn.one_hot(jnp.arange(4) % 2, 2)
     mask = jnp.ones(4)
-    W = T.fit_full_batch(X, Y, mask, 4, jax.random.key(0), 2.0, 1.0, steps=16, momentum=0.0, clip=1.0).W
+    W = T.fit_full_batch(X, Y, mask, 4, make_key(0).key, 2.0, 1.0, steps=16, momentum=0.0, clip=1.0).W
     # each step moves W by lr * noise / N, noise std sigma*C = 2 -> std after 16 steps = 4 * 2 / 4 = 2
     assert np.std(np.asarray(W)) == pytest.approx(2.0, rel=0.06)
 
@@ -114,7 +116,7 @@ def test_adam1_class_sums_give_the_exact_clipped_gradient_at_zero_init(loss, fit
 def test_adam1_step_is_one_optax_adam_step_on_the_noisy_gradient():
     X, Y, mask = data(seed=5)
     acc = T.class_sums_update(T.class_sums_init(D, K), X, Y, mask, 1.0)
-    key, sigma, lr = jax.random.key(7), 2.0, 1e-3
+    key, sigma, lr = make_key(7).key, 2.0, 1e-3
     params = T.adam1_step(acc, N, key, sigma, lr, clip=1.0)
     noisy = T.privatize(T.adam1_gradient(acc), key, sigma, 1.0)
     g = T.LinearParams(noisy.W / N, jnp.zeros(K))
@@ -131,7 +133,7 @@ def test_adam1_step_is_one_optax_adam_step_on_the_noisy_gradient():
 def test_trainers_vmap_over_keys_sigmas_and_learning_rates():
     X, Y, mask = data(seed=6)
     f = jax.jit(jax.vmap(functools.partial(T.fit_full_batch, steps=3), in_axes=(None, None, None, None, 0, 0, 0)))
-    keys = jax.random.split(jax.random.key(0), 3)
+    keys = noise.split(make_key(0).key, 3)
     out = f(X, Y, mask, N, keys, jnp.array([0.0, 1.0, 1.0]), jnp.array([0.1, 0.1, 0.2]))
     assert out.W.shape == (3, D, K)
     one = T.fit_full_batch(X, Y, mask, N, keys[1], 1.0, 0.1, steps=3)
@@ -143,7 +145,7 @@ def test_trainers_vmap_over_keys_sigmas_and_learning_rates():
 
 def test_sigma_zero_full_batch_is_plain_clipped_gradient_descent():
     X, Y, mask = data(seed=8)
-    params = T.fit_full_batch(X, Y, mask, N, jax.random.key(0), 0.0, 0.5, steps=4, momentum=0.0, clip=100.0)
+    params = T.fit_full_batch(X, Y, mask, N, make_key(0).key, 0.0, 0.5, steps=4, momentum=0.0, clip=100.0)
     p = T.init_params(D, K)
     for _ in range(4):
         g = jax.grad(lambda q: jnp.mean(jax.vmap(example_loss, in_axes=(None, 0, 0, None))(q, X, Y, "softmax")))(p)
@@ -156,10 +158,10 @@ def test_minibatch_poisson_rate_and_optimizers():
     X = jnp.ones((n, 1))
     Y = jax.nn.one_hot(jnp.zeros(n, jnp.int32), 2)
     # with sigma=0, plain SGD, one step: W moves by lr * (sampled rows * clipped grad) / (q n)
-    W = T.fit_minibatch(X, Y, jnp.ones(n), n, jax.random.key(3), 0.0, 1.0, steps=1, sample_rate=q, momentum=0.0).W
+    W = T.fit_minibatch(X, Y, jnp.ones(n), n, make_key(3).key, 0.0, 1.0, steps=1, sample_rate=q, momentum=0.0).W
     frac = float(W[0, 0]) / 0.5  # each sampled row contributes residual 0.5 to class 0 (softmax at zero init)
     assert frac == pytest.approx(1.0, abs=4 * np.sqrt((1 - q) / (q * n)))
     for opt in ("adam", "lamb"):
         Xr, Yr, m = data(seed=9)
-        out = T.fit_minibatch(Xr, Yr, m, N, jax.random.key(0), 1.0, 1e-2, steps=3, sample_rate=0.5, optimizer=opt)
+        out = T.fit_minibatch(Xr, Yr, m, N, make_key(0).key, 1.0, 1e-2, steps=3, sample_rate=0.5, optimizer=opt)
         assert np.all(np.isfinite(out.W)) and np.all(out.b == 0)
