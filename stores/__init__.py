@@ -16,7 +16,7 @@ Write (whole shards, resumable, many writers)::
 """
 from .errors import CorruptStoreError, IncompleteStoreError, ShardClaimedError, StoreError
 from .reader import FeatureStore, Split, open
-from .writer import SplitWriter, create_split
+from .writer import SplitWriter, check_split, create_split
 
-__all__ = ["open", "create_split", "FeatureStore", "Split", "SplitWriter", "StoreError", "CorruptStoreError",
+__all__ = ["open", "create_split", "check_split", "FeatureStore", "Split", "SplitWriter", "StoreError", "CorruptStoreError",
            "IncompleteStoreError", "ShardClaimedError"]
