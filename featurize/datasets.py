@@ -166,6 +166,8 @@ class _Listing:
             self.paths.append(e.path)
             self.ids.append(rel)
             self.labels.append(label)
+        for sub in subdirs:
+            self._walk(sub, label)
 
 
 def _folder_rows(dataset: str, root: Path, classes: list[str]) -> tuple[list[str], list[str], np.ndarray]:

@@ -472,3 +472,11 @@ def _io_pool() -> ThreadPoolExecutor:
     if _POOL is None:
         _POOL = ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2)), thread_name_prefix="stores-io")
     return _POOL
+
+
+def _forget_pool() -> None:
+    global _POOL
+    _POOL = None  # a forked child (a DataLoader worker) has none of the parent's threads
+
+
+os.register_at_fork(after_in_child=_forget_pool)

@@ -33,6 +33,7 @@ from .reader import FORMAT_PREFIX, Split, quiet, split_arrays
 
 MAX_LISTED_SKIPS = 10_000
 FINAL_ATTRS = ("complete", "n_skipped", "skipped_ids")  # set by finalize; everything else is fixed at creation
+NAMING_ATTRS = ("backbone", "head", "dataset", "weights_sha256", "dim")  # named first when provenance differs
 
 
 def check_split(url, split: str, *, n_rows: int, dim: int, dtype: str = "float16", shard_rows: int | None = None,
@@ -134,8 +135,9 @@ def _preflight(store, url, split: str, layout: SplitLayout, root_attrs: dict):
         existing_root = {k: v for k, v in existing_root.items() if k != seal.SEAL_KEY}
         diff = [k for k in root_attrs if k in existing_root and existing_root[k] != root_attrs[k]]
         if diff:
+            diff.sort(key=lambda k: (k not in NAMING_ATTRS, k))
             detail = "; ".join(f"{k}: store has {_short(existing_root[k])}, this job {_short(root_attrs[k])}"
-                               for k in diff)
+                               for k in diff[:3]) + (f"; {len(diff) - 3} more" if len(diff) > 3 else "")
             raise ValueError(f"the store at {location.describe(url)} holds another extraction ({detail}); use another --out instead "
                              "of mixing features (nothing was written)")
     split_doc = read_doc(store, f"{split}/zarr.json")
@@ -275,7 +277,7 @@ class SplitWriter:
             try:
                 text.encode("utf-8")
             except UnicodeEncodeError:
-                raise ValueError(f"ids must be valid UTF-8 text; row {start + i} is {text!r}") from None
+                raise ValueError(f"ids must be valid UTF-8 text; row {start + i} is {str(text)!r}") from None
         return stored, labels.astype(np.int64), ids, valid
 
     def write_shard(self, shard: int, features, labels, ids, valid=None) -> bool:
@@ -313,7 +315,8 @@ class SplitWriter:
                                     f"not {self.writer_id!r}; two writers on one shard would lose data")
         data_keys = [self._key(chunk_key(a, shard)) for a in ROW_ARRAYS]
         mark_keys = [self._key(manifest.manifest_key(shard)), self._key(done_key(shard))]
-        location.remove_partials(self._store, data_keys + mark_keys)  # ours: this writer holds the claim
+        # temporary files a killed write of this shard left behind: ours to remove, this writer holds the claim
+        location.remove_partials(self._store, data_keys + mark_keys + [self._claim_key(shard)])
         start, stop = self.shard_bounds(shard)
         self._arrays["features"][start:stop] = stored
         self._arrays["labels"][start:stop] = labels
