@@ -128,10 +128,11 @@ def kill_then_rerun(setting, k, mode, tmp_path):
     stores.open(out).verify()
 
 
-# (write, mode): store root (1), provenance (2), split group (3), its arrays (4-8), the first shard (9-15: claim,
-# four chunks, manifest, done mark), a later shard, the first split's finalize, the second split, its finalize
-PHASES = [(1, "before"), (2, "partial"), (3, "after"), (6, "partial"), (9, "after"), (11, "partial"),
-          (14, "partial"), (15, "after"), (22, "before"), (38, "partial"), (45, "after"), (-1, "partial")]
+# (write, mode) of the job above (train: 3 shards, test: 1): store root (1), split group (3), its arrays (4-19,
+# with zarr's exclusive writes of parent documents), shard 0 (20-26: claim, features, labels, ids, valid,
+# manifest, done mark), finalize (41 attributes, 42 consolidated metadata), the test split (43-68); -1 = last write
+PHASES = [(1, "partial"), (3, "after"), (8, "partial"), (21, "partial"), (25, "after"), (26, "partial"),
+          (41, "after"), (47, "partial"), (-1, "partial")]
 
 
 @pytest.mark.parametrize("k, mode", PHASES)
