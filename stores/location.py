@@ -61,6 +61,12 @@ def get_bytes(store: Store, key: str, byte_range: ByteRequest | None = None) -> 
     return None if buf is None else buf.to_bytes()
 
 
+def get_buffer(store: Store, key: str):
+    """The bytes under ``key`` as a NumPy ``uint8`` array without a copy, or None when the key is absent."""
+    buf = sync(store.get(key, prototype=default_buffer_prototype()))
+    return None if buf is None else buf.as_numpy_array().view("u1").reshape(-1)
+
+
 def get_many(store: Store, keys: list[str], byte_ranges: list | None = None) -> list[bytes | None]:
     """Several keys (or ranges of them) fetched concurrently: object stores answer in parallel."""
     async def fetch():
