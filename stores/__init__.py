@@ -18,5 +18,5 @@ from .errors import CorruptStoreError, IncompleteStoreError, ShardClaimedError, 
 from .reader import FeatureStore, Split, open
 from .writer import SplitWriter, check_split, create_split
 
-__all__ = ["open", "create_split", "check_split", "FeatureStore", "Split", "SplitWriter", "StoreError", "CorruptStoreError",
-           "IncompleteStoreError", "ShardClaimedError"]
+__all__ = ["open", "create_split", "check_split", "FeatureStore", "Split", "SplitWriter", "StoreError",
+           "CorruptStoreError", "IncompleteStoreError", "ShardClaimedError"]

@@ -38,7 +38,8 @@ def repair(url) -> list[str]:
     actions = [f"removed {len(removed)} temporary file(s) of interrupted writes"
                for removed in [location.remove_partials(store)] if removed]
     root_doc = read_doc(store, "zarr.json")
-    seal.check(root_doc.get("attributes", {}), f"store {location.describe(url)} (zarr.json): cannot be repaired, extract again")
+    seal.check(root_doc.get("attributes", {}),
+               f"store {location.describe(url)} (zarr.json): cannot be repaired, extract again")
     copies = (root_doc.get("consolidated_metadata") or {}).get("metadata") or {}
     if root_doc.get("consolidated_metadata") is not None:
         root_doc.pop("consolidated_metadata")

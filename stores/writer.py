@@ -29,7 +29,7 @@ from . import location, manifest, provenance, seal
 from .errors import CorruptStoreError, ShardClaimedError, StoreError
 from .layout import ARRAYS, FORMAT, ROW_ARRAYS, SplitLayout, array_specs, canonical, choose_layout, chunk_key, \
     done_key, expected_metadata, metadata_json
-from .reader import FORMAT_PREFIX, Split, quiet, split_arrays
+from .reader import FORMAT_PREFIX, Split, is_done, quiet, split_arrays
 
 MAX_LISTED_SKIPS = 10_000
 FINAL_ATTRS = ("complete", "n_skipped", "skipped_ids")  # set by finalize; everything else is fixed at creation
@@ -138,8 +138,8 @@ def _preflight(store, url, split: str, layout: SplitLayout, root_attrs: dict):
             diff.sort(key=lambda k: (k not in NAMING_ATTRS, k))
             detail = "; ".join(f"{k}: store has {_short(existing_root[k])}, this job {_short(root_attrs[k])}"
                                for k in diff[:3]) + (f"; {len(diff) - 3} more" if len(diff) > 3 else "")
-            raise ValueError(f"the store at {location.describe(url)} holds another extraction ({detail}); use another --out instead "
-                             "of mixing features (nothing was written)")
+            raise ValueError(f"the store at {location.describe(url)} holds another extraction ({detail}); use another "
+                             "--out instead of mixing features (nothing was written)")
     split_doc = read_doc(store, f"{split}/zarr.json")
     existing_split = None
     if split_doc is not None:
@@ -228,13 +228,6 @@ class SplitWriter:
         """Bool (n_shards,); a damaged done mark is a :class:`CorruptStoreError` naming its shard."""
         return self._reader().done_mask()
 
-    def _is_done(self, shard: int) -> bool:
-        try:
-            return bool(self._arrays["done"][shard])
-        except ValueError as e:
-            raise CorruptStoreError(f"split {self.split!r}, shard {shard}, done mark ({done_key(shard)}): {e}",
-                                    split=self.split, shard=shard, array="done") from None
-
     def pending(self) -> list[int]:
         """Shards not yet done, in order."""
         return [int(i) for i in np.flatnonzero(~self.done_mask())]
@@ -306,7 +299,7 @@ class SplitWriter:
             Another writer id owns the shard.
         """
         self.shard_bounds(shard)  # IndexError naming the range before any read or write
-        if self._is_done(shard):
+        if is_done(self._arrays["done"], self.split, shard):
             return False
         stored, labels, ids, valid = self._check_rows(shard, features, labels, ids, valid)
         owner = location.set_text_if_absent(self._store, self._claim_key(shard), self.writer_id)
@@ -352,9 +345,7 @@ class SplitWriter:
 
 def consolidate(store) -> None:
     """Write the consolidated metadata (every node's document copied into the root ``zarr.json``)."""
-    with warnings.catch_warnings():
-        # claims/ and manifests/ are ours (not zarr nodes); consolidated metadata is a zarr-python v3 extension.
-        warnings.filterwarnings("ignore", message=".*not recognized as a component.*")
-        warnings.filterwarnings("ignore", message=".*Consolidated metadata.*")
+    with quiet(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Consolidated metadata.*")  # a zarr-python v3 extension: known
         zarr.consolidate_metadata(store)
     location.fsync_keys(store, ["zarr.json"])

@@ -10,7 +10,6 @@ import pytest
 import torch
 from PIL import Image
 
-import stores
 from featurize.__main__ import main as featurize_cli
 from stores.__main__ import main as stores_cli
 

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import featurize
 import stores
 from featurize import DatasetError, open_split
 from featurize.__main__ import main

@@ -16,7 +16,7 @@ import stores
 from stores import location
 from stores.__main__ import main as stores_cli
 
-from .inject import (N, assert_same_store, copy_over, flip_bit, flip_in_text, rows, swap, truncate,
+from .inject import (assert_same_store, copy_over, flip_bit, flip_in_text, rows, swap, truncate,
                      write_store)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
