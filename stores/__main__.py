@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 
-from . import StoreError, open as open_store
+from . import CorruptStoreError, StoreError, open as open_store
 from .repair import repair
 
 
@@ -56,8 +56,11 @@ def main(argv=None) -> int:
     try:
         return {"info": _info, "verify": _verify, "repair": _repair}[args.command](args.path)
     except StoreError as e:
-        hint = "; `python -m stores repair` clears it, then rerun the job" if args.command == "verify" else ""
-        print(f"{'CORRUPT' if args.command == 'verify' else 'error'}: {_one_line(e)}{hint}", file=sys.stderr)
+        damaged = isinstance(e, CorruptStoreError)
+        hint = "; `python -m stores repair` clears it, then rerun the job" if damaged and args.command == "verify" \
+            else ""
+        label = ("CORRUPT" if damaged else "INCOMPLETE") if args.command == "verify" else "error"
+        print(f"{label}: {_one_line(e)}{hint}", file=sys.stderr)
         return 1
     except (FileNotFoundError, OSError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)

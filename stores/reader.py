@@ -141,10 +141,12 @@ class FeatureStore:
 
 
 def summarize(found: list[StoreError]) -> StoreError:
+    """One error for many problems: the first one's words, how many more; incomplete only if nothing is damaged."""
     first = found[0]
     more = f" (and {len(found) - 1} more problem{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
-    err = CorruptStoreError(f"{first}{more}", split=getattr(first, "split", None),
-                            shard=getattr(first, "shard", None), array=getattr(first, "array", None))
+    kind = IncompleteStoreError if all(isinstance(e, IncompleteStoreError) for e in found) else CorruptStoreError
+    err = kind(f"{first}{more}")
+    err.split, err.shard, err.array = (getattr(first, a, None) for a in ("split", "shard", "array"))
     err.problems = found
     return err
 

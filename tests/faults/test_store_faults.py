@@ -111,6 +111,23 @@ def test_deleted_done_mark_is_a_shard_to_redo(store, reference):
     assert_same_store(store, reference)
 
 
+def test_a_split_whose_creation_was_cut_short_is_named_and_resumed(tmp_path, reference, capsys):
+    """kill -9 between creating the split's group and its arrays: no 60 s wait, no KeyError 'done'."""
+    path = tmp_path / "s.zarr"
+    write_store(path, finalize=False, shards=[])
+    for array in ("done", "valid"):
+        for f in os.listdir(t(path, "train", array)):
+            os.unlink(t(path, "train", array, f))
+        os.rmdir(t(path, "train", array))
+    assert stores_cli(["info", str(path)]) == 0
+    assert "not fully created (arrays ['valid', 'done'] missing" in capsys.readouterr().out
+    assert stores_cli(["verify", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert one_line(err) and err.startswith("INCOMPLETE") and "rerun the extraction job" in err
+    write_store(path)
+    assert_same_store(path, reference)
+
+
 def test_n_rows_flipped_in_the_consolidated_copy_is_caught_and_repaired(store, reference):
     flip_in_text(t(store, "zarr.json"), '"n_rows": 300', len('"n_rows": '))  # '3' -> '2': one bit, 300 -> 200
     assert '"n_rows": 200' in open(t(store, "zarr.json")).read()
