@@ -326,12 +326,14 @@ class SplitWriter:
     def finalize(self) -> bool:
         """If every shard is done: list skipped rows, mark complete, consolidate metadata. Returns whether it did.
 
-        Reads every shard back through its manifest first, so a split marked complete was sound when marked.
+        Every shard's manifest is checked and the valid mask and ids are read through them (features are not read
+        again: on a large store that would be a second pass over it; ``verify`` does that).
         """
         if self.pending():
             return False
         reader = self._reader()
-        reader.verify()
+        for shard in range(self.n_shards):
+            reader._manifest(shard)
         valid = reader.valid_mask()
         skipped = np.flatnonzero(~valid)
         skipped_ids = [str(i) for i in reader.ids[:][skipped[:MAX_LISTED_SKIPS]]] if skipped.size else []
