@@ -36,7 +36,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import stores  # noqa: E402
-from stores import location, reader  # noqa: E402
+from stores import buffers, location  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from _results import write_section  # noqa: E402
@@ -104,7 +104,7 @@ class RawInto:
         self.files = shard_files(path)
         self.sizes = [os.path.getsize(p) for p in self.files]
         self.buf = np.empty(sum(self.sizes), np.uint8)
-        self.pool = ThreadPoolExecutor(reader._io_pool()._max_workers)
+        self.pool = ThreadPoolExecutor(buffers.io_pool()._max_workers)
 
     def __call__(self, _path=None) -> int:
         offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]])
@@ -201,7 +201,7 @@ def main():
         f"Measured {datetime.date.today()} on {platform.machine()}, {os.cpu_count()} CPUs (shared; load average "
         f"{load:.1f} at the end), `python benchmarks/bench_store_read.py --rows {n} --dim {d} --repeats "
         f"{args.repeats}`: float16 split of {n:,} x {d} ({gb:.2f} GB of features), shards of {layout.shard_rows} "
-        f"rows, chunks of {layout.chunk_rows} rows, `blocks(rows={args.block_rows})`, {reader._io_pool()._max_workers} "
+        f"rows, chunks of {layout.chunk_rows} rows, `blocks(rows={args.block_rows})`, {buffers.io_pool()._max_workers} "
         "reading threads; medians of alternated runs. *before* = the store at commit "
         f"`{args.before}` (chunk crc32c only); *now* = manifests + sealed metadata + fsync, every checksum still "
         "verified on every read. Through fsspec both ratio columns are against `fs.cat_file` of the same files. "

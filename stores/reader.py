@@ -7,17 +7,14 @@ kind is a :class:`CorruptStoreError` naming the split, the shard and the file, n
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import warnings
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import zarr
 import zarr.errors
 
-from . import chunks, location, manifest, seal
+from . import buffers, chunks, location, manifest, seal
 from .errors import CorruptStoreError, IncompleteStoreError, StoreError
 from .layout import ARRAYS, FORMAT, ROW_ARRAYS, SplitLayout, done_key, expected_metadata, metadata_json
 
@@ -242,7 +239,7 @@ class Split:
         self._manifests: dict[int, manifest.Manifest] = {}
         self._valid = None
         self._all_done = False
-        self._buffers = _Recycler()  # block buffers, kept for the next pass over the split
+        self._buffers = buffers.Recycler()  # block buffers, kept for the next pass over the split
 
     features = property(lambda self: RowArray(self, "features"), doc="(N, D) rows; slicing returns verified NumPy")
     labels = property(lambda self: RowArray(self, "labels"), doc="(N,) int64; slicing returns verified NumPy")
@@ -335,7 +332,7 @@ class Split:
         Notes
         -----
         Every chunk is checked against its crc32c and its shard manifest. Block buffers (at most
-        ``_Recycler.KEEP``, held by this Split for its next passes) are reused once the caller holds no reference
+        ``buffers.Recycler.KEEP``, held by this Split for its next passes) are reused once the caller holds no reference
         to a block: fresh memory costs a page fault per 4 KiB, which makes a copy ~4x slower on the 2-core box.
         A block the caller keeps is never overwritten.
         """
@@ -350,15 +347,15 @@ class Split:
             yield X, y
             del X, y  # so the buffer can be reused if the caller let go of it too
 
-    def _block(self, start: int, stop: int, valid: np.ndarray, dtype, buffers: "_Recycler"):
-        X = buffers.take((stop - start, self.dim), self.layout.dtype)
+    def _block(self, start: int, stop: int, valid: np.ndarray, dtype, pool: buffers.Recycler):
+        X = pool.take((stop - start, self.dim), self.layout.dtype)
         self._read_features_parallel(start, stop, X)
         y = self._rows("labels", start, stop)
         keep = valid[start:stop]
         if not keep.all():
-            X, y = np.compress(keep, X, axis=0, out=buffers.take((int(keep.sum()), self.dim), X.dtype)), y[keep]
+            X, y = np.compress(keep, X, axis=0, out=pool.take((int(keep.sum()), self.dim), X.dtype)), y[keep]
         if dtype is not None and np.dtype(dtype) != X.dtype:
-            converted = buffers.take(X.shape, dtype)
+            converted = pool.take(X.shape, dtype)
             converted[...] = X
             X = converted
         return X, y
@@ -369,7 +366,7 @@ class Split:
         for shard in range(start // self.layout.shard_rows, -(-stop // self.layout.shard_rows)):
             a, b = self.layout.shard_bounds(shard)
             jobs.append((shard, out[a - start:b - start], self._manifest(shard).files["features"]))
-        list(_io_pool().map(lambda job: self._files.read_features(*job), jobs))
+        list(buffers.io_pool().map(lambda job: self._files.read_features(*job), jobs))
 
     def to_numpy(self, dtype=None) -> tuple[np.ndarray, np.ndarray]:
         """All valid rows as ``(X (n, D), y (n,))``."""
@@ -437,48 +434,3 @@ def is_done(done: zarr.Array, split: str, shard: int) -> bool:
     except ValueError as e:
         raise CorruptStoreError(f"split {split!r}, shard {shard}, done mark ({done_key(shard)}): {e}",
                                 split=split, shard=shard, array="done") from None
-
-
-class _Recycler:
-    """Block buffers handed out again once nobody else references them (checked with the reference count)."""
-
-    KEEP = 3  # two blocks in flight (privlin streams so) plus the one being read
-
-    def __init__(self):
-        self._bufs: list[np.ndarray] = []
-
-    def take(self, shape, dtype) -> np.ndarray:
-        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        for i in range(len(self._bufs)):
-            if sys.getrefcount(self._bufs[i]) == _IDLE and self._bufs[i].nbytes >= nbytes:
-                return self._bufs[i][:nbytes].view(dtype).reshape(shape)
-        buf = np.empty(max(nbytes, 1), dtype=np.uint8)
-        if len(self._bufs) < self.KEEP:
-            self._bufs.append(buf)
-        return buf[:nbytes].view(dtype).reshape(shape)
-
-
-def _idle_refcount() -> int:
-    bufs = [np.empty(1, dtype=np.uint8)]
-    i = 0
-    return sys.getrefcount(bufs[i])
-
-
-_IDLE = _idle_refcount()
-_POOL = None
-
-
-def _io_pool() -> ThreadPoolExecutor:
-    """Threads that read and checksum shards (both release the GIL), shared by every split."""
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2)), thread_name_prefix="stores-io")
-    return _POOL
-
-
-def _forget_pool() -> None:
-    global _POOL
-    _POOL = None  # a forked child (a DataLoader worker) has none of the parent's threads
-
-
-os.register_at_fork(after_in_child=_forget_pool)
