@@ -12,6 +12,7 @@ Rerunning the same command resumes a killed job; ``--shard i/n`` (or torchrun) s
 from __future__ import annotations
 
 import argparse
+import pickle
 import sys
 
 import backbones
@@ -21,9 +22,18 @@ from .datasets import DatasetError
 from .job import CorruptImageError, extract
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default, except None and False (their help says what happens)."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False):
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="featurize", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                formatter_class=_HelpFormatter,
                                 epilog="Backbones: " + ", ".join(backbones.list_backbones()))
     p.add_argument("--backbone", required=True, help="registry name, e.g. vip_base, vit_b16_in21k, vip_toy, pixels")
     p.add_argument("--dataset", required=True, help="imagenet, cifar10, cifar100, digits or imagefolder:PATH")
@@ -34,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="store path or fsspec URL (default features/<bb>_<head>_<ds>.zarr)")
     p.add_argument("--weights", default=None,
                    help=f"weights file (default ${backbones.WEIGHTS_DIR_ENV}/<registry file name>)")
-    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=256, help="images per forward pass")
     p.add_argument("--num-workers", type=int, default=None, help="decoding processes (default min(8, cpus))")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--dtype", default="float16", choices=("float16", "float32"), help="stored feature dtype")
@@ -55,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
                          dtype=args.dtype, shard=args.shard, shard_rows=args.shard_rows, skip_bad=args.skip_bad,
                          progress=not args.no_progress)
     except (DatasetError, CorruptImageError, backbones.WeightsNotFoundError, backbones.CheckpointMismatchError,
-            stores.StoreError, KeyError, ValueError) as e:
-        print(f"featurize: error: {e.args[0] if isinstance(e, KeyError) and e.args else e}", file=sys.stderr)
+            stores.StoreError, KeyError, ValueError, pickle.UnpicklingError, OSError) as e:
+        # user errors: one line, no traceback (anything else is a bug and keeps its traceback)
+        text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+        print(f"featurize: error: {' '.join(text.split())}", file=sys.stderr)
         return 2
     for s in result["splits"]:
         rate = s["rows"] / s["seconds"] if s["seconds"] > 0 else 0.0

@@ -15,20 +15,27 @@ Names
     ``random_state=0`` (1437 train / 360 test rows); pixels 0..16 scaled to 0..255 grayscale.
 
 Row order is deterministic (class, then file name; or the file's own order) and ids are stable: the path
-relative to the split folder, ``<batch file>:<row>`` for CIFAR, ``digits:<index>`` for digits. Class lists
-come from the layout (folder names / metadata), the same for every split; they are public structure of the
-dataset, not statistics of its examples.
+relative to the split folder, ``<batch file>:<row>`` for CIFAR, ``digits:<index>`` for digits. File names
+that are not valid UTF-8 keep their bytes as ``\\xNN`` escapes in ids and class names (a store holds text).
+Class lists come from the layout (folder names / metadata), the same for every split; they are public
+structure of the dataset, not statistics of its examples.
+
+Each image file appears once per split: the same file reached twice (a symlink or hard link, a symlink loop, a
+second link to a folder) is refused, because a row per path would count one person's image several times and
+silently weaken a per-image privacy guarantee by as much.
 """
 from __future__ import annotations
 
 import os
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
-from .restricted_pickle import restricted_load
+from .decode import to_rgb
+from .restricted_pickle import UnsafePickleError, restricted_load
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 SPLIT_FOLDERS = ("train", "val", "validation", "test")
@@ -47,7 +54,7 @@ class FileImages:
 
     def read(self, i: int) -> Image.Image:
         with Image.open(self.paths[i]) as im:
-            return im.convert("RGB")
+            return to_rgb(im)
 
     def describe(self, i: int) -> str:
         return f"file {self.paths[i]!r}"
@@ -60,7 +67,7 @@ class ArrayImages:
         self.pixels, self.origin = pixels, origin
 
     def read(self, i: int) -> Image.Image:
-        return Image.fromarray(self.pixels[i]).convert("RGB")
+        return to_rgb(Image.fromarray(self.pixels[i]))
 
     def describe(self, i: int) -> str:
         return f"{self.origin} row {i}"
@@ -103,25 +110,76 @@ class ImageSplit:
 
 # --------------------------------------------------------------------------------------------- folder layouts
 
+def text(name: str) -> str:
+    """A file name as UTF-8 text: bytes that are not UTF-8 (Python keeps them as surrogates) become ``\\xNN``."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
 def _class_dirs(root: Path) -> list[str]:
     return sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
 
 
-def _folder_rows(root: Path, classes: list[str]) -> tuple[list[str], list[str], np.ndarray]:
-    paths, ids, labels = [], [], []
+class _Listing:
+    """Image files under class folders, in ``os.walk`` order (files, then sub-folders, each sorted), with every
+    file and folder identified by (device, inode) so a second path to one of them is refused."""
+
+    def __init__(self, dataset: str, root: Path):
+        self.dataset, self.root = dataset, root
+        self.paths, self.ids, self.labels = [], [], []
+        self._files: dict[tuple, str] = {}
+        self._dirs: dict[tuple, str] = {}
+
+    def _rel(self, path: str) -> str:
+        return text(Path(os.path.relpath(path, self.root)).as_posix())
+
+    def add_class(self, folder: Path, label: int) -> None:
+        self._walk(str(folder), label)
+
+    def _walk(self, folder: str, label: int) -> None:
+        st = os.stat(folder)
+        key = (st.st_dev, st.st_ino)
+        if key in self._dirs:
+            raise DatasetError(f"{self.dataset}: folder {self._rel(folder)!r} is {self._dirs[key]!r} again (a symlink "
+                               "loop or a second link to one folder): its images would count several times; "
+                               "remove the link")
+        self._dirs[key] = self._rel(folder)
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        subdirs = [e.path for e in entries if e.is_dir()]
+        for e in entries:
+            if e.is_dir() or e.name.startswith(".") or not e.name.lower().endswith(IMAGE_EXTENSIONS):
+                continue
+            rel = self._rel(e.path)
+            try:
+                fst = os.stat(e.path)
+            except OSError:  # a dangling link: kept, so decoding names it (or --skip-bad records it)
+                fst = None
+            if fst is not None:
+                fkey = (fst.st_dev, fst.st_ino)
+                if fkey in self._files:
+                    raise DatasetError(f"{self.dataset}: {rel!r} and {self._files[fkey]!r} are the same file (a "
+                                       "symlink or hard link): one image would count twice; keep one of them")
+                self._files[fkey] = rel
+            self.paths.append(e.path)
+            self.ids.append(rel)
+            self.labels.append(label)
+        for sub in subdirs:
+            self._walk(sub, label)
+
+
+def _folder_rows(dataset: str, root: Path, classes: list[str]) -> tuple[list[str], list[str], np.ndarray]:
+    listing = _Listing(dataset, root)
     for label, name in enumerate(classes):
         folder = root / name
-        if not folder.is_dir():
-            continue
-        for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
-            dirnames.sort()
-            for fname in sorted(filenames):
-                if fname.lower().endswith(IMAGE_EXTENSIONS) and not fname.startswith("."):
-                    full = os.path.join(dirpath, fname)
-                    paths.append(full)
-                    ids.append(Path(os.path.relpath(full, root)).as_posix())
-                    labels.append(label)
-    return paths, ids, np.asarray(labels, dtype=np.int64)
+        if folder.is_dir():
+            listing.add_class(folder, label)
+    if len(set(listing.ids)) != len(listing.ids):
+        raise DatasetError(f"{dataset}: two file names under {text(str(root))!r} give the same id once non-UTF-8 "
+                           "bytes are escaped; rename one")
+    return listing.paths, listing.ids, np.asarray(listing.labels, dtype=np.int64)
 
 
 def _folder_layout(root: Path, what: str) -> dict[str, Path]:
@@ -142,11 +200,11 @@ def _open_folder(dataset: str, root: Path, split: str, *, required: tuple = ()) 
     classes = sorted(set().union(*(_class_dirs(p) for p in layout.values())))
     if not classes:
         raise DatasetError(f"{dataset}: no class folders under {str(layout[split])!r}")
-    paths, ids, labels = _folder_rows(layout[split], classes)
+    paths, ids, labels = _folder_rows(dataset, layout[split], classes)
     if not paths:
         raise DatasetError(f"{dataset}: no images with extensions {IMAGE_EXTENSIONS} under {str(layout[split])!r}")
-    return ImageSplit(dataset, split, ids, labels, classes, FileImages(paths),
-                      attrs={"root": str(layout[split].resolve()), "layout": "imagefolder"})
+    return ImageSplit(text(dataset), split, ids, labels, [text(c) for c in classes], FileImages(paths),
+                      attrs={"root": text(str(layout[split].resolve())), "layout": "imagefolder"})
 
 
 # --------------------------------------------------------------------------------------------- CIFAR pickles
@@ -160,6 +218,17 @@ _CIFAR = {
 }
 
 
+def _load_pickle(dataset: str, path: Path):
+    """A CIFAR pickle through the restricted unpickler; a file that is no pickle is a :class:`DatasetError`."""
+    try:
+        return restricted_load(path)
+    except UnsafePickleError as e:
+        raise UnsafePickleError(f"{dataset}: {str(path)!r}: {e}") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as e:
+        raise DatasetError(f"{dataset}: {str(path)!r} is not a readable CIFAR pickle ({type(e).__name__}: {e})") \
+            from None
+
+
 def _open_cifar(dataset: str, data_dir: Path, split: str) -> ImageSplit:
     spec = _CIFAR[dataset]
     if split not in spec["files"]:
@@ -169,11 +238,11 @@ def _open_cifar(dataset: str, data_dir: Path, split: str) -> ImageSplit:
     if missing:
         raise DatasetError(f"{dataset}: missing {missing} in {str(root)!r}; expected the python release "
                            f"({spec['folder']}/ from https://www.cs.toronto.edu/~kriz/cifar.html) under --data-dir")
-    meta = restricted_load(root / spec["meta"])
+    meta = _load_pickle(dataset, root / spec["meta"])
     classes = [str(c) for c in meta[spec["names"]]]
     pixels, labels, ids = [], [], []
     for fname in spec["files"][split]:
-        batch = restricted_load(root / fname)
+        batch = _load_pickle(dataset, root / fname)
         try:
             data = np.asarray(batch["data"], dtype=np.uint8)
             lab = np.asarray(batch[spec["labels"]], dtype=np.int64)

@@ -32,7 +32,6 @@ from backbones import Backbone, load_backbone
 from .datasets import ImageSplit, dataset_splits, open_split
 
 FEATURE_DTYPES = ("float16", "float32")
-_PROVENANCE_KEYS = ("backbone", "head", "dim", "weights_sha256", "preprocessing", "dataset")
 
 
 class CorruptImageError(RuntimeError):
@@ -84,12 +83,29 @@ def shard_batches(bounds: list[tuple[int, int]], batch_size: int) -> list[list[i
 
 
 def resolve_device(device: str | None) -> torch.device:
-    """``"auto"``/None: the local CUDA device (``LOCAL_RANK`` under torchrun) if any, else the CPU."""
+    """``"auto"``/None: the local CUDA device (``LOCAL_RANK`` under torchrun) if any, else the CPU.
+
+    Raises
+    ------
+    ValueError
+        A device name torch does not know, or a CUDA device that is not there.
+    """
     if device in (None, "auto"):
         if torch.cuda.is_available():
             return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
         return torch.device("cpu")
-    return torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"--device {device!r} is not a device name (use auto, cpu, cuda or cuda:N): {e}") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: no CUDA GPU is visible to torch here; use --device cpu (or auto)")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) here")
+    elif dev.type != "cpu":
+        raise ValueError(f"--device {device!r}: only auto, cpu, cuda and cuda:N are supported")
+    return dev
 
 
 def default_out(backbone: str, head: str, dataset: str) -> str:
@@ -98,34 +114,6 @@ def default_out(backbone: str, head: str, dataset: str) -> str:
     if dataset.startswith("imagefolder:"):
         name = "imagefolder-" + (os.path.basename(os.path.normpath(dataset.split(":", 1)[1])) or "root")
     return os.path.join("features", f"{backbone}_{head}_{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}.zarr")
-
-
-def _check_same_extraction(out, provenance: dict) -> None:
-    """Refuse to resume into a store written by another backbone, head, weights or dataset."""
-    try:
-        existing = stores.open(out).attrs
-    except FileNotFoundError:
-        return
-    diff = [k for k in _PROVENANCE_KEYS if k in existing and existing[k] != provenance.get(k)]
-    if diff:
-        detail = "; ".join(f"{k}: store has {existing[k]!r}, this job {provenance.get(k)!r}" for k in diff)
-        raise ValueError(f"the store at {out!r} holds another extraction ({detail}); "
-                         "use another --out instead of mixing features")
-
-
-def _open_writer(out, split, *, tries: int = 40, **kwargs):
-    """``stores.create_split``, retried while another rank is half-way through creating the same split.
-
-    Ranks started together (torchrun) race to create the split; the loser can see the group before its arrays
-    exist (KeyError). Waiting a moment and reopening is enough.
-    """
-    for attempt in range(tries):
-        try:
-            return stores.create_split(out, split, **kwargs)
-        except KeyError:
-            if attempt == tries - 1:
-                raise
-            time.sleep(0.25)
 
 
 def _forward(model: torch.nn.Module, images: torch.Tensor, device: torch.device) -> np.ndarray:
@@ -160,8 +148,9 @@ def extract_split(bb: Backbone, source: ImageSplit, out, *, assignment: ShardAss
     attrs = {"dataset": source.dataset, "split": source.split, "source": source.attrs, "n_examples": len(source),
              "skip_bad": bool(skip_bad), "device_type": device.type,
              "autocast": "bfloat16" if device.type == "cuda" else None}
-    writer = _open_writer(out, source.split, n_rows=len(source), dim=bb.dim, dtype=dtype, shard_rows=shard_rows,
-                          attrs=attrs, root_attrs=root_attrs, writer_id=assignment.writer_id)
+    writer = stores.create_split(out, source.split, n_rows=len(source), dim=bb.dim, dtype=dtype,
+                                 shard_rows=shard_rows, attrs=attrs, root_attrs=root_attrs,
+                                 writer_id=assignment.writer_id)
     pending = set(writer.pending())
     mine = [s for s in writer.shards_for(assignment.rank, assignment.world) if s in pending]
     bounds = [writer.shard_bounds(s) for s in mine]
@@ -256,14 +245,16 @@ def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None
     if batch_size <= 0:
         raise ValueError(f"--batch-size must be positive, got {batch_size}")
     assignment = ShardAssignment.parse(shard)
+    dev = resolve_device(device)
     splits = list(splits) if splits else dataset_splits(dataset, data_dir)
     sources = [open_split(dataset, s, data_dir) for s in splits]  # fail on bad data before loading a model
     bb = load_backbone(backbone, head=head, weights=weights)
     out = out or default_out(bb.config.name, bb.head, dataset)
-    dev = resolve_device(device)
+    root_attrs = {**bb.provenance(), "dataset": sources[0].dataset, "classes": sources[0].classes}
+    for src in sources:  # every split's layout and the store's provenance checked before anything is written
+        stores.check_split(out, src.split, n_rows=len(src), dim=bb.dim, dtype=dtype, shard_rows=shard_rows,
+                           root_attrs=root_attrs)
     bb.model.to(dev, memory_format=torch.channels_last)
-    root_attrs = {**bb.provenance(), "dataset": dataset, "classes": sources[0].classes}
-    _check_same_extraction(out, root_attrs)
     workers = min(8, os.cpu_count() or 1) if num_workers is None else num_workers
     summaries = [extract_split(bb, src, out, assignment=assignment, device=dev, dtype=dtype, batch_size=batch_size,
                                num_workers=workers, shard_rows=shard_rows, skip_bad=skip_bad,

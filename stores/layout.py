@@ -3,16 +3,26 @@
 One split = one zarr group holding ``features`` (N, D), ``labels`` (N,), ``ids`` (N,), ``valid`` (N,) and
 ``done`` (n_shards,). Every array is cut at the same row boundaries (one *shard* = ``shard_rows`` rows), so a
 writer that owns a shard owns every byte of it in every array: concurrent writers never share a chunk file.
-Every chunk carries a crc32c checksum, so a flipped byte is an error, never data.
+Every chunk carries a crc32c checksum, so a flipped byte is an error, never data; each done shard also has a
+manifest (see ``manifest``) so a missing, empty, moved or swapped chunk file is an error too. Array metadata is
+a function of the layout (:func:`expected_metadata`), so it is checked, not trusted.
 """
 from __future__ import annotations
 
+import functools
+import json
+import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
+import zarr
+import zarr.storage
 from zarr.codecs import Crc32cCodec
+from zarr.core.buffer import default_buffer_prototype
 
-FORMAT = "privlin-feature-store/1"
+FORMAT = "privlin-feature-store/2"  # /1 had no manifests and no checksummed metadata
+ARRAYS = ("features", "labels", "ids", "valid", "done")
+ROW_ARRAYS = ("features", "labels", "ids", "valid")  # cut into one chunk file per shard
 FEATURE_DTYPES = ("float16", "float32")
 SHARD_TARGET_BYTES = 16 << 20  # shards of ~16 MiB: big sequential reads, few files
 CHUNK_TARGET_BYTES = 1 << 20  # inner chunks of ~1 MiB: the unit a checksum covers
@@ -47,6 +57,20 @@ class SplitLayout:
             raise ValueError(f"not a feature-store split (format={attrs.get('format')!r}, expected {FORMAT!r})")
         return cls(**{k: attrs[k] for k in ("n_rows", "dim", "dtype", "shard_rows", "chunk_rows")})
 
+    @property
+    def inner_chunks(self) -> int:
+        """Checksummed inner chunks in one features shard file."""
+        return self.shard_rows // self.chunk_rows
+
+
+def chunk_key(array: str, shard: int) -> str:
+    """Key (relative to the split) of the one file holding ``shard`` of a row array."""
+    return f"features/c/{shard}/0" if array == "features" else f"{array}/c/{shard}"
+
+
+def done_key(shard: int) -> str:
+    return f"done/c/{shard}"
+
 
 def _pow2_floor(x: float) -> int:
     return 1 << max(0, int(np.floor(np.log2(max(x, 1)))))
@@ -78,15 +102,44 @@ def array_specs(layout: SplitLayout) -> dict[str, dict]:
     """Keyword arguments for ``zarr.Group.create_array`` of each array in a split."""
     crc = [Crc32cCodec()]
     n, s = layout.n_rows, layout.shard_rows
+    by_id = {"coordinates": "ids"}  # CF convention: xarray's zarr backend makes ``ids`` a coordinate of the rows
     return {
         "features": dict(shape=(n, layout.dim), dtype=layout.dtype, shards=(s, layout.dim),
                          chunks=(layout.chunk_rows, layout.dim), compressors=crc, filters=None, fill_value=0,
-                         dimension_names=("sample", "feature")),
+                         dimension_names=("sample", "feature"), attributes=by_id),
         "labels": dict(shape=(n,), dtype="int64", chunks=(s,), compressors=crc, fill_value=-1,
-                       dimension_names=("sample",)),
+                       dimension_names=("sample",), attributes=by_id),
         "ids": dict(shape=(n,), dtype=str, chunks=(s,), compressors=crc, dimension_names=("sample",)),
         "valid": dict(shape=(n,), dtype="bool", chunks=(s,), compressors=crc, fill_value=False,
-                      dimension_names=("sample",)),
+                      dimension_names=("sample",), attributes=by_id),
         "done": dict(shape=(layout.n_shards,), dtype="bool", chunks=(1,), compressors=crc, fill_value=False,
                      dimension_names=("shard",)),
     }
+
+
+@functools.lru_cache(maxsize=32)
+def expected_documents(layout: SplitLayout) -> dict[str, bytes]:
+    """Each array's ``zarr.json`` exactly as :func:`array_specs` creates it for ``layout`` (a pure function)."""
+    group = zarr.open_group(zarr.storage.MemoryStore(), mode="w")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*not part of the Zarr format 3.*")  # the vlen-utf8 codec
+        return {name: _document(group.create_array(name, **spec).metadata)
+                for name, spec in array_specs(layout).items()}
+
+
+def _document(metadata) -> bytes:
+    return metadata.to_buffer_dict(default_buffer_prototype())["zarr.json"].to_bytes()
+
+
+def canonical(doc: dict) -> str:
+    return json.dumps(doc, sort_keys=True)
+
+
+def metadata_json(metadata) -> str:
+    """Canonical JSON text of an array's metadata, for comparison with :func:`expected_metadata`."""
+    return canonical(json.loads(_document(metadata)))
+
+
+def expected_metadata(layout: SplitLayout) -> dict[str, str]:
+    """Canonical JSON of each array's metadata for ``layout``."""
+    return {name: canonical(json.loads(doc)) for name, doc in expected_documents(layout).items()}

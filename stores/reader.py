@@ -1,37 +1,86 @@
-"""Reading a feature store: lazy arrays, streaming row blocks, and a full checksum verification."""
+"""Reading a feature store: verified row arrays, streaming row blocks, and a full verification.
+
+Nothing is read past a check: the metadata must match its seal (``seal``) and the layout, a shard must be done
+and carry a manifest, and every chunk file must match the manifest and its crc32c (``chunks``). Damage of any
+kind is a :class:`CorruptStoreError` naming the split, the shard and the file, never zeros or dropped rows.
+"""
 from __future__ import annotations
 
-import os
+import contextlib
+import warnings
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import zarr
+import zarr.errors
 
-from . import fastread, location
-from .errors import CorruptStoreError, IncompleteStoreError
-from .layout import FORMAT, SplitLayout
+from . import buffers, chunks, location, manifest, seal
+from .errors import CorruptStoreError, IncompleteStoreError, StoreError
+from .layout import ARRAYS, FORMAT, ROW_ARRAYS, SplitLayout, done_key, expected_metadata, metadata_json
+
+FORMAT_PREFIX = "privlin-feature-store/"
 
 
 def open(url) -> "FeatureStore":  # noqa: A001 - mirrors zarr.open / stores.open in the docs
-    """Open a feature store read-only: a local path, an fsspec URL (``memory://``, ``s3://``...) or a zarr Store."""
+    """Open a feature store read-only: a local path, an fsspec URL (``memory://``, ``s3://``...) or a zarr Store.
+
+    Raises
+    ------
+    FileNotFoundError
+        Nothing there.
+    CorruptStoreError
+        The store's ``zarr.json`` is unreadable or its attributes fail their checksum.
+    """
     store = location.make_store(url, read_only=True)
-    try:
-        root = zarr.open_group(store, mode="r")
-    except (FileNotFoundError, zarr.errors.GroupNotFoundError) as e:
-        raise FileNotFoundError(f"no feature store at {url!r}") from e
-    return FeatureStore(root, url)
+    return FeatureStore(open_root(store, url), url)
 
 
-def _checked(read, *, split, shard, array):
-    """Run a chunk read, turning a failed checksum into :class:`CorruptStoreError` (never return bad bytes)."""
+def open_root(store, url, *, consolidated: bool | None = None) -> zarr.Group:
+    """The root group; unreadable metadata is a :class:`CorruptStoreError`, not a JSON traceback."""
     try:
-        return read()
-    except ValueError as e:
-        if "checksum" not in str(e).lower():
-            raise
-        raise CorruptStoreError(f"split {split!r}, shard {shard}, array {array!r}: {e}",
-                                split=split, shard=shard, array=array) from e
+        with quiet():
+            root = zarr.open_group(store, mode="r", use_consolidated=consolidated)
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError, zarr.errors.NodeTypeValidationError) as e:
+        raise FileNotFoundError(f"no feature store at {location.describe(url)}") from e
+    except (ValueError, KeyError, TypeError) as e:  # JSONDecodeError, MetadataValidationError, ...
+        raise CorruptStoreError(f"store {location.describe(url)}: metadata (zarr.json) is unreadable: {e}") from None
+    seal.check(dict(root.attrs), f"store {location.describe(url)} (zarr.json)")
+    return root
+
+
+@contextlib.contextmanager
+def quiet():
+    """Our ``claims/`` and ``manifests/`` folders are not zarr nodes; zarr's listing would warn about them."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*not recognized as a component.*")
+        yield
+
+
+def child_groups(group: zarr.Group) -> dict[str, zarr.Group]:
+    with quiet():
+        try:
+            return dict(group.groups())
+        except (ValueError, KeyError, TypeError) as e:
+            raise CorruptStoreError(f"metadata (zarr.json) under {group.store!r} is unreadable: {e}") from None
+
+
+def split_arrays(group: zarr.Group, split: str) -> tuple[dict, list[str]]:
+    """The split's arrays that exist, and the names of those that do not; unreadable metadata names its array."""
+    present, missing = {}, []
+    for a in ARRAYS:
+        try:
+            with quiet():
+                node = group[a]
+        except KeyError:
+            missing.append(a)
+            continue
+        except (ValueError, TypeError) as e:
+            raise CorruptStoreError(f"split {split!r}, array {a!r}: metadata ({split}/{a}/zarr.json) is unreadable: "
+                                    f"{e}", split=split, array=a) from None
+        if not isinstance(node, zarr.Array):
+            raise CorruptStoreError(f"split {split!r}: {a!r} is not an array", split=split, array=a)
+        present[a] = node
+    return present, missing
 
 
 class FeatureStore:
@@ -42,16 +91,18 @@ class FeatureStore:
 
     @property
     def attrs(self) -> dict:
-        return dict(self._root.attrs)
+        return {k: v for k, v in self._root.attrs.items() if k != seal.SEAL_KEY}
 
     @property
     def splits(self) -> list[str]:
-        return sorted(name for name, g in self._root.groups() if g.attrs.get("format") == FORMAT)
+        return sorted(name for name, g in child_groups(self._root).items()
+                      if str(g.attrs.get("format", "")).startswith(FORMAT_PREFIX))
 
     def __getitem__(self, split: str) -> "Split":
-        if split not in self.splits:
+        groups = child_groups(self._root)
+        if split not in groups or not str(groups[split].attrs.get("format", "")).startswith(FORMAT_PREFIX):
             raise KeyError(f"no split {split!r} in {self.url!r}; splits: {self.splits}")
-        return Split(self._root[split], split)
+        return Split(groups[split], split)
 
     def __contains__(self, split: str) -> bool:
         return split in self.splits
@@ -59,116 +110,263 @@ class FeatureStore:
     def __repr__(self) -> str:
         return f"FeatureStore({self.url!r}, splits={self.splits})"
 
+    def damage(self) -> list[StoreError]:
+        """Every problem found by reading all metadata, manifests and chunks (empty when the store is sound)."""
+        found: list[StoreError] = []
+        if self._root.metadata.consolidated_metadata is not None:
+            found += _stale_consolidated(self._root, self.url)
+        for name in self.splits:
+            try:
+                sp = self[name]
+            except StoreError as e:
+                found.append(e)
+                continue
+            found += sp.damage()
+        return found
+
     def verify(self) -> None:
-        """Read every chunk of every split (checksums) and check every shard is done.
+        """Read every chunk of every split against its manifest and checksums, and every metadata seal.
 
         Raises
         ------
         CorruptStoreError
-            Naming the split, shard and array of the first bad chunk or missing shard.
+            One line naming the split, shard and file of the first problem, and how many there are.
         """
-        for name in self.splits:
-            self[name].verify()
+        found = self.damage()
+        if found:
+            raise summarize(found)
+
+
+def summarize(found: list[StoreError]) -> StoreError:
+    """One error for many problems: the first one's words, how many more; incomplete only if nothing is damaged."""
+    first = found[0]
+    more = f" (and {len(found) - 1} more problem{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
+    kind = IncompleteStoreError if all(isinstance(e, IncompleteStoreError) for e in found) else CorruptStoreError
+    err = kind(f"{first}{more}")
+    err.split, err.shard, err.array = (getattr(first, a, None) for a in ("split", "shard", "array"))
+    err.problems = found
+    return err
+
+
+def _stale_consolidated(root: zarr.Group, url) -> list[StoreError]:
+    """The consolidated copy in the root ``zarr.json`` must equal each node's own document."""
+    try:
+        own = open_root(root.store, url, consolidated=False)
+        own_groups = child_groups(own)
+    except StoreError as e:
+        return [e]
+    out = []
+    for name, g in child_groups(root).items():
+        mine = own_groups.get(name)
+        docs_differ = mine is None or dict(mine.attrs) != dict(g.attrs)
+        if not docs_differ:
+            with quiet():
+                try:
+                    docs_differ = any(metadata_json(a.metadata) != metadata_json(mine[n].metadata)
+                                      for n, a in g.arrays())
+                except (KeyError, ValueError, TypeError):
+                    docs_differ = True
+        if docs_differ:
+            out.append(CorruptStoreError(
+                f"split {name!r}: the consolidated copy of its metadata in the store's zarr.json differs from "
+                f"{name}/zarr.json (damaged copy; `python -m stores repair` rebuilds it)", split=name))
+    return out
+
+
+class RowArray:
+    """One row array of a split (``features``, ``labels`` or ``ids``): slicing returns NumPy read through the
+    manifests, so a damaged chunk is an error. ``.zarr`` is the underlying zarr array (unverified)."""
+
+    def __init__(self, split: "Split", name: str):
+        self._split, self.name = split, name
+        self.zarr = split._group[name]
+        self.shape, self.dtype = self.zarr.shape, self.zarr.dtype
+        self.ndim = len(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        out = self[:]
+        return out if dtype is None else out.astype(dtype)
+
+    def __getitem__(self, key):
+        rest = ()
+        if isinstance(key, tuple):
+            key, rest = key[0], key[1:]
+        if isinstance(key, (int, np.integer)):
+            i = int(key) + (self.shape[0] if key < 0 else 0)
+            if not 0 <= i < self.shape[0]:
+                raise IndexError(f"row {key} out of range for {self.shape[0]} rows")
+            return self._split._rows(self.name, i, i + 1)[(0, *rest)]
+        if not isinstance(key, slice):
+            raise TypeError("index rows with an int or a slice (then NumPy indexing on the result)")
+        start, stop, step = key.indices(self.shape[0])
+        lo, hi = (start, stop) if step > 0 else (stop + 1, start + 1)
+        rows = self._split._rows(self.name, lo, max(lo, hi))
+        picked = rows[::step] if step > 0 else rows[::-1][::-step]
+        return picked[(slice(None), *rest)] if rest else picked
+
+    def __repr__(self) -> str:
+        return f"RowArray({self._split.name!r}/{self.name}, shape={self.shape}, dtype={self.dtype})"
 
 
 class Split:
-    """One split: ``features`` (N, D), ``labels`` (N,), ``ids`` (N,), lazily read.
+    """One split: ``features`` (N, D), ``labels`` (N,), ``ids`` (N,), read lazily and verified.
 
     ``len(split)`` counts the valid rows (rows skipped at extraction are dropped by every reader).
     """
 
     def __init__(self, group: zarr.Group, name: str):
         self._group, self.name = group, name
-        self.layout = SplitLayout.from_attrs(group.attrs)
+        attrs = dict(group.attrs)
+        if attrs.get("format") != FORMAT:
+            raise StoreError(f"split {name!r} was written as {attrs.get('format')!r}, not {FORMAT!r} (no shard "
+                             "manifests or metadata checksums, so missing chunks cannot be told from data): "
+                             "rerun featurize into a new --out")
+        seal.check(attrs, f"split {name!r} (zarr.json)", split=name)
+        self.layout = SplitLayout.from_attrs(attrs)
+        present, missing = split_arrays(group, name)
+        if missing:
+            raise IncompleteStoreError(f"split {name!r} was not fully created (arrays {missing} missing: its writer "
+                                       "died while creating it); rerun the extraction job")
+        expected = expected_metadata(self.layout)
+        for a in ARRAYS:
+            if metadata_json(present[a].metadata) != expected[a]:
+                raise CorruptStoreError(f"split {name!r}, array {a!r}: metadata ({name}/{a}/zarr.json) differs "
+                                        "from the split's layout (damaged)", split=name, array=a)
+        self._files = chunks.ShardFiles(group.store, group.path, name, self.layout)
+        self._manifests: dict[int, manifest.Manifest] = {}
         self._valid = None
+        self._all_done = False
+        self._buffers = buffers.Recycler()  # block buffers, kept for the next pass over the split
 
-    features = property(lambda self: self._group["features"], doc="zarr array (N, D); slicing returns NumPy")
-    labels = property(lambda self: self._group["labels"], doc="zarr array (N,) int64")
-    ids = property(lambda self: self._group["ids"], doc="zarr array (N,) str: stable row identifiers")
+    features = property(lambda self: RowArray(self, "features"), doc="(N, D) rows; slicing returns verified NumPy")
+    labels = property(lambda self: RowArray(self, "labels"), doc="(N,) int64; slicing returns verified NumPy")
+    ids = property(lambda self: RowArray(self, "ids"), doc="(N,) str: stable row identifiers")
     dim = property(lambda self: self.layout.dim, doc="feature dimension D")
 
     @property
     def attrs(self) -> dict:
-        return dict(self._group.attrs)
+        return {k: v for k, v in self._group.attrs.items() if k != seal.SEAL_KEY}
 
     def __repr__(self) -> str:
         return f"Split({self.name!r}, n={self.layout.n_rows}, dim={self.dim}, dtype={self.layout.dtype})"
 
-    def _shard_of(self, row: int) -> int:
-        return row // self.layout.shard_rows
+    # ------------------------------------------------------------------------------------------ checks
+
+    def done_mask(self) -> np.ndarray:
+        """Bool (n_shards,): shards written and marked done; a damaged mark is an error naming its shard."""
+        try:
+            return np.asarray(self._group["done"][:], dtype=bool)
+        except ValueError:  # a done chunk failed its checksum: find which
+            for shard in range(self.layout.n_shards):
+                is_done(self._group["done"], self.name, shard)
+            raise
 
     def _require_done(self) -> None:
-        done = np.asarray(self._group["done"][:], dtype=bool)
+        if self._all_done:
+            return
+        done = self.done_mask()
+        self._all_done = bool(done.all())
         if not done.all():
             missing = np.flatnonzero(~done)
             raise IncompleteStoreError(
                 f"split {self.name!r} has {missing.size} of {done.size} shards not written "
                 f"(first: {missing[:8].tolist()}); rerun the extraction job to finish it")
 
-    def _read(self, array: str, start: int, stop: int) -> np.ndarray:
-        """Rows ``[start, stop)`` of ``array``; a checksum failure names the exact shard it is in."""
-        try:
-            return _checked(lambda: self._group[array][start:stop], split=self.name,
-                            shard=self._shard_of(start), array=array)
-        except CorruptStoreError:
-            for shard in range(self._shard_of(start), self._shard_of(stop - 1) + 1):
-                a, b = self.layout.shard_bounds(shard)
-                _checked(lambda: self._group[array][a:b], split=self.name, shard=shard, array=array)
-            raise
+    def _manifest(self, shard: int) -> manifest.Manifest:
+        if shard not in self._manifests:
+            raw = location.get_bytes(self._group.store, f"{self._group.path}/{manifest.manifest_key(shard)}")
+            self._manifests[shard] = manifest.load(raw, self.name, shard, self.layout)
+        return self._manifests[shard]
+
+    # ------------------------------------------------------------------------------------------ reads
+
+    def _rows(self, array: str, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` of ``array``, every shard checked (the split must be complete)."""
+        self._require_done()
+        lay = self.layout
+        if array == "features":
+            out = np.empty((stop - start, lay.dim), dtype=lay.dtype)
+            for shard in range(start // lay.shard_rows, -(-stop // lay.shard_rows)):
+                a, b = lay.shard_bounds(shard)
+                a, b = max(a, start), min(b, stop)
+                self._files.read_features(shard, out[a - start:b - start], self._manifest(shard).files["features"],
+                                          first_row=a - shard * lay.shard_rows)
+            return out
+        parts = []
+        for shard in range(start // lay.shard_rows, -(-stop // lay.shard_rows)):
+            a, b = lay.shard_bounds(shard)
+            values = self._files.read_small(shard, array, self._manifest(shard).files[array])
+            parts.append(values[max(a, start) - a:min(b, stop) - a])
+        if not parts:
+            return np.empty(0, dtype=np.dtypes.StringDType() if array == "ids" else _SMALL_DTYPES[array])
+        return np.concatenate(parts)
 
     def valid_mask(self) -> np.ndarray:
         """Bool (N,): False for rows skipped at extraction."""
         if self._valid is None:
-            self._valid = np.asarray(self._read("valid", 0, self.layout.n_rows), dtype=bool)
+            self._valid = self._rows("valid", 0, self.layout.n_rows).astype(bool)
         return self._valid
 
     def __len__(self) -> int:
         return int(self.valid_mask().sum())
 
     def blocks(self, rows: int = 65536, dtype=None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Yield ``(X, y)`` NumPy blocks in row order without loading the split.
+        """Yield ``(X, y)`` NumPy blocks of the valid rows in row order without loading the split.
 
         Parameters
         ----------
         rows : int
-            Rows per block, rounded up to whole shards (local disk) or chunks, so no chunk is read twice.
+            Rows per block, rounded up to whole shards, so no chunk is read twice.
         dtype : numpy dtype, optional
-            Cast features to this dtype (default: as stored).
+            Cast features to this dtype. Default: as stored (float16 stays float16, no conversion, for callers
+            that convert on their device).
 
         Yields
         ------
         X : ndarray (b, D)
         y : ndarray (b,) int64
+
+        Notes
+        -----
+        Every chunk is checked against its crc32c and its shard manifest. Block buffers (at most
+        ``buffers.Recycler.KEEP``, held by this Split for its next passes) are reused once the caller holds no reference
+        to a block: fresh memory costs a page fault per 4 KiB, which makes a copy ~4x slower on the 2-core box.
+        A block the caller keeps is never overwritten.
         """
         if rows <= 0:
             raise ValueError(f"rows must be positive, got {rows}")
         self._require_done()
         valid = self.valid_mask()
-        fast = fastread.supported(self.features)
-        unit = self.layout.shard_rows if fast else self.layout.chunk_rows
-        step = -(-int(rows) // unit) * unit
-        for start in range(0, self.layout.n_rows, step):
-            stop = min(start + step, self.layout.n_rows)
-            X = self._read_features_fast(start, stop) if fast else self._read("features", start, stop)
-            y = self._read("labels", start, stop)
-            keep = valid[start:stop]
-            if not keep.all():
-                X, y = X[keep], y[keep]
-            if dtype is not None:
-                X = X.astype(dtype, copy=False)
+        lay = self.layout
+        step = -(-int(rows) // lay.shard_rows) * lay.shard_rows
+        for start in range(0, lay.n_rows, step):
+            X, y = self._block(start, min(start + step, lay.n_rows), valid, dtype, self._buffers)
             yield X, y
+            del X, y  # so the buffer can be reused if the caller let go of it too
 
-    def _read_features_fast(self, start: int, stop: int) -> np.ndarray:
-        """Whole shards ``[start, stop)`` read in parallel threads straight into one array (see ``fastread``)."""
-        reader = fastread.LocalShardReader(self.features, self.layout, self.name)
-        out = np.empty((stop - start, self.dim), dtype=self.layout.dtype)
-        first = start // self.layout.shard_rows
+    def _block(self, start: int, stop: int, valid: np.ndarray, dtype, pool: buffers.Recycler):
+        X = pool.take((stop - start, self.dim), self.layout.dtype)
+        self._read_features_parallel(start, stop, X)
+        y = self._rows("labels", start, stop)
+        keep = valid[start:stop]
+        if not keep.all():
+            X, y = np.compress(keep, X, axis=0, out=pool.take((int(keep.sum()), self.dim), X.dtype)), y[keep]
+        if dtype is not None and np.dtype(dtype) != X.dtype:
+            converted = pool.take(X.shape, dtype)
+            converted[...] = X
+            X = converted
+        return X, y
+
+    def _read_features_parallel(self, start: int, stop: int, out: np.ndarray) -> None:
+        """Whole shards ``[start, stop)`` read in parallel threads straight into ``out``."""
         jobs = []
-        for shard in range(first, -(-stop // self.layout.shard_rows)):
+        for shard in range(start // self.layout.shard_rows, -(-stop // self.layout.shard_rows)):
             a, b = self.layout.shard_bounds(shard)
-            jobs.append((shard, out[a - start:b - start]))
-        list(_io_pool().map(lambda job: reader.read_into(*job), jobs))
-        return out
+            jobs.append((shard, out[a - start:b - start], self._manifest(shard).files["features"]))
+        list(buffers.io_pool().map(lambda job: self._files.read_features(*job), jobs))
 
     def to_numpy(self, dtype=None) -> tuple[np.ndarray, np.ndarray]:
         """All valid rows as ``(X (n, D), y (n,))``."""
@@ -181,24 +379,58 @@ class Split:
             at += len(yb)
         return X, y
 
-    def verify(self) -> None:
-        """Check every shard is done and every chunk of every array passes its checksum."""
+    # ------------------------------------------------------------------------------------------ verification
+
+    def damage(self) -> list[StoreError]:
+        """Every problem of this split, one per damaged or unfinished shard (empty when sound)."""
         try:
-            self._require_done()
-        except IncompleteStoreError as e:
-            raise CorruptStoreError(str(e), split=self.name, array="done") from e
+            done, found = self.done_mask(), []
+        except CorruptStoreError:
+            done, found = np.ones(self.layout.n_shards, bool), []
+            for shard in range(self.layout.n_shards):
+                try:
+                    done[shard] = is_done(self._group["done"], self.name, shard)
+                except CorruptStoreError as e:
+                    found.append(e)
+        if not done.all():
+            missing = np.flatnonzero(~done)
+            found.append(IncompleteStoreError(f"split {self.name!r} has {missing.size} of {done.size} shards not "
+                                              f"written (first: {missing[:8].tolist()}); rerun the extraction job"))
+            found[-1].split, found[-1].shard, found[-1].array = self.name, int(missing[0]), "done"
+        bad_shards = {e.shard for e in found if getattr(e, "array", None) == "done"}
+        scratch = np.empty((self.layout.shard_rows, self.dim), dtype=self.layout.dtype)
         for shard in range(self.layout.n_shards):
-            start, stop = self.layout.shard_bounds(shard)
-            for array in ("features", "labels", "ids", "valid"):
-                _checked(lambda: self._group[array][start:stop], split=self.name, shard=shard, array=array)
+            if shard in bad_shards or not done[shard]:
+                continue
+            try:
+                m = self._manifest(shard)
+                a, b = self.layout.shard_bounds(shard)
+                self._files.read_features(shard, scratch[:b - a], m.files["features"])
+                for array in ROW_ARRAYS[1:]:
+                    self._files.read_small(shard, array, m.files[array])
+            except CorruptStoreError as e:
+                found.append(e)
+        if not found and self.attrs.get("complete"):
+            skipped = int((~self.valid_mask()).sum())
+            if self.attrs.get("n_skipped") != skipped:
+                found.append(CorruptStoreError(f"split {self.name!r}: attributes say {self.attrs.get('n_skipped')} "
+                                               f"skipped rows, the valid mask {skipped}", split=self.name))
+        return found
+
+    def verify(self) -> None:
+        """Check every shard is done and every chunk of every array matches its manifest and checksum."""
+        found = self.damage()
+        if found:
+            raise summarize(found)
 
 
-_POOL = None
+_SMALL_DTYPES = {"labels": np.int64, "valid": bool}
 
 
-def _io_pool() -> ThreadPoolExecutor:
-    """Threads that read and checksum shards (both release the GIL), shared by every split."""
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=max(2, min(8, os.cpu_count() or 2)), thread_name_prefix="stores-io")
-    return _POOL
+def is_done(done: zarr.Array, split: str, shard: int) -> bool:
+    """Shard ``shard``'s done mark; a mark that fails its checksum is a :class:`CorruptStoreError`."""
+    try:
+        return bool(done[shard])
+    except ValueError as e:
+        raise CorruptStoreError(f"split {split!r}, shard {shard}, done mark ({done_key(shard)}): {e}",
+                                split=split, shard=shard, array="done") from None

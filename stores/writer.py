@@ -1,16 +1,23 @@
-"""Writing a split shard by shard: resumable, and safe with many writers on one store.
+"""Writing a split shard by shard: resumable, safe with many writers, and durable across kills and crashes.
 
 Rules that keep data safe (zarr loses data when two writers touch one chunk file):
 
+* everything a writer would refuse (another extraction's provenance, another layout, damaged metadata) is
+  checked before its first byte is written, so a refused job changes nothing;
+* creating a split is idempotent: every writer creates what is missing with identical metadata, so a writer
+  killed half-way through creating it leaves nothing a rerun (or a rank started beside it) must wait for;
 * a writer writes whole shards only, and every array is cut at shard boundaries (see ``layout``);
 * a shard is *claimed* (an exclusive-create key holding the writer id) before it is written, so a second writer
   on the same shard gets :class:`ShardClaimedError` instead of silent overlap; a writer that restarts with the
   same ``writer_id`` (a resumed job) takes its own claims back;
-* a shard is marked done only after its data is written, and a resumed writer skips done shards;
+* a shard's data is fsync'ed, then its manifest (``manifest``) is written and fsync'ed, and only then is the
+  shard marked done: a kill or a host crash before the mark leaves the shard to redo, never a done shard
+  without its bytes;
 * consolidated metadata is written once, by :meth:`SplitWriter.finalize`, when every shard is done.
 """
 from __future__ import annotations
 
+import json
 import time
 import warnings
 
@@ -18,11 +25,26 @@ import numpy as np
 import zarr
 from zarr.errors import ContainsArrayError, ContainsGroupError
 
-from . import location, provenance
-from .errors import ShardClaimedError
-from .layout import SplitLayout, array_specs, choose_layout
+from . import location, manifest, provenance, seal
+from .errors import CorruptStoreError, ShardClaimedError, StoreError
+from .layout import ARRAYS, FORMAT, ROW_ARRAYS, SplitLayout, array_specs, canonical, choose_layout, chunk_key, \
+    done_key, expected_metadata, metadata_json
+from .reader import FORMAT_PREFIX, Split, is_done, quiet, split_arrays
 
 MAX_LISTED_SKIPS = 10_000
+FINAL_ATTRS = ("complete", "n_skipped", "skipped_ids")  # set by finalize; everything else is fixed at creation
+NAMING_ATTRS = ("backbone", "head", "dataset", "weights_sha256", "dim")  # named first when provenance differs
+
+
+def check_split(url, split: str, *, n_rows: int, dim: int, dtype: str = "float16", shard_rows: int | None = None,
+                chunk_rows: int | None = None, root_attrs: dict | None = None) -> SplitLayout:
+    """Raise what :func:`create_split` would raise for these arguments, writing nothing.
+
+    For a job that writes several splits: check them all before writing the first. Returns the layout.
+    """
+    layout, store = _layout_and_store(url, split, n_rows, dim, dtype, shard_rows, chunk_rows)
+    _preflight(store, url, split, layout, root_attrs or {})
+    return layout
 
 
 def create_split(url, split: str, *, n_rows: int, dim: int, dtype: str = "float16", shard_rows: int | None = None,
@@ -44,7 +66,8 @@ def create_split(url, split: str, *, n_rows: int, dim: int, dtype: str = "float1
         shards and ~1 MiB chunks when omitted.
     attrs, root_attrs : dict, optional
         Provenance of the split and of the whole store (backbone, weights sha256, head, preprocessing, dataset...).
-        Versions and creation time are added. Stored as JSON data, never evaluated.
+        Versions and creation time are added to ``attrs``. Stored as checksummed JSON data, never evaluated.
+        ``root_attrs`` must agree with what the store already records (keys it lacks are added).
     writer_id : str
         Who writes. Shards claimed under another id are refused; a rerun with the same id resumes.
 
@@ -55,60 +78,117 @@ def create_split(url, split: str, *, n_rows: int, dim: int, dtype: str = "float1
     Raises
     ------
     ValueError
-        Bad sizes, or an existing split whose layout differs from the one asked for.
+        Bad sizes, an existing split with another layout, or a store holding another extraction (``root_attrs``
+        differ). Nothing is written.
+    CorruptStoreError
+        The store's metadata is damaged (see ``python -m stores repair``). Nothing is written.
     """
-    if not isinstance(split, str) or not split or "/" in split or split.startswith("."):
-        raise ValueError(f"split must be a plain name like 'train', got {split!r}")
-    layout = choose_layout(n_rows, dim, dtype, shard_rows, chunk_rows)
-    store = location.make_store(url, read_only=False)
+    layout, store = _layout_and_store(url, split, n_rows, dim, dtype, shard_rows, chunk_rows)
+    root_attrs = json.loads(json.dumps(root_attrs or {}))
+    existing_root, existing_split = _preflight(store, url, split, layout, root_attrs)
+    # -- every check passed: from here on the store is written --
     root = _open_root(store)
-    if root_attrs:
-        root.attrs.update(dict(root_attrs))
+    merged = {**(existing_root or {}), **root_attrs}
+    if existing_root is None or any(existing_root.get(k) != v for k, v in root_attrs.items()):
+        root.attrs.put(seal.sealed(merged))
     try:
-        group = root.create_group(split, attributes={**(attrs or {}), **layout.as_attrs(), "split": split,
-                                                      **provenance.stamp(), "complete": False})
-        for name, spec in array_specs(layout).items():
-            group.create_array(name, **spec)
-    except (ContainsGroupError, ContainsArrayError):
-        group = root[split]
-        existing = SplitLayout.from_attrs(group.attrs)
-        if existing != layout:
-            raise ValueError(f"split {split!r} exists with layout {existing}, not {layout}: "
-                             "use another --out or delete the old split") from None
-        _wait_for_arrays(group, split)
+        group = root.create_group(split, attributes=seal.sealed(
+            {**(attrs or {}), **layout.as_attrs(), "split": split, **provenance.stamp(), "complete": False}))
+    except ContainsGroupError:  # exists, or another writer created it after our check
+        group = zarr.open_group(store, path=split, mode="r+", use_consolidated=False)
+        if existing_split is None and SplitLayout.from_attrs(group.attrs) != layout:
+            raise ValueError(f"split {split!r} was just created by another writer with layout "
+                             f"{SplitLayout.from_attrs(group.attrs)}, not {layout}") from None
+    _create_missing_arrays(group, split, layout)
     return SplitWriter(store, group, split, layout, writer_id)
 
 
+def _layout_and_store(url, split, n_rows, dim, dtype, shard_rows, chunk_rows):
+    if not isinstance(split, str) or not split or "/" in split or split.startswith(".") \
+            or split in ("claims", "manifests"):
+        raise ValueError(f"split must be a plain name like 'train', got {split!r}")
+    layout = choose_layout(n_rows, dim, dtype, shard_rows, chunk_rows)
+    return layout, location.make_store(url, read_only=False)
+
+
+def read_doc(store, key: str) -> dict | None:
+    """A node's zarr.json as a dict, None when absent; unreadable JSON is a :class:`CorruptStoreError`."""
+    raw = location.get_bytes(store, key)
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+        return doc
+    except ValueError as e:
+        raise CorruptStoreError(f"{key} is unreadable ({e}): the store's metadata is damaged") from None
+
+
+def _preflight(store, url, split: str, layout: SplitLayout, root_attrs: dict):
+    """Every reason to refuse the write, found by reading only. Returns (root attrs, split attrs) or Nones."""
+    root_doc = read_doc(store, "zarr.json")
+    existing_root = None
+    if root_doc is not None:
+        existing_root = root_doc.get("attributes", {})
+        seal.check(existing_root, f"store {location.describe(url)} (zarr.json)")
+        existing_root = {k: v for k, v in existing_root.items() if k != seal.SEAL_KEY}
+        diff = [k for k in root_attrs if k in existing_root and existing_root[k] != root_attrs[k]]
+        if diff:
+            diff.sort(key=lambda k: (k not in NAMING_ATTRS, k))
+            detail = "; ".join(f"{k}: store has {_short(existing_root[k])}, this job {_short(root_attrs[k])}"
+                               for k in diff[:3]) + (f"; {len(diff) - 3} more" if len(diff) > 3 else "")
+            raise ValueError(f"the store at {location.describe(url)} holds another extraction ({detail}); use another "
+                             "--out instead of mixing features (nothing was written)")
+    split_doc = read_doc(store, f"{split}/zarr.json")
+    existing_split = None
+    if split_doc is not None:
+        existing_split = split_doc.get("attributes", {})
+        fmt = str(existing_split.get("format", ""))
+        if fmt != FORMAT:
+            what = f"written as {fmt!r}" if fmt.startswith(FORMAT_PREFIX) else "not a feature-store split"
+            raise StoreError(f"{split!r} in {location.describe(url)} is {what}, not {FORMAT!r}: use another --out")
+        seal.check(existing_split, f"split {split!r} ({split}/zarr.json)", split=split)
+        existing = SplitLayout.from_attrs(existing_split)
+        if existing != layout:
+            raise ValueError(f"split {split!r} exists with layout {existing}, not {layout}: "
+                             "use another --out or delete the old split (nothing was written)")
+        expected = expected_metadata(layout)
+        for name in ARRAYS:
+            doc = read_doc(store, f"{split}/{name}/zarr.json")
+            if doc is not None and canonical(doc) != expected[name]:
+                raise CorruptStoreError(f"split {split!r}, array {name!r}: metadata ({split}/{name}/zarr.json) "
+                                        "differs from the split's layout (damaged; `python -m stores repair` "
+                                        "rewrites it)", split=split, array=name)
+    return existing_root, existing_split
+
+
+def _short(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _open_root(store, attempts: int = 20):
-    """Open or create the root group; another writer creating it at the same moment is not an error."""
+    """Open or create the root group (never from consolidated metadata: writers see the documents themselves);
+    another writer creating it at the same moment is not an error."""
     for attempt in range(attempts):
         try:
-            return zarr.open_group(store, mode="a")
+            return zarr.open_group(store, mode="a", use_consolidated=False)
         except ContainsGroupError:  # created by another writer between zarr's check and its create
             time.sleep(0.05 * (attempt + 1))
-    return zarr.open_group(store, mode="r+")
+    return zarr.open_group(store, mode="r+", use_consolidated=False)
 
 
-def _wait_for_arrays(group, split: str, timeout: float = 60.0) -> None:
-    """A split another writer is still creating: wait until all its arrays exist."""
-    deadline = time.monotonic() + timeout
-    names = set(array_specs_names())
-    while not names <= _array_names(group):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"split {split!r} exists but its arrays {sorted(names)} did not appear within "
-                               f"{timeout:.0f} s: a writer died while creating it; delete the split and rerun")
-        time.sleep(0.1)
-
-
-def _array_names(group) -> set[str]:
-    """Names of a split's arrays; its ``claims/`` folder is ours, not a zarr node (zarr would warn about it)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*not recognized as a component.*")
-        return {name for name, _ in group.arrays()}
-
-
-def array_specs_names() -> tuple[str, ...]:
-    return ("features", "labels", "ids", "valid", "done")
+def _create_missing_arrays(group, split: str, layout: SplitLayout) -> None:
+    """Create the split's arrays that do not exist yet. Idempotent: the metadata is a function of the layout,
+    so two writers creating the same array write the same bytes, and a rerun finishes a killed creation."""
+    _, missing = split_arrays(group, split)
+    for name, spec in array_specs(layout).items():
+        if name in missing:
+            try:
+                group.create_array(name, **spec)
+            except ContainsArrayError:
+                pass
 
 
 class SplitWriter:
@@ -117,7 +197,13 @@ class SplitWriter:
     def __init__(self, store, group, split, layout: SplitLayout, writer_id: str):
         self._store, self._group, self.split, self.layout = store, group, split, layout
         self.writer_id = str(writer_id)
-        self._arrays = {name: group[name] for name in array_specs_names()}
+        with quiet():  # every chunk is written, even all-fill ones: absence always means damage
+            self._arrays = {name: group[name].with_config({"write_empty_chunks": True}) for name in ARRAYS}
+        expected = expected_metadata(layout)
+        for name, array in self._arrays.items():
+            if metadata_json(array.metadata) != expected[name]:
+                raise CorruptStoreError(f"split {split!r}, array {name!r}: metadata differs from the layout",
+                                        split=split, array=name)
 
     @property
     def n_shards(self) -> int:
@@ -133,16 +219,25 @@ class SplitWriter:
             raise ValueError(f"rank must be in [0, {world}), got {rank}")
         return list(range(rank, self.n_shards, world))
 
+    def _reader(self) -> Split:
+        with quiet():
+            group = zarr.open_group(self._store, path=self.split, mode="r", use_consolidated=False)
+        return Split(group, self.split)
+
     def done_mask(self) -> np.ndarray:
-        return np.asarray(self._arrays["done"][:], dtype=bool)
+        """Bool (n_shards,); a damaged done mark is a :class:`CorruptStoreError` naming its shard."""
+        return self._reader().done_mask()
 
     def pending(self) -> list[int]:
         """Shards not yet done, in order."""
         return [int(i) for i in np.flatnonzero(~self.done_mask())]
 
-    def _claim_key(self, shard: int) -> str:
+    def _key(self, key: str) -> str:
         prefix = self._group.path
-        return f"{prefix}/claims/{shard}" if prefix else f"claims/{shard}"
+        return f"{prefix}/{key}" if prefix else key
+
+    def _claim_key(self, shard: int) -> str:
+        return self._key(f"claims/{shard}")
 
     def _check_rows(self, shard, features, labels, ids, valid):
         start, stop = self.shard_bounds(shard)
@@ -170,10 +265,16 @@ class SplitWriter:
         ids = np.asarray(ids)
         if ids.shape != (n,):
             raise ValueError(f"ids must have shape ({n},), got {ids.shape}")
-        return stored, labels.astype(np.int64), ids.astype(str), valid
+        ids = ids.astype(str)
+        for i, text in enumerate(ids):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"ids must be valid UTF-8 text; row {start + i} is {str(text)!r}") from None
+        return stored, labels.astype(np.int64), ids, valid
 
     def write_shard(self, shard: int, features, labels, ids, valid=None) -> bool:
-        """Write every row of ``shard`` and mark it done.
+        """Write every row of ``shard``, make it durable, record its manifest and mark it done.
 
         Parameters
         ----------
@@ -181,7 +282,7 @@ class SplitWriter:
         features : array (stop - start, D)
         labels : int array (stop - start,)
         ids : array of str (stop - start,)
-            Stable row identifiers (e.g. file paths relative to the dataset root).
+            Stable row identifiers (e.g. file paths relative to the dataset root), valid UTF-8.
         valid : bool array (stop - start,), optional
             False for rows that hold no example (skipped unreadable images); readers drop them.
 
@@ -193,37 +294,60 @@ class SplitWriter:
         Raises
         ------
         ValueError
-            Bad shapes, NaN/inf, non-integer or negative labels: nothing is written.
+            Bad shapes, NaN/inf, non-integer or negative labels, ids that are not UTF-8: nothing is written.
         ShardClaimedError
             Another writer id owns the shard.
         """
         self.shard_bounds(shard)  # IndexError naming the range before any read or write
-        if bool(self._arrays["done"][shard]):
+        if is_done(self._arrays["done"], self.split, shard):
             return False
         stored, labels, ids, valid = self._check_rows(shard, features, labels, ids, valid)
         owner = location.set_text_if_absent(self._store, self._claim_key(shard), self.writer_id)
         if owner != self.writer_id:
             raise ShardClaimedError(f"shard {shard} of split {self.split!r} is claimed by writer {owner!r}, "
                                     f"not {self.writer_id!r}; two writers on one shard would lose data")
+        data_keys = [self._key(chunk_key(a, shard)) for a in ROW_ARRAYS]
+        mark_keys = [self._key(manifest.manifest_key(shard)), self._key(done_key(shard))]
+        # temporary files a killed write of this shard left behind: ours to remove, this writer holds the claim
+        location.remove_partials(self._store, data_keys + mark_keys + [self._claim_key(shard)])
         start, stop = self.shard_bounds(shard)
         self._arrays["features"][start:stop] = stored
         self._arrays["labels"][start:stop] = labels
         self._arrays["ids"][start:stop] = ids
         self._arrays["valid"][start:stop] = valid
+        location.fsync_keys(self._store, data_keys)
+        record = manifest.build(self._store, self._group.path, self.split, shard, self.layout)
+        location.put_bytes(self._store, mark_keys[0], record)
+        location.fsync_keys(self._store, mark_keys[:1])
         self._arrays["done"][shard] = True  # last: a crash before this line leaves the shard to redo
+        location.fsync_keys(self._store, mark_keys[1:])
         return True
 
     def finalize(self) -> bool:
-        """If every shard is done: list skipped rows, mark complete, consolidate metadata. Returns whether it did."""
+        """If every shard is done: list skipped rows, mark complete, consolidate metadata. Returns whether it did.
+
+        Every shard's manifest is checked and the valid mask and ids are read through them (features are not read
+        again: on a large store that would be a second pass over it; ``verify`` does that).
+        """
         if self.pending():
             return False
-        valid = np.asarray(self._arrays["valid"][:], dtype=bool)
+        reader = self._reader()
+        for shard in range(self.n_shards):
+            reader._manifest(shard)
+        valid = reader.valid_mask()
         skipped = np.flatnonzero(~valid)
-        skipped_ids = [str(i) for i in self._arrays["ids"][:][skipped[:MAX_LISTED_SKIPS]]] if skipped.size else []
-        self._group.attrs.update({"complete": True, "n_skipped": int(skipped.size), "skipped_ids": skipped_ids})
-        with warnings.catch_warnings():
-            # claims/ is ours (not a zarr node), and consolidated metadata is a zarr-python v3 extension: both known.
-            warnings.filterwarnings("ignore", message=".*not recognized as a component.*")
-            warnings.filterwarnings("ignore", message=".*Consolidated metadata.*")
-            zarr.consolidate_metadata(self._store)
+        skipped_ids = [str(i) for i in reader.ids[:][skipped[:MAX_LISTED_SKIPS]]] if skipped.size else []
+        attrs = {k: v for k, v in self._group.attrs.items() if k not in FINAL_ATTRS}
+        self._group.attrs.put(seal.sealed({**attrs, "complete": True, "n_skipped": int(skipped.size),
+                                           "skipped_ids": skipped_ids}))
+        location.fsync_keys(self._store, [self._key("zarr.json")])
+        consolidate(self._store)
         return True
+
+
+def consolidate(store) -> None:
+    """Write the consolidated metadata (every node's document copied into the root ``zarr.json``)."""
+    with quiet(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Consolidated metadata.*")  # a zarr-python v3 extension: known
+        zarr.consolidate_metadata(store)
+    location.fsync_keys(store, ["zarr.json"])

@@ -129,3 +129,9 @@ def test_crafted_cifar_pickle_is_refused_and_runs_nothing(tmp_path):
 def test_cifar_missing_files_say_what_is_expected(tmp_path):
     with pytest.raises(DatasetError, match="cifar-10-batches-py"):
         open_split("cifar10", "train", tmp_path)
+
+
+def test_nested_folders_are_listed_files_first_then_subfolders(tmp_path):
+    _write_images(tmp_path, ["a/z.png", "a/sub/x.png", "a/sub/deeper/y.png", "a/b.png"])
+    assert open_split(f"imagefolder:{tmp_path}", "train").ids == ["a/b.png", "a/z.png", "a/sub/x.png",
+                                                                  "a/sub/deeper/y.png"]  # os.walk's order

@@ -289,3 +289,43 @@ def test_cli_info_and_verify(tmp_path, capsys):
     r = subprocess.run([sys.executable, "-m", "stores", "verify", str(tmp_path / "s.zarr")], capture_output=True,
                        text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert r.returncode == 0 and "ok:" in r.stdout
+
+
+def test_blocks_yield_float16_as_stored_and_never_overwrite_a_kept_block(tmp_path):
+    X, y, ids = make_data(n=2000)
+    write(tmp_path / "s.zarr", X, y, ids, dtype="float16")
+    sp = stores.open(tmp_path / "s.zarr")["train"]
+    kept = [Xb for Xb, _ in sp.blocks(rows=SHARD)]  # the caller keeps every block
+    assert all(b.dtype == np.float16 for b in kept)
+    np.testing.assert_array_equal(np.concatenate(kept), X.astype(np.float16))
+    pooled = {b.__array_interface__["data"][0] for b in kept[:3]}
+    del kept
+    addresses = set()
+    for Xb, _ in sp.blocks(rows=SHARD):  # the caller lets go of each block: the split's buffers are reused
+        addresses.add(Xb.__array_interface__["data"][0])
+    assert addresses <= pooled
+    as32 = [Xb for Xb, _ in sp.blocks(rows=SHARD, dtype=np.float32)]
+    assert as32[0].dtype == np.float32
+    assert np.array_equal(np.concatenate(as32), X.astype(np.float16).astype(np.float32))
+
+
+def test_row_arrays_slice_like_numpy_and_are_verified(tmp_path):
+    X, y, ids = make_data()
+    write(tmp_path / "s.zarr", X, y, ids)
+    sp = stores.open(tmp_path / "s.zarr")["train"]
+    np.testing.assert_array_equal(sp.features[250:300], X[250:300])  # across a shard boundary
+    np.testing.assert_array_equal(sp.features[5, 3], X[5, 3])
+    np.testing.assert_array_equal(sp.features[990:, 2:4], X[990:, 2:4])
+    assert sp.labels[-1] == y[-1] and list(sp.ids[::-250]) == list(ids[::-250])
+    assert sp.features.shape == (N, D) and len(sp.labels) == N and np.asarray(sp.labels).shape == (N,)
+    os.unlink(tmp_path / "s.zarr" / "train" / "labels" / "c" / "3")
+    with pytest.raises(stores.CorruptStoreError, match="shard 3, labels"):
+        sp.labels[900:]
+
+
+def test_fast_crc32c_agrees_with_zarrs():
+    crc32c = pytest.importorskip("crc32c")
+    import google_crc32c
+    data = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8)
+    for n in (0, 1, 7, 4096, data.size):
+        assert crc32c.crc32c(data[:n].tobytes()) == google_crc32c.value(data[:n].tobytes())
