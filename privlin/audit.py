@@ -334,12 +334,15 @@ def run_many(train_fn: Callable, X, y, keys, *, chunk: int = 250) -> dict:
     import jax
     import jax.numpy as jnp
 
+    from privlin import sensitivity
+
     X = jnp.asarray(X)
     y = jnp.asarray(y)
     f = jax.jit(jax.vmap(train_fn, in_axes=(None, None, 0)))
     parts = []
-    for i in range(0, keys.shape[0], chunk):
-        parts.append(jax.tree_util.tree_map(np.asarray, f(X, y, keys[i:i + chunk])))
+    with sensitivity.x64():  # privlin's exact sums are float64
+        for i in range(0, keys.shape[0], chunk):
+            parts.append(jax.tree_util.tree_map(np.asarray, f(X, y, keys[i:i + chunk])))
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 

@@ -19,15 +19,15 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from . import noise
+from . import noise, sensitivity
 
 __all__ = ["normalize_rows", "row_sum", "private_mean", "Preprocessing", "apply"]
 
-_TINY = 1e-12
 
 
 def normalize_rows(X, norm: float = 1.0):
-    """Rows scaled to L2 norm ``norm``; all-zero rows stay zero.
+    """Rows scaled to L2 norm ``norm`` (float32); all-zero rows stay zero; any finite row, however large or
+    small, keeps its direction (it is scaled by a power of two before its norm is taken).
 
     Parameters
     ----------
@@ -37,27 +37,25 @@ def normalize_rows(X, norm: float = 1.0):
 
     Returns
     -------
-    array (n, d), float32 or the input's float dtype
+    array (n, d), float32
     """
-    X = jnp.asarray(X)
-    if not jnp.issubdtype(X.dtype, jnp.floating) or X.dtype == jnp.float16:
-        X = X.astype(jnp.float32)
-    n2 = jnp.sqrt(jnp.sum(X * X, axis=1, keepdims=True))
-    return X * (norm / jnp.maximum(n2, _TINY))
+    return sensitivity.directions(X)[0] * norm
 
 
-def row_sum(X, mask=None, norm: float = 1.0):
-    """Sum over rows of ``normalize_rows(X, norm)``; ``mask`` (n,) of 0/1 drops padding rows.
+def row_sum(X, mask, norm: float, n):
+    """Σ_i mask_i · (row i at norm ``norm``), exact (float64; :mod:`privlin.sensitivity`).
+
+    Each row enters at norm ``norm·(1 − η)`` (the margin that makes its snapped form ≤ ``norm``), so the sum
+    moves by at most ``norm`` when one row is replaced by a null row (``replace_special``).  ``n``: the public
+    N.  Trace under ``privlin.sensitivity.x64()``.
 
     Returns
     -------
-    array (d,)
-        The statistic whose sensitivity is ``norm`` under zero-out (``replace_special``).
+    array (d,) float64
     """
-    Xn = normalize_rows(X, norm)
-    if mask is not None:
-        Xn = Xn * jnp.asarray(mask, Xn.dtype)[:, None]
-    return jnp.sum(Xn, axis=0)
+    A, _ = sensitivity.directions(X)
+    eta = sensitivity.margin(n, A.shape[1])
+    return sensitivity.vector_sum(A * (norm * (1.0 - eta)), mask, norm, n)
 
 
 def private_mean(total, n: int, key: jax.Array, sigma: float, norm: float = 1.0):
@@ -66,7 +64,7 @@ def private_mean(total, n: int, key: jax.Array, sigma: float, norm: float = 1.0)
     Parameters
     ----------
     total : array (d,)
-        :func:`row_sum` of the private split.
+        :func:`row_sum` of the private split (exact, float64).
     n : int
         Number of rows (public under the neighbouring relation).
     key : jax key
@@ -74,8 +72,7 @@ def private_mean(total, n: int, key: jax.Array, sigma: float, norm: float = 1.0)
     sigma : float
         Noise multiplier of the centering mechanism (``inf`` is not allowed: skip centering instead).
     """
-    total = jnp.asarray(total, jnp.float32)
-    return (total + noise.gaussian(key, total.shape, sigma * norm, total.dtype)) / n
+    return jnp.asarray((total + noise.gaussian(key, total.shape, sigma * norm)) / n, jnp.float32)
 
 
 class Preprocessing(NamedTuple):

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import noise, preprocess, secure_noise, train
+from . import noise, preprocess, secure_noise, sensitivity, train
 from .data import Source, label_index
 from .plan import Plan
 
@@ -61,7 +61,7 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
     static : tuple
         ``Plan.static()`` (hashable: what the compiled code specializes on).
     X : (m, d) rows as given (float16/32); Y : (m, k) one-hot; mask : (m,) 1 for real rows, 0 for padding
-        and null rows.
+        and null rows.  Trace under ``privlin.sensitivity.x64()`` (the released sums are exact float64).
     n : scalar
         The public N.
     key : jax key
@@ -72,10 +72,10 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
     X = jnp.asarray(X, jnp.float32)
     mean = None
     if centered:
-        mean = preprocess.private_mean(preprocess.row_sum(X, mask, clip), n, k_center, sigma_center, clip)
+        mean = preprocess.private_mean(preprocess.row_sum(X, mask, clip, n), n, k_center, sigma_center, clip)
     Xp = _prep(X, clip, normalize, mean)
     if method == "adam1":
-        sums = train.class_sums_update(train.class_sums_init(X.shape[1], Y.shape[1]), Xp, Y, mask, clip,
+        sums = train.class_sums_update(train.class_sums_init(X.shape[1], Y.shape[1]), Xp, Y, mask, clip, n,
                                        loss=loss, bias_init=bias_init, fit_intercept=fit_intercept)
         params = train.adam1_step(sums, n, k_train, sigma, learning_rate, clip=clip, loss=loss, bias_init=bias_init,
                                   fit_intercept=fit_intercept)
@@ -131,7 +131,11 @@ def run(plans: Sequence[Plan], source: Source, keys: Sequence, classes: np.ndarr
         Bytes of float32 rows (per plan group, counting the centered copies of a vmapped group) kept in memory;
         above it the rows are streamed.
     """
-    plans = list(plans)
+    with sensitivity.x64():
+        return _run(list(plans), source, keys, classes, block_rows, memory_limit, verbose)
+
+
+def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> list[Released]:
     if len(keys) != len(plans):
         raise ValueError(f"{len(plans)} plans but {len(keys)} keys")
     for p in plans:
@@ -262,19 +266,19 @@ def _double_buffered(results):
 # ----------------------------------------------------------------------------- streaming
 
 @functools.partial(jax.jit, static_argnames=("clip",))
-def _row_sum_block(total, X, mask, clip):
-    return total + preprocess.row_sum(X, mask, clip)
+def _row_sum_block(total, X, mask, clip, n):
+    return total + preprocess.row_sum(X, mask, clip, n)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "bias_init", "fit_intercept"))
-def _class_sums_block(acc, X, idx, mask, mean, *, k, clip, normalize, loss, bias_init, fit_intercept):
-    return train.class_sums_update(acc, _prep(X, clip, normalize, mean), jax.nn.one_hot(idx, k), mask, clip,
+def _class_sums_block(acc, X, idx, mask, mean, n, *, k, clip, normalize, loss, bias_init, fit_intercept):
+    return train.class_sums_update(acc, _prep(X, clip, normalize, mean), jax.nn.one_hot(idx, k), mask, clip, n,
                                    loss=loss, bias_init=bias_init, fit_intercept=fit_intercept)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "fit_intercept"))
-def _grad_block(acc, params, X, idx, mask, mean, *, k, clip, normalize, loss, fit_intercept):
-    g = train.clipped_grad_sum(params, _prep(X, clip, normalize, mean), jax.nn.one_hot(idx, k), mask, clip,
+def _grad_block(acc, params, X, idx, mask, mean, n, *, k, clip, normalize, loss, fit_intercept):
+    g = train.clipped_grad_sum(params, _prep(X, clip, normalize, mean), jax.nn.one_hot(idx, k), mask, clip, n,
                                loss=loss, fit_intercept=fit_intercept)
     return jax.tree.map(jnp.add, acc, g)
 
@@ -343,11 +347,11 @@ def _centering(rows: _Rows, plans: list[Plan], keys: list) -> list:
         if not p.centered:
             continue
         if p.clip not in totals:
-            total = jnp.zeros(p.dim, jnp.float32)
+            total = jnp.zeros(p.dim, jnp.float64)
 
-            def sums(total=total, clip=p.clip):
+            def sums(total=total, clip=p.clip, n=float(p.n)):
                 for X, _, mask in rows.device_blocks("centering"):
-                    total = _row_sum_block(total, X, mask, clip)
+                    total = _row_sum_block(total, X, mask, clip, n)
                     yield total
 
             totals[p.clip] = _double_buffered(sums())
@@ -367,8 +371,9 @@ def _class_sums(rows: _Rows, p: Plan, mean):
     def sums():
         nonlocal acc
         for X, idx, mask in rows.device_blocks("adam1 pass"):
-            acc = _class_sums_block(acc, X, idx, mask, mean, k=p.n_classes, clip=p.clip, normalize=p.normalize,
-                                    loss=p.loss, bias_init=p.bias_init, fit_intercept=p.fit_intercept)
+            acc = _class_sums_block(acc, X, idx, mask, mean, float(p.n), k=p.n_classes, clip=p.clip,
+                                    normalize=p.normalize, loss=p.loss, bias_init=p.bias_init,
+                                    fit_intercept=p.fit_intercept)
             yield acc
 
     _double_buffered(sums())
@@ -384,7 +389,7 @@ def _stream_steps(rows: _Rows, p: Plan, key, mean):
     for step_key in tqdm(noise.split(key, p.steps), desc=f"{p.method} steps", disable=not rows.verbose):
         # full batch: the step key is the noise key, exactly as in train.fit_full_batch
         k_sample, k_noise = noise.split(step_key) if q < 1.0 else (None, step_key)
-        g = train.LinearParams(jnp.zeros((p.dim, p.n_classes), jnp.float32), jnp.zeros((p.n_classes,), jnp.float32))
+        g = train.LinearParams(jnp.zeros((p.dim, p.n_classes), jnp.float64), jnp.zeros((p.n_classes,), jnp.float64))
 
         def grad_sums():
             nonlocal g
@@ -393,7 +398,7 @@ def _stream_steps(rows: _Rows, p: Plan, key, mean):
                 if q < 1.0:  # the same sample as train.fit_minibatch: a function of the row's global index
                     mask = mask * _sample(k_sample, q, start, mask.shape[0])
                 start += real
-                g = _grad_block(g, state.params, X, idx, mask, mean, k=p.n_classes, clip=p.clip,
+                g = _grad_block(g, state.params, X, idx, mask, mean, float(p.n), k=p.n_classes, clip=p.clip,
                                 normalize=p.normalize, loss=p.loss, fit_intercept=p.fit_intercept)
                 yield g
 

@@ -3,6 +3,10 @@
 Why it is cheap: for a linear model with logits ``z = x W + b`` the
 per-example gradient is the outer product ``x r^T`` (``r = dloss/dz``), so its
 norm is ``||x|| * ||r||`` (``sqrt(||x||² + 1) * ||r||`` with an intercept).
+It is summed as (direction of the row) ⊗ (its residual times the clipped norm),
+exactly (:mod:`privlin.sensitivity`): a released sum moves by at most C when one
+example changes, in the arithmetic that computes it.  Trace these functions under
+``privlin.sensitivity.x64()``.
 Clipping is one scale per row, and the clipped sum is one GEMM
 ``X^T (c * R)``: per-example gradients are never materialized.
 
@@ -37,10 +41,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from . import noise
+from . import noise, sensitivity
 
 __all__ = [
-    "LinearParams", "ClassSums", "TrainState", "residuals", "grad_norms", "clip_factors", "clipped_grad_sum",
+    "LinearParams", "ClassSums", "TrainState", "residuals", "logits_of", "clipped_grad_sum",
     "privatize", "init_params", "make_optimizer", "init_state", "noisy_update", "fit_full_batch", "fit_minibatch",
     "zero_init_residual_norm", "poisson_mask", "SAMPLE_CHUNK", "class_sums_init", "class_sums_update", "adam1_gradient", "adam1_step",
     "decision_function", "LOSSES", "OPTIMIZERS",
@@ -59,13 +63,12 @@ class LinearParams(NamedTuple):
 
 
 class ClassSums(NamedTuple):
-    """Sufficient statistics of ``adam1``: per-class sums of clip factors times rows.
+    """Sufficient statistics of ``adam1``: per-class sums of clip factors times rows, exact, float64.
 
-    ``S`` (k, d): Σ_{i in class j} c_i x_i;  ``w`` (k,): Σ_{i in class j} c_i.
+    ``S`` (k, d+1): Σ_{i in class j} c_i [x_i, 1]; the last column (Σ c_i) feeds a trained intercept.
     """
 
     S: jax.Array
-    w: jax.Array
 
 
 class TrainState(NamedTuple):
@@ -94,32 +97,36 @@ def residuals(logits, Y, loss: str) -> jax.Array:
     raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
 
 
-def grad_norms(X, R, fit_intercept: bool) -> jax.Array:
-    """Per-example gradient norms ``||x_i|| ||r_i||`` (intercept: ``sqrt(||x_i||²+1) ||r_i||``); shape (n,)."""
-    x2 = jnp.sum(X * X, axis=1) + (1.0 if fit_intercept else 0.0)
-    return jnp.sqrt(x2) * jnp.sqrt(jnp.sum(R * R, axis=1))
+def logits_of(params: LinearParams, A, norms, fit_intercept: bool) -> jax.Array:
+    """``x W + b`` from a row's direction and norm, never NaN (a huge row saturates instead of overflowing)."""
+    W = jnp.concatenate([params.W, params.b[None]], axis=0) if fit_intercept else params.W
+    aw = A @ W
+    z = jnp.where(aw == 0, 0.0, norms[:, None] * aw)
+    z = jnp.clip(z, -1e30, 1e30)
+    return z if fit_intercept else z + params.b
 
 
-def clip_factors(norms, clip) -> jax.Array:
-    """``min(1, C / norm)`` per example (0-norm rows get 1)."""
-    return jnp.minimum(1.0, clip / jnp.maximum(norms, _TINY))
-
-
-def clipped_grad_sum(params: LinearParams, X, Y, mask, clip, *, loss: str = "softmax",
+def clipped_grad_sum(params: LinearParams, X, Y, mask, clip, n, *, loss: str = "softmax",
                      fit_intercept: bool = False) -> LinearParams:
-    """Σ_i mask_i · clip_C(∇_θ ℓ(θ; x_i, y_i)) without materializing per-example gradients.
+    """Σ_i mask_i · clip_C(∇_θ ℓ(θ; x_i, y_i)) exactly (float64), without per-example gradients.
+
+    ``n`` is the public N (it sets the exact-sum grid and the clip margin, :mod:`privlin.sensitivity`).
 
     Returns
     -------
     LinearParams
-        ``W`` (d, k) and ``b`` (k,) sums (``b`` is zero when ``fit_intercept`` is False).
+        ``W`` (d, k) and ``b`` (k,) sums, float64 (``b`` is zero when ``fit_intercept`` is False).
     """
-    X = jnp.asarray(X, jnp.float32)
-    R = residuals(decision_function(params, X), Y, loss)
-    c = clip_factors(grad_norms(X, R, fit_intercept), clip) * mask
-    Rc = R * c[:, None]
-    gb = jnp.sum(Rc, axis=0) if fit_intercept else jnp.zeros_like(params.b)
-    return LinearParams(X.T @ Rc, gb)
+    A, norms = sensitivity.directions(X, fit_intercept)
+    R = residuals(logits_of(params, A, norms, fit_intercept), Y, loss)
+    d1, k = A.shape[1], Y.shape[1]
+    c_eff = clip * (1.0 - sensitivity.margin(n, d1, outer_dims=k))
+    r_norm = jnp.sqrt(jnp.sum(R * R, axis=1))
+    magnitude = jnp.minimum(norms, c_eff / jnp.maximum(r_norm, _TINY))  # c_i ||x_i||, the clipped norm
+    G = sensitivity.outer_sum(A, R * magnitude[:, None], mask, clip, n)
+    if fit_intercept:
+        return LinearParams(G[:-1], G[-1])
+    return LinearParams(G, jnp.zeros((k,), G.dtype))
 
 
 def privatize(grad_sum: LinearParams, key, sigma, clip, *, fit_intercept: bool = False) -> LinearParams:
@@ -130,7 +137,7 @@ def privatize(grad_sum: LinearParams, key, sigma, clip, *, fit_intercept: bool =
     kw, kb = noise.split(key)
     W = grad_sum.W + noise.gaussian(kw, grad_sum.W.shape, sigma * clip)
     b = grad_sum.b + noise.gaussian(kb, grad_sum.b.shape, sigma * clip) if fit_intercept else grad_sum.b
-    return LinearParams(W, b)
+    return LinearParams(jnp.asarray(W, jnp.float32), jnp.asarray(b, jnp.float32))
 
 
 def make_optimizer(name: str, learning_rate, *, momentum: float = 0.9, b1: float = 0.9, b2: float = 0.999,
@@ -184,7 +191,7 @@ def fit_full_batch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, clip
     state = init_state(X.shape[1], Y.shape[1], opt, bias_init)
 
     def step(state, k):
-        g = clipped_grad_sum(state.params, X, Y, mask, clip, loss=loss, fit_intercept=fit_intercept)
+        g = clipped_grad_sum(state.params, X, Y, mask, clip, n, loss=loss, fit_intercept=fit_intercept)
         return noisy_update(state, g, k, sigma, n, opt, clip=clip, fit_intercept=fit_intercept), None
 
     state, _ = jax.lax.scan(step, state, noise.split(key, steps))
@@ -225,7 +232,7 @@ def fit_minibatch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, sampl
     def step(state, k):
         k_sample, k_noise = noise.split(k)
         take = poisson_mask(k_sample, sample_rate, 0, mask.shape[0]) * mask
-        g = clipped_grad_sum(state.params, X, Y, take, clip, loss=loss, fit_intercept=fit_intercept)
+        g = clipped_grad_sum(state.params, X, Y, take, clip, n, loss=loss, fit_intercept=fit_intercept)
         return noisy_update(state, g, k_noise, sigma, denom, opt, clip=clip, fit_intercept=fit_intercept), None
 
     state, _ = jax.lax.scan(step, state, noise.split(key, steps))
@@ -246,35 +253,41 @@ def zero_init_residual_norm(k: int, loss: str = "sigmoid", bias_init: float = -1
 
 
 def class_sums_init(d: int, k: int) -> ClassSums:
-    return ClassSums(jnp.zeros((k, d), jnp.float32), jnp.zeros((k,), jnp.float32))
+    return ClassSums(jnp.zeros((k, d + 1), jnp.float64))
 
 
-def class_sums_update(acc: ClassSums, X, Y, mask, clip, *, loss: str = "sigmoid", bias_init: float = -10.0,
+def class_sums_update(acc: ClassSums, X, Y, mask, clip, n, *, loss: str = "sigmoid", bias_init: float = -10.0,
                       fit_intercept: bool = False) -> ClassSums:
-    """Add one block of rows to the ``adam1`` statistics (stage 1; one streaming pass).
+    """Add one block of rows to the ``adam1`` statistics exactly (stage 1; one streaming pass).
 
-    The clip factor is ``min(1, C / (||x_i|| ||r||))`` with the constant zero-init ``||r||``.
+    At zero init every residual has the same norm r, so the clip factor is ``min(1, C / (||x_i|| r))``
+    and the class sums of ``c_i [x_i, 1]`` determine the whole clipped gradient (:func:`adam1_gradient`).
     """
-    X = jnp.asarray(X, jnp.float32)
     k = Y.shape[1]
+    A, norms = sensitivity.directions(X, fit_intercept)
+    d1 = A.shape[1]
     r = zero_init_residual_norm(k, loss, bias_init)
-    x2 = jnp.sum(X * X, axis=1) + (1.0 if fit_intercept else 0.0)
-    c = clip_factors(jnp.sqrt(x2) * r, clip) * mask * jnp.sum(Y, axis=1)
-    # Y is one-hot: a segment sum by label costs O(n d), where Y^T X would cost O(n d k)
+    # the margin also covers r's rounding and the float64 rounding of adam1_gradient's p·Σ_j S_j (≤ (k+2)·N·2⁻⁵²)
+    eta = sensitivity.margin(n, d1) + k * sensitivity.U32 + (k + 2) * jnp.asarray(n, jnp.float64) * 2.0**-50
+    magnitude = jnp.minimum(norms, clip * (1.0 - eta) / r)  # c_i ||x_i||
     label = jnp.argmax(Y, axis=1)
-    S = jax.ops.segment_sum(X * c[:, None], label, num_segments=k)
-    return ClassSums(acc.S + S, acc.w + jax.ops.segment_sum(c, label, num_segments=k))
+    mask = mask * jnp.sum(Y, axis=1)
+    S = sensitivity.segment_sum(A * magnitude[:, None], label, k, mask, clip / r, n)
+    if not fit_intercept:  # keep the layout (k, d+1): the intercept column stays zero
+        S = jnp.concatenate([S, jnp.zeros((k, 1), S.dtype)], axis=1)
+    return ClassSums(acc.S + S)
 
 
 def adam1_gradient(sums: ClassSums, *, loss: str = "sigmoid", bias_init: float = -10.0) -> LinearParams:
-    """The exact clipped full-batch gradient sum at zero init, from the class sums.
+    """The exact clipped full-batch gradient sum at zero init, from the class sums (float64).
 
-    Σ_i c_i x_i (p·1 − e_{y_i})^T = p·(Σ_j S_j) 1^T − S^T, and likewise for the intercept.
+    Σ_i c_i [x_i, 1] (p·1 − e_{y_i})^T = p·(Σ_j S_j) 1^T − S^T.
     """
     k = sums.S.shape[0]
-    p = jax.nn.sigmoid(bias_init) if loss == "sigmoid" else 1.0 / k
+    p = jax.nn.sigmoid(jnp.asarray(bias_init, jnp.float64)) if loss == "sigmoid" else 1.0 / k
     total = jnp.sum(sums.S, axis=0)
-    return LinearParams(p * total[:, None] - sums.S.T, p * jnp.sum(sums.w) - sums.w)
+    G = p * total[:, None] - sums.S.T
+    return LinearParams(G[:-1], G[-1])
 
 
 def adam1_step(sums: ClassSums, n, key, sigma, learning_rate, *, clip: float = 1.0, loss: str = "sigmoid",
@@ -300,6 +313,7 @@ def adam1_update(noisy_grad_sum: LinearParams, n, learning_rate, *, bias_init: f
     g = jax.tree.map(lambda t: t / n, noisy_grad_sum)
     if not fit_intercept:
         g = LinearParams(g.W, jnp.zeros_like(g.b))
+    noisy_grad_sum = jax.tree.map(lambda t: jnp.asarray(t, jnp.float32), noisy_grad_sum)
     opt = make_optimizer("adam", learning_rate, b1=b1, b2=b2, eps=eps)
     state = init_state(d, k, opt, bias_init)
     updates, _ = opt.update(g, state.opt_state, state.params)

@@ -7,9 +7,20 @@ import numpy as np
 import optax
 import pytest
 
+from privlin import sensitivity
 from privlin import train as T
 from privlin import noise
 from privlin.noise import make_key
+
+
+@pytest.fixture(autouse=True)
+def _x64():
+    """privlin's released sums are exact float64 (privlin.sensitivity): the runner traces them under x64."""
+    from privlin import sensitivity
+
+    with sensitivity.x64():
+        yield
+
 
 N, D, K = 12, 5, 4
 
@@ -48,7 +59,10 @@ def test_analytic_per_example_gradients_equal_autodiff(loss, fit_intercept):
     assert np.allclose(g.W, jnp.einsum("nd,nk->ndk", X, R), atol=1e-5)
     assert np.allclose(g.b, R, atol=1e-6)
     flat = jnp.sqrt(jnp.sum(g.W**2, axis=(1, 2)) + (jnp.sum(g.b**2, axis=1) if fit_intercept else 0.0))
-    assert np.allclose(T.grad_norms(X, R, fit_intercept), flat, rtol=1e-5)
+    A, norms = sensitivity.directions(X, fit_intercept)  # a gradient is (row direction) ⊗ (residual · row norm)
+    outer = jnp.einsum("nd,nk->ndk", A * norms[:, None], R)
+    assert np.allclose(outer[:, :D], g.W, atol=1e-5)
+    assert np.allclose(norms * jnp.sqrt(jnp.sum(R * R, axis=1)), flat, rtol=1e-5)
 
 
 @pytest.mark.parametrize("loss", ["softmax", "sigmoid"])
@@ -65,7 +79,7 @@ def test_clipped_sum_equals_clipping_autodiff_gradients_and_norms_are_bounded(lo
     norms = jnp.sqrt(jnp.sum(clipped_W**2, axis=(1, 2)) + jnp.sum(clipped_b**2, axis=1))
     assert float(norms.max()) <= C * (1 + 1e-5)
     assert float(norms.max()) > 0.5 * C  # some rows really were clipped to C
-    ours = T.clipped_grad_sum(params, X, Y, mask, C, loss=loss, fit_intercept=fit_intercept)
+    ours = T.clipped_grad_sum(params, X, Y, mask, C, N, loss=loss, fit_intercept=fit_intercept)
     assert np.allclose(ours.W, clipped_W.sum(0), atol=1e-5)
     assert np.allclose(ours.b, clipped_b.sum(0), atol=1e-5)
 
@@ -104,9 +118,9 @@ def test_adam1_class_sums_give_the_exact_clipped_gradient_at_zero_init(loss, fit
     C = 0.6
     acc = T.class_sums_init(D, K)
     for a, b in [(0, 5), (5, N)]:  # streamed in two blocks
-        acc = T.class_sums_update(acc, X[a:b], Y[a:b], mask[a:b], C, loss=loss, bias_init=b0,
+        acc = T.class_sums_update(acc, X[a:b], Y[a:b], mask[a:b], C, N, loss=loss, bias_init=b0,
                                   fit_intercept=fit_intercept)
-    direct = T.clipped_grad_sum(T.init_params(D, K, b0), X, Y, mask, C, loss=loss, fit_intercept=fit_intercept)
+    direct = T.clipped_grad_sum(T.init_params(D, K, b0), X, Y, mask, C, N, loss=loss, fit_intercept=fit_intercept)
     g = T.adam1_gradient(acc, loss=loss, bias_init=b0)
     assert np.allclose(g.W, direct.W, atol=1e-5)
     if fit_intercept:
@@ -115,7 +129,7 @@ def test_adam1_class_sums_give_the_exact_clipped_gradient_at_zero_init(loss, fit
 
 def test_adam1_step_is_one_optax_adam_step_on_the_noisy_gradient():
     X, Y, mask = data(seed=5)
-    acc = T.class_sums_update(T.class_sums_init(D, K), X, Y, mask, 1.0)
+    acc = T.class_sums_update(T.class_sums_init(D, K), X, Y, mask, 1.0, N)
     key, sigma, lr = make_key(7).key, 2.0, 1e-3
     params = T.adam1_step(acc, N, key, sigma, lr, clip=1.0)
     noisy = T.privatize(T.adam1_gradient(acc), key, sigma, 1.0)
@@ -138,7 +152,7 @@ def test_trainers_vmap_over_keys_sigmas_and_learning_rates():
     assert out.W.shape == (3, D, K)
     one = T.fit_full_batch(X, Y, mask, N, keys[1], 1.0, 0.1, steps=3)
     assert np.allclose(out.W[1], one.W, atol=1e-6)
-    acc = T.class_sums_update(T.class_sums_init(D, K), X, Y, mask, 1.0)
+    acc = T.class_sums_update(T.class_sums_init(D, K), X, Y, mask, 1.0, N)
     many = jax.vmap(T.adam1_step, in_axes=(None, None, 0, 0, 0))(acc, N, keys, jnp.array([1.0, 2.0, 3.0]), jnp.ones(3))
     assert many.W.shape == (3, D, K)
 

@@ -1,0 +1,115 @@
+"""Released sums whose sensitivity holds in the arithmetic that computes them.
+
+A sum of clipped contributions accumulated in float32 is not a sum of contributions of norm ≤ C: rounding
+inside it grows like N·2⁻²⁴, and one crafted row can move a blocked float32 sum of 2²⁰ unit rows by 1.04·C
+(Casacuberta et al., CCS 2022).  Here every released sum is exact:
+
+1. each contribution is computed in float32 and clipped to ``C·(1 − η)`` — ``η`` (:func:`margin`) covers the
+   worst-case rounding of its norm and of step 2, so the contribution *as summed* has norm ≤ C;
+2. it is snapped to a power-of-two grid fine enough that N of them sum to integers below 2⁵² (the grid
+   depends on the public N only, :func:`grid_bits`);
+3. the snapped values are summed in float64, where every partial sum is such an integer: the result is exact
+   in any order — streamed, blocked, sharded over devices or hosts, vmapped.
+
+So one row moves a released sum by at most C, exactly as accounted, and the same rows give bitwise the same
+sum on every path.  Products for the gradient of a linear model (a row direction ⊗ a clipped residual) are
+snapped factor by factor (:func:`outer_sum`); float64 products of the snapped integers are exact too.
+
+Every function here is traced under ``jax.enable_x64`` (the runner enters it): float64 must not silently be
+float32.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["U32", "grid_bits", "margin", "vector_sum", "segment_sum", "outer_sum", "directions", "x64"]
+
+#: Unit roundoff of float32.
+U32 = 2.0**-24
+#: Integers exactly representable in float64 (with one bit to spare for the sign of partial sums).
+_F64_BITS = 52
+
+
+def x64():
+    """The context every exact sum is traced in (float64 and int64 enabled, thread-locally)."""
+    return jax.enable_x64(True)
+
+
+def grid_bits(n) -> jax.Array:
+    """Bits of grid resolution per snapped value so that n values of magnitude ≤ 1 sum below 2⁵² in any order."""
+    if jnp.asarray(0.0, jnp.float64).dtype != jnp.float64:
+        raise RuntimeError("privlin's exact sums need float64: trace them under privlin.sensitivity.x64()")
+    return _F64_BITS - 1 - jnp.ceil(jnp.log2(jnp.maximum(jnp.asarray(n, jnp.float64), 2.0)))
+
+
+def margin(n, dims: int, *, outer_dims: int = 0) -> jax.Array:
+    """Relative shrink η of the clip so that a contribution *as summed* has norm ≤ C.
+
+    ``dims``: length of a vector contribution (or of the row direction of an outer product); ``outer_dims``:
+    length of the other factor of an outer product (0 for vectors).  Covers float32 rounding of the norms and
+    of the products that form the contribution, ``(dims + outer_dims + 16)·2⁻²⁴``, and the snapping,
+    ``√dims·2^-(b+1)`` (+ ``√outer_dims·2^-(b'+1)`` for the other factor).
+    """
+    bits = grid_bits(n)
+    rounding = (dims + outer_dims + 16) * U32
+    if not outer_dims:
+        return rounding + math.sqrt(dims) * jnp.exp2(-bits - 1)
+    ba, bb = _split_bits(bits, dims, outer_dims)
+    return rounding + math.sqrt(dims) * jnp.exp2(-ba - 1) + 1.01 * math.sqrt(outer_dims) * jnp.exp2(-bb - 1)
+
+
+def _split_bits(bits, dims: int, outer_dims: int):
+    """Grid bits of the two factors of an outer product (their products must still sum below 2⁵²), split to
+    minimize the snapping error √dims·2^-ba + √outer_dims·2^-bb."""
+    ba = jnp.round((bits + 0.5 * math.log2(dims / outer_dims)) / 2)
+    ba = jnp.clip(ba, 1, bits - 1)
+    return ba, bits - ba
+
+
+def _snap(x, grid):
+    """Integers x / grid, rounded to nearest, as float64 (exact: grid is a power of two)."""
+    return jnp.round(jnp.asarray(x, jnp.float64) / grid)
+
+
+def vector_sum(V, mask, bound, n) -> jax.Array:
+    """Σ_i mask_i · V_i exactly, for rows of norm ≤ ``bound``; float64 (m, d) -> (d,)."""
+    grid = bound * jnp.exp2(-grid_bits(n))
+    return (jnp.asarray(mask, jnp.float64) @ _snap(V, grid)) * grid
+
+
+def segment_sum(V, segments, k: int, mask, bound, n) -> jax.Array:
+    """Per-segment sums (k, d) of ``mask_i · V_i`` exactly, for rows of norm ≤ ``bound``."""
+    grid = bound * jnp.exp2(-grid_bits(n))
+    q = _snap(V, grid) * jnp.asarray(mask, jnp.float64)[:, None]
+    return jax.ops.segment_sum(q, segments, num_segments=k) * grid
+
+
+def outer_sum(A, B, mask, bound, n) -> jax.Array:
+    """Σ_i mask_i · A_i ⊗ B_i exactly (d, k), for rows A_i of norm ≤ 1 and B_i of norm ≤ ``bound``.
+
+    A_i ⊗ B_i is the gradient of one example (direction of its row ⊗ its clipped, rescaled residual).
+    """
+    ba, bb = _split_bits(grid_bits(n), A.shape[1], B.shape[1])
+    ga, gb = jnp.exp2(-ba), bound * jnp.exp2(-bb)
+    Bq = _snap(B, gb) * jnp.asarray(mask, jnp.float64)[:, None]
+    return (_snap(A, ga).T @ Bq) * (ga * gb)
+
+
+def directions(X, fit_intercept: bool = False) -> tuple[jax.Array, jax.Array]:
+    """Rows (with a trailing 1 when an intercept is trained) as unit directions (m, d[+1]) and norms (m,).
+
+    A row is scaled by a power of two before squaring (exact), so any finite row has a finite direction (no
+    overflow to inf, no underflow to 0); an all-zero row has direction 0.  Contributions are built as
+    direction × clipped norm, so no row can make a released sum NaN or infinite.
+    """
+    X = jnp.asarray(X, jnp.float32)
+    if fit_intercept:
+        X = jnp.concatenate([X, jnp.ones((X.shape[0], 1), jnp.float32)], axis=1)
+    m = jnp.max(jnp.abs(X), axis=1, keepdims=True)
+    scale = jnp.where(m > 0, jnp.exp2(-jnp.ceil(jnp.log2(jnp.where(m > 0, m, 1.0)))), 1.0)
+    Xs = X * scale
+    ns = jnp.sqrt(jnp.sum(Xs * Xs, axis=1, keepdims=True))
+    return Xs / jnp.maximum(ns, 1e-30), (ns / scale)[:, 0]

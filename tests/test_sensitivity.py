@@ -1,0 +1,106 @@
+"""privlin.sensitivity: released sums move by at most C when one row changes, in the arithmetic that computes
+them; the float32 sums they replace do not (the crafted construction of the issue, as a negative control)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from privlin import preprocess, sensitivity, train
+
+N = 2**20  # identical unit rows
+
+
+def crafted_pair(n=N):
+    """n rows e1 plus one row x = (a, sqrt(1 - a^2)) whose first coordinate lands just past half an ulp of the
+    running float32 sum (so it rounds up to a whole ulp: 2x its value), or a null row in its place."""
+    a = 2.0**-4 + 2.0**-10  # ulp(2^20) = 2^-3 in float32
+    X = np.zeros((n + 1, 2), np.float32)
+    X[:n, 0] = 1.0
+    X_in = X.copy()
+    X_in[n] = [a, np.sqrt(1 - a * a)]
+    mask_in = np.ones(n + 1, np.float32)
+    mask_out = mask_in.copy()
+    mask_out[n] = 0.0
+    return X_in, mask_in, mask_out
+
+
+def test_float32_sums_break_the_sensitivity():
+    """The negative control: a sequential float32 sum moves by more than C = 1 for this one row of norm 1."""
+    X_in, _, _ = crafted_pair()
+    s_in = np.cumsum(X_in[:, 0], dtype=np.float32)[-1], np.cumsum(X_in[:, 1], dtype=np.float32)[-1]
+    s_out = np.cumsum(X_in[:-1, 0], dtype=np.float32)[-1], np.cumsum(X_in[:-1, 1], dtype=np.float32)[-1]
+    moved = np.hypot(float(s_in[0]) - float(s_out[0]), float(s_in[1]) - float(s_out[1]))
+    assert np.linalg.norm(X_in[-1]) == pytest.approx(1.0) and moved > 1.005
+
+
+def test_released_sums_move_by_at_most_c_on_the_crafted_rows():
+    X, m_in, m_out = crafted_pair()
+    n = X.shape[0]
+    with sensitivity.x64():
+        for C in (1.0, 0.37):
+            moved = np.linalg.norm(np.asarray(preprocess.row_sum(X, m_in, C, n) - preprocess.row_sum(X, m_out, C, n)))
+            assert moved <= C
+            Y = jax.nn.one_hot(np.zeros(n, int), 3)
+            acc0 = train.class_sums_init(2, 3)
+            g_in = train.adam1_gradient(train.class_sums_update(acc0, X, Y, m_in, C, n))
+            g_out = train.adam1_gradient(train.class_sums_update(acc0, X, Y, m_out, C, n))
+            assert np.sqrt(np.sum(np.square(np.asarray(g_in.W - g_out.W)))) <= C
+            params = train.LinearParams(jnp.asarray([[0.3, -0.2, 0.1], [0.05, 0.4, -0.3]], jnp.float32), jnp.zeros(3))
+            d_in = train.clipped_grad_sum(params, X, Y, m_in, C, n, fit_intercept=True)
+            d_out = train.clipped_grad_sum(params, X, Y, m_out, C, n, fit_intercept=True)
+            diff = np.concatenate([np.ravel(d_in.W - d_out.W), np.ravel(d_in.b - d_out.b)])
+            assert np.linalg.norm(diff) <= C
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_any_row_moves_any_sum_by_at_most_c(seed):
+    """Random rows of wild scales (1e-30 .. 1e30, float32), a random row replaced by a null row: the exact bound."""
+    rng = np.random.default_rng(seed)
+    n, d, k = 3000, 7, 4
+    X = (rng.normal(size=(n, d)) * 10.0 ** rng.uniform(-30, 30, size=(n, 1))).astype(np.float32)
+    Y = jax.nn.one_hot(rng.integers(0, k, n), k)
+    params = train.LinearParams(jnp.asarray(rng.normal(size=(d, k)), jnp.float32), jnp.zeros(k))
+    mask = np.ones(n, np.float32)
+    with sensitivity.x64():
+        g = train.clipped_grad_sum(params, X, Y, mask, 1.0, n, fit_intercept=True)
+        assert np.all(np.isfinite(np.asarray(g.W)))
+        for j in rng.choice(n, 5, replace=False):
+            null = mask.copy()
+            null[j] = 0.0
+            g0 = train.clipped_grad_sum(params, X, Y, null, 1.0, n, fit_intercept=True)
+            moved = np.sqrt(np.sum(np.square(np.asarray(g.W - g0.W))) + np.sum(np.square(np.asarray(g.b - g0.b))))
+            assert moved <= 1.0
+            t = preprocess.row_sum(X, mask, 1.0, n) - preprocess.row_sum(X, null, 1.0, n)
+            assert np.linalg.norm(np.asarray(t)) <= 1.0
+
+
+def test_sums_are_exact_in_any_order_and_blocking():
+    """Given the contributions, the float64 sum has the same bits whatever the order or the blocking."""
+    rng = np.random.default_rng(0)
+    n = 5000
+    A = rng.normal(size=(n, 9)).astype(np.float32)
+    A /= np.linalg.norm(A, axis=1, keepdims=True)
+    B = (rng.normal(size=(n, 5)) * rng.uniform(0, 0.4, size=(n, 1))).astype(np.float32)
+    mask = (rng.random(n) < 0.9).astype(np.float32)
+    perm = rng.permutation(n)
+    with sensitivity.x64():
+        whole = np.asarray(sensitivity.outer_sum(A, B, mask, 1.0, n))
+        np.testing.assert_array_equal(np.asarray(sensitivity.outer_sum(A[perm], B[perm], mask[perm], 1.0, n)), whole)
+        parts = sum(np.asarray(sensitivity.outer_sum(A[s], B[s], mask[s], 1.0, n))
+                    for s in (slice(0, 123), slice(123, 4000), slice(4000, None)))
+        np.testing.assert_array_equal(parts, whole)
+        v = np.asarray(sensitivity.vector_sum(B, mask, 1.0, n))
+        np.testing.assert_array_equal(np.asarray(sensitivity.vector_sum(B[perm], mask[perm], 1.0, n)), v)
+
+
+def test_exact_sums_refuse_to_run_without_float64():
+    with pytest.raises(RuntimeError, match="x64"):
+        preprocess.row_sum(np.ones((4, 3), np.float32), np.ones(4), 1.0, 4)
+
+
+def test_the_margin_is_small_where_it_matters():
+    """The price of exactness: the clip shrinks by η, tiny for common sizes (public: from N, d, k only)."""
+    with sensitivity.x64():
+        assert float(sensitivity.margin(1e6, 768, outer_dims=100)) < 1e-3
+        assert float(sensitivity.margin(1.4e7, 36865, outer_dims=1000)) < 1e-2
+        assert float(sensitivity.margin(1e3, 64)) < 1e-5
