@@ -12,7 +12,7 @@ encoder, exported in the ViP layout, is a backbone the registry loads.
 """
 from .checkpoint import export_encoder, load_checkpoint, load_mae_weights, save_checkpoint
 from .data import digits_split, make_source, normalize
-from .dp import DPAccountantState, PrivacyLeakWarning, poisson_sample, reduce_and_privatize
+from .dp import DPAccountantState, PrivacyLeakWarning, SecretStream, poisson_sample, reduce_and_privatize
 from .model import MAE_SIZES, MAEConfig, MaskedAutoencoder, build_mae, encoder_from_mae, encoder_state_dict
 from .per_example import clip_and_sum, per_example_grads, per_example_norms, split_params
 from .synthetic import ShaderImages, render_shader
@@ -20,5 +20,5 @@ from .synthetic import ShaderImages, render_shader
 __all__ = ["MAEConfig", "MAE_SIZES", "MaskedAutoencoder", "build_mae", "encoder_from_mae", "encoder_state_dict",
            "ShaderImages", "render_shader", "digits_split", "make_source", "normalize",
            "per_example_grads", "per_example_norms", "clip_and_sum", "split_params",
-           "poisson_sample", "reduce_and_privatize", "DPAccountantState", "PrivacyLeakWarning",
+           "poisson_sample", "reduce_and_privatize", "DPAccountantState", "PrivacyLeakWarning", "SecretStream",
            "save_checkpoint", "load_checkpoint", "load_mae_weights", "export_encoder"]

@@ -2,9 +2,11 @@
 
 A training checkpoint is ``{"model": MAE state dict (encoder keys as timm ViT,
 decoder_* and mask_token), "optimizer", "step", "rng", "accountant", "config",
-"history"}``: everything to resume the same run. It holds the generator
-states (the DP noise stream among them), so it is as private as the data;
-what gets released is :func:`export_encoder`'s ``{"model": encoder only}``.
+"history"}``: everything to resume the run. Its generator states are the
+public ones (masks; batches of a non-private run): no secret key, sampler seed
+or noise state is ever in it. It is still as private as the data (weights
+before the end, an unnoised loss history); what gets released is
+:func:`export_encoder`'s ``{"model": encoder only}``.
 
 Writes are atomic (temporary file + ``os.replace``): a crash leaves the
 previous checkpoint intact.
