@@ -299,3 +299,14 @@ def test_cli_dp_run_init_from_encoder_and_export(tmp_path, capsys):
     mae = build_mae("toy")
     missing = ckpt_mod.load_mae_weights(mae, str(enc))
     assert missing and all(k.startswith("decoder_") or k == "mask_token" for k in missing)
+
+
+def test_ghost_and_vmap_runs_train_the_same_model(tmp_path):
+    # same seeded sample, masks and noise; only the clipping path differs (accumulated over physical batches of 3)
+    a = train(_dp_settings(tmp_path / "g", steps=2, sample_rate=0.01, physical_batch=3), progress=False)
+    b = train(_dp_settings(tmp_path / "v", steps=2, sample_rate=0.01, physical_batch=3, per_example="vmap"),
+              progress=False)
+    sa = torch.load(a["checkpoint"], weights_only=True)["model"]
+    sb = torch.load(b["checkpoint"], weights_only=True)["model"]
+    for k in sa:
+        torch.testing.assert_close(sa[k], sb[k], rtol=1e-4, atol=1e-6, msg=k)

@@ -17,9 +17,11 @@ PATH`` writes the encoder alone in the ViP release layout for the
 event: :func:`run_dp_event`) in ``<PATH stem>.json``.
 
 DP mode (``--dp``) is DP-AdamW: each logical step Poisson-samples the private
-set with rate q, computes per-example gradients (``torch.func``) in physical
-batches, clips each to C, sums, adds N(0, sigma^2 C^2) once, divides by q*N
-and takes an AdamW step. sigma comes from ``privlin.accounting`` for the
+set with rate q, clips each example's gradient to C in physical batches
+(``--per-example ghost``, the default: per-example norms by mixed ghost
+norms and the clipped sum by book-keeping, :mod:`backbones.mae.ghost`;
+``vmap``: per-example gradients with ``torch.func``, the reference), sums,
+adds N(0, sigma^2 C^2) once, divides by q*N and takes an AdamW step. sigma comes from ``privlin.accounting`` for the
 target (epsilon, delta) over all ``--steps``. See :mod:`backbones.mae.dp` for
 the full privacy statement.
 """
@@ -41,7 +43,8 @@ from .data import make_source, normalize
 from .dp import (DPAccountantState, PrivacyLeakWarning, SecretStream, broadcast_stream, calibrate_sigma,
                  default_delta, event_from_json, event_to_json, poisson_sample, reduce_and_privatize)
 from .model import MAE_SIZES, MaskedAutoencoder, build_mae
-from .per_example import clip_and_sum, per_example_grads, split_params
+from .ghost import UnsupportedModuleError, check_supported
+from .per_example import METHODS, clipped_grad_sum, split_params
 
 __all__ = ["TrainSettings", "train", "lr_at", "main", "run_dp_event", "SECRET_SETTINGS"]
 
@@ -95,6 +98,13 @@ class TrainSettings:
     ckpt_every, log_every : int
     export : str or None
         Where to write the released encoder (float16) at the end.
+    per_example : {"ghost", "vmap"}
+        DP clipping: mixed ghost norms + book-keeping (fast, default) or
+        ``vmap`` per-example gradients (the reference; any module).
+    device : {"auto", "cpu", "cuda"}
+        ``auto``: CUDA when available (``cuda:LOCAL_RANK`` under torchrun).
+    amp : {"none", "bf16"}
+        bf16 autocast of the forward passes (norms and sums stay float32).
     """
 
     size: str = "vip_toy"
@@ -123,6 +133,9 @@ class TrainSettings:
     ckpt_every: int = 100
     log_every: int = 10
     export: str | None = None
+    per_example: str = "ghost"
+    device: str = "auto"
+    amp: str = "none"
 
     def __post_init__(self):
         if self.size not in MAE_SIZES:
@@ -141,10 +154,19 @@ class TrainSettings:
             raise ValueError(f"delta must be in (0, 1), got {self.delta}")
         if self.noise_multiplier is not None and not 0 < self.noise_multiplier < math.inf:
             raise ValueError(f"noise_multiplier must be > 0 and finite, got {self.noise_multiplier}")
+        for name, allowed in (("per_example", METHODS), ("device", ("auto", "cpu", "cuda")),
+                              ("amp", ("none", "bf16")), ("accountant", ("pld", "rdp"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+        if not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"need 0 <= min_lr <= lr, got min_lr={self.min_lr}, lr={self.lr}")
 
 
 #: Settings that are secrets (or make one reproducible): never written to a checkpoint or a provenance file.
 SECRET_SETTINGS = ("noise_seed", "sample_seed")
+#: Settings a resumed run must share with its checkpoint: the run and its privacy accounting.
+_RESUME_SAME = ("size", "data", "dp", "seed", "clip", "steps", "physical_batch", "batch_size", "sample_rate",
+                "epsilon", "delta", "noise_multiplier", "accountant")
 
 
 def _public_settings(s: TrainSettings) -> dict:
@@ -169,6 +191,16 @@ def _param_groups(model: torch.nn.Module, weight_decay: float):
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def _device(s: TrainSettings) -> torch.device:
+    if s.device == "cpu" or (s.device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ValueError("--device cuda, but no CUDA device is visible")
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(dev)
+    return dev
+
+
 def _dist_info():
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
@@ -186,6 +218,11 @@ class _Run:
             torch.manual_seed(s.seed)
             self.model: MaskedAutoencoder = build_mae(s.size)
         self.init_missing = load_mae_weights(self.model, s.init) if s.init else []
+        if s.dp and s.per_example == "ghost":
+            check_supported(self.model)  # refused before any private image is read
+        self.device = _device(s)
+        self.model.to(self.device)
+        self.amp = torch.bfloat16 if s.amp == "bf16" else None
         self.optimizer = torch.optim.AdamW(_param_groups(self.model, s.weight_decay), lr=s.lr,
                                            betas=(s.beta1, s.beta2), eps=1e-8)
         # public generators (from --seed), saved in checkpoints so a run resumes with the same masks
@@ -234,10 +271,11 @@ class _Run:
     def restore(self, path: str) -> None:
         ck = load_checkpoint(path)
         saved = ck["config"]["settings"]
-        for key in ("size", "data", "dp", "seed", "clip", "steps", "physical_batch", "batch_size", "sample_rate"):
+        for key in _RESUME_SAME:
             if saved.get(key) != getattr(self.s, key):
-                raise ValueError(f"cannot resume: {key}={getattr(self.s, key)!r} but the checkpoint has "
-                                 f"{saved.get(key)!r}")
+                raise ValueError(f"cannot resume {path}: --{key.replace('_', '-')} {getattr(self.s, key)} but the run "
+                                 f"was started with {saved.get(key)} (a run's settings and privacy accounting cannot "
+                                 f"change midway; pass the same values, or start a new --out)")
         self.model.load_state_dict(ck["model"], strict=True)
         self.optimizer.load_state_dict(ck["optimizer"])
         for k, state in ck["rng"].items():
@@ -255,7 +293,10 @@ class _Run:
 
     # -- steps -------------------------------------------------------------------------------------
     def _mask_noise(self, b: int) -> torch.Tensor:
-        return torch.rand(b, self.model.cfg.num_patches, generator=self.gens["mask"])
+        return torch.rand(b, self.model.cfg.num_patches, generator=self.gens["mask"]).to(self.device)
+
+    def _images(self, idx: torch.Tensor) -> torch.Tensor:
+        return normalize(self.source[idx.numpy()].to(self.device))
 
     def _set_lr(self) -> None:
         for group in self.optimizer.param_groups:
@@ -271,8 +312,9 @@ class _Run:
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for chunk, nz in zip(idx.split(s.physical_batch), noise.split(s.physical_batch)):
-            losses = self.model(normalize(self.source[chunk.numpy()]), nz)
-            (losses.sum() / len(idx)).backward()
+            with torch.autocast(self.device.type, dtype=self.amp, enabled=self.amp is not None):
+                losses = self.model(self._images(chunk), nz)
+            (losses.float().sum() / len(idx)).backward()
             total += float(losses.detach().sum())
         self._set_lr()
         self.optimizer.step()
@@ -287,25 +329,24 @@ class _Run:
         # in the zero-out relation keeps its slot, so no other image's mask changes
         noise = self._mask_noise(len(sample))
         mine = torch.arange(rank, len(sample), world)
-        trainable, frozen = split_params(self.model)
-        grad_sum = {k: torch.zeros_like(v) for k, v in trainable.items()}
-        loss_sum = torch.zeros(())
+        trainable, _ = split_params(self.model)
+        grad_sum = {k: torch.zeros_like(v, dtype=torch.float32) for k, v in trainable.items()}
+        loss_sum = torch.zeros((), device=self.device)
         for part in mine.split(s.physical_batch):
             if part.numel() == 0:  # an empty Poisson sample is a valid step: noise only
                 continue
-            imgs = normalize(self.source[sample[part].numpy()])
-            grads, losses = per_example_grads(self.model, trainable, frozen, imgs, noise[part])
-            summed, _ = clip_and_sum(grads, s.clip)
+            summed, _, losses = clipped_grad_sum(self.model, self._images(sample[part]), noise[part],
+                                                 s.clip, method=s.per_example, autocast_dtype=self.amp)
             for k in grad_sum:
                 grad_sum[k] += summed[k]
-            loss_sum += losses.detach().sum()
-            del grads
+            loss_sum += losses.float().sum()
+            del summed
         noisy = reduce_and_privatize(grad_sum, noise_std=acc.noise_multiplier * s.clip,
                                      denominator=acc.sample_rate * n,
                                      generator=self.noise.generator(self.step) if self.noise is not None else None)
         for name, p in self.model.named_parameters():
             if p.requires_grad:
-                p.grad = noisy[name]
+                p.grad = noisy[name].to(p.dtype)
         self._set_lr()
         self.optimizer.step()
         acc.steps += 1
@@ -468,60 +509,85 @@ def run_dp_event(record):
     return event
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not the whole usage block
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
     d = TrainSettings()
-    p = argparse.ArgumentParser(prog="python -m backbones.mae.train", description=__doc__.split("\n\n")[0],
+    p = _Parser(prog="python -m backbones.mae.train", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--size", default=d.size, choices=sorted(MAE_SIZES))
-    p.add_argument("--data", default=d.data, help="synthetic | digits | imagefolder:PATH")
-    p.add_argument("--steps", type=int, default=d.steps)
-    p.add_argument("--batch-size", type=int, default=d.batch_size,
-                   help="images per step; with --dp the expected logical batch q*N")
-    p.add_argument("--sample-rate", type=float, default=None, help="DP Poisson rate q (overrides --batch-size)")
-    p.add_argument("--physical-batch", type=int, default=d.physical_batch)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--min-lr", type=float, default=d.min_lr)
-    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--noise-seed", type=int, default=None,
-                   help="seed of the DP noise (default: 256 bits of os.urandom); a seeded run is labelled so")
-    p.add_argument("--sample-seed", type=int, default=None,
-                   help="seed of the DP Poisson sample (default: 256 bits of os.urandom, broadcast from rank 0)")
-    p.add_argument("--dp", action="store_true", help="train with DP-AdamW")
-    p.add_argument("--epsilon", type=float, default=d.epsilon)
-    p.add_argument("--delta", type=float, default=None, help="default min(1e-5, 1/(10N))")
-    p.add_argument("--clip", type=float, default=d.clip)
-    p.add_argument("--noise-multiplier", type=float, default=None, help="sigma (default: calibrated)")
-    p.add_argument("--accountant", default=d.accountant, choices=["pld", "rdp"])
-    p.add_argument("--init", default=None, help="ViP-layout .pth to start from")
-    p.add_argument("--out", default=d.out)
-    p.add_argument("--ckpt-every", type=int, default=d.ckpt_every)
-    p.add_argument("--log-every", type=int, default=d.log_every)
-    p.add_argument("--export", default=None, help="write the encoder (float16, ViP layout) here at the end")
-    p.add_argument("--resume", action="store_true", help="continue from <out>/checkpoint.pth")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--no-progress", action="store_true")
+    a = p.add_argument
+    a("--size", default=d.size, choices=sorted(MAE_SIZES), help="MAE size (encoder x decoder)")
+    a("--data", default=d.data, help="synthetic (public) | digits | imagefolder:PATH (private)")
+    a("--steps", type=int, default=d.steps, help="logical optimizer steps")
+    a("--batch-size", type=int, default=d.batch_size, help="images per step; with --dp the expected logical batch q*N")
+    a("--sample-rate", type=float, default=None, help="DP Poisson rate q (overrides --batch-size)")
+    a("--physical-batch", type=int, default=d.physical_batch, help="images per forward/backward pass")
+    a("--lr", type=float, default=d.lr, help="peak learning rate")
+    a("--min-lr", type=float, default=d.min_lr, help="learning rate at the end of the cosine")
+    a("--warmup-steps", type=int, default=d.warmup_steps, help="linear warmup steps")
+    a("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay (ViP DP: 0.005)")
+    a("--seed", type=int, default=d.seed, help="public seed of the initialization and the masks (never the DP sample)")
+    a("--noise-seed", type=int, default=None,
+      help="seed of the DP noise (default: 256 bits of os.urandom); a seeded run is labelled so")
+    a("--sample-seed", type=int, default=None,
+      help="seed of the DP Poisson sample (default: 256 bits of os.urandom, broadcast from rank 0)")
+    a("--dp", action="store_true", help="train with DP-AdamW")
+    a("--epsilon", type=float, default=d.epsilon, help="target epsilon (with --dp)")
+    a("--delta", type=float, default=None, help="target delta (default: min(1e-5, 1/(10N)))")
+    a("--clip", type=float, default=d.clip, help="per-example gradient norm bound C")
+    a("--noise-multiplier", type=float, default=None, help="sigma (default: calibrated to --epsilon)")
+    a("--accountant", default=d.accountant, choices=["pld", "rdp"], help="privlin.accounting accountant")
+    a("--per-example", default=d.per_example, choices=list(METHODS),
+      help="DP clipping: ghost (mixed ghost norms + book-keeping) or vmap (per-example gradients, reference)")
+    a("--device", default=d.device, choices=["auto", "cpu", "cuda"], help="auto: CUDA when available")
+    a("--amp", default=d.amp, choices=["none", "bf16"], help="bf16 autocast of the forward passes")
+    a("--init", default=None, help="ViP-layout .pth to start from (a MAE checkpoint or an exported encoder)")
+    a("--out", default=d.out, help="run directory (checkpoint.pth inside)")
+    a("--ckpt-every", type=int, default=d.ckpt_every, help="steps between checkpoints")
+    a("--log-every", type=int, default=d.log_every, help="steps between log lines")
+    a("--export", default=None, help="write the encoder (float16, ViP layout) and its provenance JSON here at the end")
+    a("--resume", action="store_true", help="continue from <out>/checkpoint.pth (same settings required)")
+    a("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    a("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
+#: User errors: reported as one line on stderr with exit status 2, never as a traceback.
+_USER_ERRORS = (ValueError, KeyError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
+                UnsupportedModuleError)
+
+
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun
-        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    parser = _parser()
+    args = parser.parse_args(argv)
     fields = {f.name for f in dataclasses.fields(TrainSettings)}
-    s = TrainSettings(**{k: v for k, v in vars(args).items() if k in fields})
     try:
-        result = train(s, resume=args.resume, progress=not args.no_progress)
-    finally:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+        s = TrainSettings(**{k: v for k, v in vars(args).items() if k in fields})
+        if args.threads is not None:
+            if args.threads < 1:
+                raise ValueError(f"--threads must be >= 1, got {args.threads}")
+            torch.set_num_threads(args.threads)
+        if args.resume and not os.path.isfile(os.path.join(s.out, "checkpoint.pth")):
+            raise FileNotFoundError(f"--resume: no checkpoint at {os.path.join(s.out, 'checkpoint.pth')}")
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun
+            torch.distributed.init_process_group("nccl" if _device(s).type == "cuda" else "gloo")
+        try:
+            result = train(s, resume=args.resume, progress=not args.no_progress)
+        finally:
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()
+    except _USER_ERRORS as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"{parser.prog}: error: {msg}", file=sys.stderr)
+        return 2
     line = f"step {result['step']}  loss {result['loss']:.4f}  checkpoint {result['checkpoint']}"
     if s.dp:
         line += (f"  (epsilon={result['epsilon']:.3f}, delta={result['delta']:.2e}, sigma="
-                 f"{result['noise_multiplier']:.3f}, q={result['sample_rate']:.4f}, {result['accountant']})")
+                 f"{result['noise_multiplier']:.3f}, q={result['sample_rate']:.4f}, {result['accountant']}, "
+                 f"{result['neighboring_relation']}{', SEEDED' if any(result['seeded'].values()) else ''})")
     print(line)
     return 0
 
