@@ -576,6 +576,7 @@ def main(argv=None) -> int:
             torch.distributed.init_process_group("nccl" if _device(s).type == "cuda" else "gloo")
         try:
             result = train(s, resume=args.resume, progress=not args.no_progress)
+            rank, _ = _dist_info()
         finally:
             if torch.distributed.is_available() and torch.distributed.is_initialized():
                 torch.distributed.destroy_process_group()
@@ -583,6 +584,8 @@ def main(argv=None) -> int:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         print(f"{parser.prog}: error: {msg}", file=sys.stderr)
         return 2
+    if rank != 0:
+        return 0
     line = f"step {result['step']}  loss {result['loss']:.4f}  checkpoint {result['checkpoint']}"
     if s.dp:
         line += (f"  (epsilon={result['epsilon']:.3f}, delta={result['delta']:.2e}, sigma="
