@@ -48,6 +48,7 @@ from .per_example import clip_factors
 __all__ = ["ghost_clip_and_sum", "check_supported", "UnsupportedModuleError", "layer_plan"]
 
 _SUPPORTED = (nn.Linear, nn.Conv2d, nn.LayerNorm)
+_SMALL = 4096  # per-example gradients up to this size are normed and summed together
 
 
 class UnsupportedModuleError(NotImplementedError):
@@ -60,15 +61,22 @@ def _own_trainable(module: nn.Module) -> dict:
 
 def check_supported(model: nn.Module) -> None:
     """Raise :class:`UnsupportedModuleError` unless every trainable parameter is one the fast path clips exactly."""
+    _trainable_modules(model)
+
+
+def _trainable_modules(model: nn.Module) -> dict:
+    """{name: module} of the modules holding trainable parameters (root excluded), checked (one pass)."""
     from .model import MaskedAutoencoder
 
     if not isinstance(model, MaskedAutoencoder):
         raise UnsupportedModuleError(f"ghost clipping knows the token parameters of MaskedAutoencoder only, got "
                                      f"{type(model).__name__}; use per_example='vmap'")
+    found = {}
     for name, module in model.named_modules():
         own = _own_trainable(module)
         if not own or module is model:
             continue
+        found[name] = module
         if not isinstance(module, _SUPPORTED):
             raise UnsupportedModuleError(
                 f"ghost clipping does not know {type(module).__name__} ({name!r}, parameters {sorted(own)}); "
@@ -81,6 +89,7 @@ def check_supported(model: nn.Module) -> None:
         if p.shape[0] != 1:
             raise UnsupportedModuleError(f"root parameter {name!r} of shape {tuple(p.shape)} is not a token "
                                          f"broadcast over the batch; use per_example='vmap'")
+    return found
 
 
 def layer_plan(t: int, d_in: int, d_out: int) -> str:
@@ -114,7 +123,7 @@ def _layernorm_xhat(module: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
 
 def _sq(x: torch.Tensor) -> torch.Tensor:
     """Squared L2 norm of each example's slice: (B,), float64."""
-    return torch.linalg.vector_norm(x.reshape(x.shape[0], -1), dim=1, dtype=torch.float64).square()
+    return torch.linalg.vector_norm(x.reshape(x.shape[0], -1).float(), dim=1).double().square()
 
 
 class _Layer:
@@ -123,10 +132,9 @@ class _Layer:
     def __init__(self, name: str, module: nn.Module):
         self.name, self.module = name, module
         self.inputs: list = []  # per call, dropped once that call's output grad is processed
-        self.outputs: list = []  # per call
-        self.input_needs_grad: list = []  # per call
+        self.tokens: list = []  # per call: T (positions per example) of its output
         self.pending = 0  # calls whose output grad has not been processed yet
-        self.plan = None  # "ghost" | "instantiate" (linear maps), fixed before the backward
+        self._plan = None
         self.pieces: list = []  # ghost: (a, g) per call, float32 (B, T, d)
         self.per_example: dict = {}  # parameter name -> per-example gradients (B, *shape), summed over calls
 
@@ -134,13 +142,20 @@ class _Layer:
         p = getattr(self.module, kind, None)
         return p is not None and p.requires_grad
 
+    @property
+    def plan(self) -> str:
+        """``"ghost"`` or ``"instantiate"`` for a linear map, from T over all its calls (known once the forward ran)."""
+        if self._plan is None:
+            w = self.module.weight
+            self._plan = layer_plan(sum(self.tokens), w[0].numel(), w.shape[0])
+        return self._plan
+
     def add(self, key: str, pe: torch.Tensor) -> None:
         self.per_example[key] = pe if key not in self.per_example else self.per_example[key] + pe
 
     def process(self, call: int, g: torch.Tensor, b: int) -> None:
         """Consume the output grad of one call: per-example gradients or ghost pieces; free the input."""
         a, self.inputs[call] = self.inputs[call], None
-        self.outputs[call] = None
         self.pending -= 1
         m = self.module
         if isinstance(m, nn.LayerNorm):
@@ -170,8 +185,11 @@ class _Layer:
         """Book-keeping: ``sum_i c_i G_i`` as one GEMM per call with output grads scaled by ``c_i``."""
         out = 0
         for a, g in self.pieces:
-            gs = (g * scale.view(-1, 1, 1)).reshape(-1, g.shape[2])
-            out = out + gs.t() @ a.reshape(-1, a.shape[2])
+            if a.shape[2] < g.shape[2]:  # scale the narrower of the two
+                a = a * scale.view(-1, 1, 1)
+            else:
+                g = g * scale.view(-1, 1, 1)
+            out = out + g.reshape(-1, g.shape[2]).t() @ a.reshape(-1, a.shape[2])
         return out.reshape(self.module.weight.shape)
 
 
@@ -199,17 +217,37 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
         Per-example gradient norms before clipping (float32).
     losses : torch.Tensor, shape (B,)
     """
-    check_supported(model)
+    layers = {name: _Layer(name, m) for name, m in _trainable_modules(model).items()}
     b, device = imgs.shape[0], imgs.device
     tokens = {k: p.detach().expand(b, *p.shape[1:]).clone().requires_grad_(True)
               for k, p in _own_trainable(model).items()}
-    layers = {name: _Layer(name, m) for name, m in model.named_modules() if m is not model and _own_trainable(m)}
+
+    # Output grads are consumed by tensor hooks as the backward produces them (instantiated layers keep
+    # (B, d_out, d_in), not their activations); outputs are not held (that would keep activations autograd
+    # frees). The backward is asked for the token copies and for the outputs of calls whose input needs no grad
+    # (the patch embedding): every other layer lies on a path to those, and no parameter gradient is computed.
+    no_amp = torch.autocast(device.type, enabled=False)
+    wanted, wanted_at = [], []
 
     def on_forward(layer):
         def hook(module, args, output):
-            layer.inputs.append(args[0].detach())
-            layer.input_needs_grad.append(args[0].requires_grad)
-            layer.outputs.append(output)
+            x = args[0]
+            call = len(layer.inputs)
+            layer.inputs.append(x.detach())
+            layer.tokens.append(output.shape[2] * output.shape[3] if isinstance(module, nn.Conv2d)
+                                else output[0].numel() // output.shape[-1])
+            if not output.requires_grad:
+                layer.inputs[call] = None
+                return
+            layer.pending += 1
+            if x.requires_grad:
+                def tensor_hook(g):
+                    with no_amp:
+                        layer.process(call, g, b)
+                output.register_hook(tensor_hook)
+            else:
+                wanted.append(output)
+                wanted_at.append((layer, call))
         return hook
 
     handles = [layer.module.register_forward_hook(on_forward(layer)) for layer in layers.values()]
@@ -220,35 +258,12 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
     finally:
         for h in handles:
             h.remove()
-
-    # Output grads are consumed by tensor hooks as the backward produces them (instantiated layers keep
-    # (B, d_out, d_in), not their activations). The backward is asked for the token copies and for the outputs
-    # of calls whose input needs no grad (the patch embedding): every other layer lies on a path to those, and
-    # autograd computes no parameter gradient at all.
-    no_amp = torch.autocast(device.type, enabled=False)
-    wanted, wanted_at = [], []
-    for layer in layers.values():
-        if not isinstance(layer.module, nn.LayerNorm) and layer.trainable("weight"):
-            t = sum(x.reshape(b, -1, x.shape[-1]).shape[1] if not isinstance(layer.module, nn.Conv2d)
-                    else y.shape[2] * y.shape[3] for x, y in zip(layer.inputs, layer.outputs))
-            d_in = layer.module.weight[0].numel()
-            layer.plan = layer_plan(t, d_in, layer.module.weight.shape[0])
-        for call, (y, needs) in enumerate(zip(layer.outputs, layer.input_needs_grad)):
-            if not y.requires_grad:
-                continue
-            layer.pending += 1
-            if needs:
-                def tensor_hook(g, layer=layer, call=call):
-                    with no_amp:
-                        layer.process(call, g, b)
-                y.register_hook(tensor_hook)
-            else:
-                wanted.append(y)
-                wanted_at.append((layer, call))
+    n_wanted = len(wanted)
     grads = torch.autograd.grad(losses.sum(), wanted + list(tokens.values()), allow_unused=True)
+    del wanted
 
     with no_amp:
-        for (layer, call), g in zip(wanted_at, grads[:len(wanted)]):
+        for (layer, call), g in zip(wanted_at, grads[:n_wanted]):
             if g is not None:
                 layer.process(call, g, b)
         unreached = [layer.name for layer in layers.values() if layer.pending]
@@ -258,22 +273,34 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
         small = {}  # parameter name -> per-example gradients (B, *shape)
         for layer in layers.values():
             small.update({f"{layer.name}.{k}": pe for k, pe in layer.per_example.items()})
-        for k, g in zip(tokens, grads[len(wanted):]):
+        for k, g in zip(tokens, grads[n_wanted:]):
             if g is not None:
                 small[k] = g.float()
 
-        sq = torch.zeros(b, dtype=torch.float64, device=device)
+        # the small per-example gradients (biases, LayerNorm, tokens) side by side: one norm and one weighted sum
+        # for all of them; instantiated weights (B, d_out, d_in) each on their own (a copy would cost more)
+        big = {k: pe for k, pe in small.items() if pe[0].numel() > _SMALL}
+        small = {k: pe for k, pe in small.items() if k not in big}
+        flat = torch.cat([pe.reshape(b, -1).float() for pe in small.values()], 1)
+        sq = _sq(flat)
+        for pe in big.values():
+            sq += _sq(pe)
         for layer in layers.values():
             ghost = layer.ghost_sq_norms()
             if ghost is not None:
                 sq += ghost.double()
-        for pe in small.values():
-            sq += _sq(pe)
         norms = sq.sqrt().float()
         scale = clip_factors(norms, clip)
 
         params = dict(model.named_parameters())
-        summed = {k: torch.tensordot(scale, pe.float(), dims=1).reshape(params[k].shape) for k, pe in small.items()}
+        flat_sum = scale @ flat
+        summed, at = {}, 0
+        for k, pe in small.items():
+            n = pe[0].numel()
+            summed[k] = flat_sum[at:at + n].reshape(params[k].shape)
+            at += n
+        for k, pe in big.items():
+            summed[k] = (scale @ pe.reshape(b, -1)).reshape(params[k].shape)
         for layer in layers.values():
             if layer.pieces:
                 summed[f"{layer.name}.weight"] = layer.ghost_weight_sum(scale)
