@@ -90,8 +90,10 @@ def main(argv=None):
     meta = os.path.join(ROOT, "backbones", "weights", "vip_toy_dp.json")
     if os.path.exists(meta):
         p = json.load(open(meta))["privacy"]
-        enc_eps = (f" vip_toy_dp encoder: epsilon={p['epsilon']:.2f}, delta={p['delta']:.2e} "
-                   f"({p['accountant']}, sigma={p['noise_multiplier']:.3f}, q={p['sample_rate']}, C={p['clip']}).")
+        enc_eps = (f" vip_toy_dp encoder: epsilon={p['epsilon']:.2f}, delta={p['delta']:.0e} "
+                   f"({p.get('neighboring_relation', 'add/remove')}, {p['accountant']}, "
+                   f"sigma={p['noise_multiplier']:.3f}, q={p['sample_rate']}, {p.get('steps', '?')} steps, "
+                   f"C={p['clip']}, {'SEEDED' if p.get('seeded') else 'secret sample and noise'}).")
     header = (f"## DP-MAE encoders vs random init: digits linear probe (benchmarks/bench_mae_probe.py)\n\n"
               f"privlin.DPLinearClassifier defaults at epsilon={args.epsilon}, delta={delta:.2e} (add/remove one "
               f"image), trained on digits/train (1437), accuracy on digits/test (360), mean ± sd over "

@@ -67,6 +67,15 @@ def test_user_mistakes_are_one_line_errors(name, tmp_path, capsys):
     assert not os.path.exists(tmp_path / "o" / "checkpoint.pth")
 
 
+def test_a_second_run_never_overwrites_a_checkpoint(tmp_path, capsys):
+    argv = ["--size", "toy", "--steps", "1", "--batch-size", "2", "--out", str(tmp_path / "o"), "--no-progress"]
+    assert main(argv) == 0
+    before = open(tmp_path / "o" / "checkpoint.pth", "rb").read()
+    assert main(argv + ["--data", "digits", "--dp"]) == 2
+    assert "checkpoint.pth exists (another run): pass --resume" in capsys.readouterr().err
+    assert open(tmp_path / "o" / "checkpoint.pth", "rb").read() == before
+
+
 def test_no_traceback_from_the_real_command_line():
     r = subprocess.run([sys.executable, "-m", "backbones.mae.train", "--dp", "--epsilon", "0", "--size", "toy"],
                        cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -369,6 +369,9 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
         ``delta``, ``history`` and, when exported, ``export_sha256``.
     """
     cfg = MAE_SIZES[s.size]
+    ckpt = os.path.join(s.out, "checkpoint.pth")
+    if not resume and os.path.exists(ckpt):  # two runs in one --out would overwrite each other's checkpoint
+        raise FileExistsError(f"{ckpt} exists (another run): pass --resume to continue it, or another --out")
     source, private = make_source(s.data, cfg.img_size, seed=s.seed)
     if private and not s.dp:
         warnings.warn(f"training on {s.data!r} without --dp: the weights are not differentially private",
@@ -376,7 +379,6 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
     if s.dp and not private:
         warnings.warn("--dp on public synthetic data: privacy accounting is meaningless here", stacklevel=2)
     run = _Run(s, source, len(source) if s.dp else None)
-    ckpt = os.path.join(s.out, "checkpoint.pth")
     if resume:
         run.restore(ckpt)
     rank, _ = _dist_info()
@@ -556,7 +558,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 #: User errors: reported as one line on stderr with exit status 2, never as a traceback.
-_USER_ERRORS = (ValueError, KeyError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
+_USER_ERRORS = (ValueError, KeyError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
                 UnsupportedModuleError)
 
 
