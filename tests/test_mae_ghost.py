@@ -119,6 +119,14 @@ def test_unknown_modules_are_refused_not_miscomputed():
     plain = nn.Sequential(nn.Linear(4, 4))
     with pytest.raises(UnsupportedModuleError, match="MaskedAutoencoder only"):
         ghost.check_supported(plain)
+    from backbones.mae.model import MaskedAutoencoder
+
+    class Other(MaskedAutoencoder):
+        def forward_encoder(self, imgs, mask_noise):
+            return super().forward_encoder(imgs, mask_noise)
+
+    with pytest.raises(UnsupportedModuleError, match="overrides MaskedAutoencoder.forward_encoder"):
+        ghost.check_supported(Other(MAE_SIZES["toy"]))
     model = build_mae("toy")
     model.extra = nn.Parameter(torch.zeros(3, 2))  # a root parameter that is not a batch-broadcast token
     with pytest.raises(UnsupportedModuleError, match="root parameter 'extra'"):

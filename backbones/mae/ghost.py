@@ -71,6 +71,10 @@ def _trainable_modules(model: nn.Module) -> dict:
     if not isinstance(model, MaskedAutoencoder):
         raise UnsupportedModuleError(f"ghost clipping knows the token parameters of MaskedAutoencoder only, got "
                                      f"{type(model).__name__}; use per_example='vmap'")
+    for method in ("forward", "forward_encoder", "forward_decoder"):  # where the tokens are broadcast over the batch
+        if getattr(type(model), method) is not getattr(MaskedAutoencoder, method):
+            raise UnsupportedModuleError(f"{type(model).__name__} overrides MaskedAutoencoder.{method}, whose use of "
+                                         f"the tokens ghost clipping relies on; use per_example='vmap'")
     found = {}
     for name, module in model.named_modules():
         own = _own_trainable(module)
@@ -81,6 +85,9 @@ def _trainable_modules(model: nn.Module) -> dict:
             raise UnsupportedModuleError(
                 f"ghost clipping does not know {type(module).__name__} ({name!r}, parameters {sorted(own)}); "
                 f"use per_example='vmap'")
+        if isinstance(module, nn.LayerNorm) and len(module.normalized_shape) != 1:
+            raise UnsupportedModuleError(f"ghost clipping supports LayerNorm over the last dimension only ({name!r}); "
+                                         f"use per_example='vmap'")
         if isinstance(module, nn.Conv2d) and (module.groups != 1 or module.padding_mode != "zeros"
                                               or isinstance(module.padding, str)):
             raise UnsupportedModuleError(f"ghost clipping supports Conv2d with groups=1 and numeric zero padding "
