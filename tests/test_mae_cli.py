@@ -12,18 +12,11 @@ from backbones.checkpoints import read_checkpoint
 from backbones.mae.checkpoint import load_checkpoint, load_mae_weights
 from backbones.mae.model import build_mae
 from backbones.mae.train import TrainSettings, main, train
+from test_mae import _one_thread  # noqa: F401  (autouse: one torch thread, as in test_mae)
 
 pytestmark = [pytest.mark.filterwarnings("ignore:the training loss shown:UserWarning"),
               pytest.mark.filterwarnings("ignore:--.*-seed makes the DP:UserWarning")]
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _dp(tmp_path, name="run", **kw):

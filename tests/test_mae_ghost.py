@@ -10,14 +10,7 @@ from backbones.mae.ghost import UnsupportedModuleError, ghost_clip_and_sum
 from backbones.mae.model import MAE_SIZES, build_mae
 from backbones.mae.per_example import clip_and_sum, clipped_grad_sum, per_example_grads, per_example_norms, split_params
 from backbones.mae.synthetic import ShaderImages
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from test_mae import _one_thread  # noqa: F401  (autouse: one torch thread, as in test_mae)
 
 
 def _batch(cfg, b, seed=0):

@@ -10,16 +10,9 @@ import torch
 import backbones.mae.train as train_mod
 from backbones.mae.dp import SECRET_BYTES, PrivacyLeakWarning, SecretStream, event_from_json, event_to_json
 from backbones.mae.train import TrainSettings, main, run_dp_event, train
+from test_mae import _one_thread  # noqa: F401  (autouse: one torch thread, as in test_mae)
 
 pytestmark = pytest.mark.filterwarnings("ignore:the training loss shown:UserWarning")
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture
