@@ -241,12 +241,14 @@ class _Run:
             if s.delta is not None:
                 from privlin.estimator import _public_setting_leaks  # privlin's delta >= 1/N warning
 
-                _public_setting_leaks(s.epsilon, delta, n)
+                # the warning is about delta alone here (epsilon may be unused when sigma is given)
+                _public_setting_leaks(s.epsilon if s.noise_multiplier is None else math.nan, delta, n)
             sigma = s.noise_multiplier
             if sigma is None:
                 sigma = calibrate_sigma(s.epsilon, delta, s.steps, q, s.accountant)
             self.accountant = DPAccountantState(noise_multiplier=float(sigma), sample_rate=float(q),
-                                                delta=float(delta), target_epsilon=s.epsilon,
+                                                delta=float(delta),
+                                                target_epsilon=s.epsilon if s.noise_multiplier is None else None,
                                                 accountant=s.accountant)
             rank, _ = _dist_info()
             # the sample key is drawn on rank 0 and broadcast; the noise key never leaves rank 0
