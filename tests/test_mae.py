@@ -76,6 +76,40 @@ def test_shipped_vip_toy_loads_as_specified():
     assert meta["steps"] > 0 and meta["loss_curve"]["step_mean_loss"][-1][1] < meta["loss_curve"]["step_mean_loss"][0][1]
 
 
+def test_shipped_vip_toy_dp_privacy_reproduces_with_dp_accounting():
+    """The released DP encoder: intact, secret sample and noise, and its (epsilon, delta) from sigma, q and steps."""
+    import json
+
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    from backbones.checkpoints import read_checkpoint
+    from backbones.mae.train import run_dp_event
+
+    path = os.path.join(REPO, "backbones", "weights", "vip_toy_dp.pth")
+    meta = json.load(open(os.path.join(REPO, "backbones", "weights", "vip_toy_dp.json")))
+    assert meta["sha256"] == ckpt_mod.sha256_file(path)
+    read_checkpoint(path)  # verifies the tensor sha256 stored inside
+    priv = meta["privacy"]
+    assert priv["seeded"] is False and all("os.urandom" in v for v in priv["randomness"].values())
+    assert "noise_seed" not in meta["settings"] and "sample_seed" not in meta["settings"]
+    assert "-seed" not in meta["command"].replace("--seed 0", "")
+    assert priv["neighboring_relation"] == "REPLACE_SPECIAL" and priv["n_private"] == 1437
+    assert priv["delta"] <= 1 / (10 * priv["n_private"])
+    event = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+        priv["sample_rate"], dp_accounting.GaussianDpEvent(priv["noise_multiplier"])), priv["steps"])
+    assert run_dp_event(meta) == event
+    relation = dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+    if priv["accountant"] == "rdp":
+        accountant = rdp_privacy_accountant.RdpAccountant(neighboring_relation=relation)
+    else:
+        accountant = pld_privacy_accountant.PLDAccountant(relation)
+    independent = accountant.compose(event).get_epsilon(priv["delta"])
+    assert priv["epsilon"] == pytest.approx(independent, rel=1e-3)
+    assert priv["epsilon"] <= meta["settings"]["epsilon"]
+
+
 def test_masking_is_per_example_and_hides_the_right_count():
     x = torch.arange(2 * 16 * 3, dtype=torch.float32).reshape(2, 16, 3)
     noise = torch.rand(2, 16, generator=torch.Generator().manual_seed(0))
