@@ -104,11 +104,16 @@ def _register_token_sampler():
         return {layer.weight: backprops}
 
 
-def make_method(name, size):
+def _build(size, depth=None, decoder_depth=None):
+    over = {k: v for k, v in (("depth", depth), ("decoder_depth", decoder_depth)) if v is not None}
+    return build_mae(size, **over)
+
+
+def make_method(name, size, depth=None, decoder_depth=None):
     """(step, model, reset) for ``name``: ``step(x, noise)`` returns the clipped sum as {param name: tensor};
     ``reset()`` frees what a step leaves behind (gradients, opacus' grad samples) before a memory measurement."""
     torch.manual_seed(0)
-    model = build_mae(size)
+    model = _build(size, depth, decoder_depth)
 
     def reset():
         model.zero_grad(set_to_none=True)
@@ -192,9 +197,9 @@ def _status(key):
     raise KeyError(key)
 
 
-def measure_memory(name, size, batch):
+def measure_memory(name, size, batch, depth=None, decoder_depth=None):
     """Peak extra resident memory (bytes) of one step of ``name``, in this (fresh) process."""
-    step, model, reset = make_method(name, size)
+    step, model, reset = make_method(name, size, depth, decoder_depth)
     x, noise = _inputs(model, batch)
     out = step(x, noise)  # warm-up: lazy initializations, kernels, opacus preparation
     del out
@@ -211,6 +216,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", default="vip_toy")
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--depth", type=int, default=None, help="override the encoder depth (e.g. 2 for a ViT-B slice)")
+    ap.add_argument("--decoder-depth", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
@@ -219,19 +226,20 @@ def main(argv=None):
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.measure_memory:
-        print(json.dumps({"peak": measure_memory(args.measure_memory, args.size, args.batch)}))
+        print(json.dumps({"peak": measure_memory(args.measure_memory, args.size, args.batch, args.depth,
+                                                 args.decoder_depth)}))
         return
 
     steps, errors = {}, {}
     for name in args.methods:
         try:
-            steps[name] = make_method(name, args.size)[0]
+            steps[name] = make_method(name, args.size, args.depth, args.decoder_depth)[0]
         except Exception as exc:  # noqa: BLE001 - a method that cannot run is reported, not hidden
             errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-    x, noise = _inputs(build_mae(args.size), args.batch)
+    x, noise = _inputs(_build(args.size, args.depth, args.decoder_depth), args.batch)
     # correctness first: every private method's clipped sum against vmap's (the reference)
     torch.manual_seed(0)
-    m = build_mae(args.size)
+    m = _build(args.size, args.depth, args.decoder_depth)
     tr, fr = split_params(m)
     ref = clip_and_sum(per_example_grads(m, tr, fr, x, noise)[0], CLIP)[0]
     flat_ref = torch.cat([ref[k].flatten() for k in sorted(ref)])
@@ -256,23 +264,29 @@ def main(argv=None):
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", PYTHONPATH=ROOT)
     peak = {}
     for name in steps:
+        depth = ["--depth", str(args.depth)] if args.depth else []
+        depth += ["--decoder-depth", str(args.decoder_depth)] if args.decoder_depth else []
         r = subprocess.run([sys.executable, __file__, "--measure-memory", name, "--size", args.size, "--batch",
-                            str(args.batch), "--threads", str(args.threads)], env=env, capture_output=True, text=True)
+                            str(args.batch), "--threads", str(args.threads), *depth], env=env, capture_output=True,
+                           text=True)
         peak[name] = json.loads(r.stdout.strip().splitlines()[-1])["peak"] if r.returncode == 0 else None
     machine = (f"{os.cpu_count()}-core CPU ({platform.machine()}), shared, torch {torch.__version__}, "
                f"{args.threads} thread(s), no GPU")
     header = ("| model | physical batch | method | ms / batch (median of "
               f"{args.repeats}) | time vs non-private | peak extra MB | memory vs non-private | "
               "rel err vs vmap |\n|---|---|---|---|---|---|---|---|")
+    cfg = m.cfg
+    label = (f"{args.size} ({cfg.img_size}px/{cfg.patch_size}, {cfg.depth}x{cfg.embed_dim} enc, "
+             f"{cfg.decoder_depth}x{cfg.decoder_embed_dim} dec)")
     rows = []
     for name in steps:
         mem = (f"{peak[name] / 2**20:.1f} | {peak[name] / peak['nonprivate']:.2f}x" if peak.get(name) and
                peak.get("nonprivate") else "- | -")
-        rows.append(f"| {args.size} | {args.batch} | {name} | {1e3 * med[name]:.0f} | "
+        rows.append(f"| {label} | {args.batch} | {name} | {1e3 * med[name]:.0f} | "
                     f"{med[name] / med['nonprivate']:.2f}x | {mem} | "
                     f"{'-' if name == 'nonprivate' else f'{rel[name]:.1e}'} |")
     for name, err in errors.items():
-        rows.append(f"| {args.size} | {args.batch} | {name} | - | not run: {err} | - | - | - |")
+        rows.append(f"| {label} | {args.batch} | {name} | - | not run: {err} | - | - | - |")
     text = header + "\n" + "\n".join(rows) + f"\n\nMachine: {machine}. Clip C={CLIP}.\n"
     print(text)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

@@ -37,12 +37,18 @@ from backbones.mae.data import digits_split, normalize  # noqa: E402
 from backbones.mae.model import MAE_SIZES  # noqa: E402
 
 
+def _weights(name: str) -> str:
+    """``NAME`` (a file in backbones/weights) or ``NAME=PATH``."""
+    return name.split("=", 1)[1] if "=" in name else os.path.join(ROOT, "backbones", "weights", f"{name}.pth")
+
+
 def encoder(name: str) -> VisionTransformer:
+    from backbones.checkpoints import read_checkpoint  # verifies the tensor sha256 of DP-MAE exports
+
     torch.manual_seed(0)
     vit = VisionTransformer(**MAE_SIZES["vip_toy"].timm_kwargs()).eval()
     if name != "random":
-        state = torch.load(os.path.join(ROOT, "backbones", "weights", f"{name}.pth"), weights_only=True)["model"]
-        vit.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
+        vit.load_state_dict({k: v.float() for k, v in read_checkpoint(_weights(name)).items()}, strict=True)
     return vit
 
 
@@ -56,7 +62,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--epsilon", type=float, default=8.0)
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--encoders", nargs="+", default=["random", "vip_toy", "vip_toy_dp"])
+    ap.add_argument("--encoders", nargs="+", default=["random", "vip_toy", "vip_toy_dp"],
+                    help="NAME (backbones/weights/NAME.pth) or NAME=PATH")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "mae.md"))
     args = ap.parse_args(argv)
     import privlin
@@ -68,7 +75,7 @@ def main(argv=None):
     delta = 1.0 / (2 * len(ytr))
     rows = []
     for name in args.encoders:
-        if name != "random" and not os.path.exists(os.path.join(ROOT, "backbones", "weights", f"{name}.pth")):
+        if name != "random" and not os.path.exists(_weights(name)):
             print(f"skip {name}: no weights")
             continue
         vit = encoder(name)
@@ -82,7 +89,7 @@ def main(argv=None):
                 eps = clf.privacy_
             sc = StandardScaler().fit(ftr)
             ref = LogisticRegression(max_iter=3000).fit(sc.transform(ftr), ytr).score(sc.transform(fte), yte)
-            row = (f"| {name} | {pool} | {100 * np.mean(accs):.1f} ± {100 * np.std(accs):.1f} | "
+            row = (f"| {name.split('=')[0]} | {pool} | {100 * np.mean(accs):.1f} ± {100 * np.std(accs):.1f} | "
                    f"{100 * ref:.1f} |")
             print(row, flush=True)
             rows.append(row)
