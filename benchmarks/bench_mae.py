@@ -43,6 +43,7 @@ from torch.func import functional_call
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from _results import write_section  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script)
 from backbones.mae.model import build_mae  # noqa: E402
 from backbones.mae.per_example import clip_and_sum, clipped_grad_sum, per_example_grads, split_params  # noqa: E402
 
@@ -289,9 +290,9 @@ def main(argv=None):
         rows.append(f"| {label} | {args.batch} | {name} | - | not run: {err} | - | - | - |")
     text = header + "\n" + "\n".join(rows) + f"\n\nMachine: {machine}. Clip C={CLIP}.\n"
     print(text)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "a") as f:
-        f.write("## DP-MAE: per-example clipping vs a non-private batch (benchmarks/bench_mae.py)\n\n" + text + "\n")
+    write_section(args.out, f"bench_mae {args.size} depth={cfg.depth}+{cfg.decoder_depth} batch={args.batch}",
+                  f"### DP-MAE {label}: per-example clipping vs a non-private batch (benchmarks/bench_mae.py)\n\n"
+                  + text)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ sys.path.insert(0, ROOT)
 from timm.models.vision_transformer import VisionTransformer  # noqa: E402
 
 from backbones.mae.data import digits_split, normalize  # noqa: E402
+from _results import write_section  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script)
 from backbones.mae.model import MAE_SIZES  # noqa: E402
 
 
@@ -101,14 +102,13 @@ def main(argv=None):
                    f"({p.get('neighboring_relation', 'add/remove')}, {p['accountant']}, "
                    f"sigma={p['noise_multiplier']:.3f}, q={p['sample_rate']}, {p.get('steps', '?')} steps, "
                    f"C={p['clip']}, {'SEEDED' if p.get('seeded') else 'secret sample and noise'}).")
-    header = (f"## DP-MAE encoders vs random init: digits linear probe (benchmarks/bench_mae_probe.py)\n\n"
+    header = (f"### DP-MAE encoders vs random init: digits linear probe (benchmarks/bench_mae_probe.py)\n\n"
               f"privlin.DPLinearClassifier defaults at epsilon={args.epsilon}, delta={delta:.2e} (add/remove one "
               f"image), trained on digits/train (1437), accuracy on digits/test (360), mean ± sd over "
               f"{args.seeds} probe seeds; non-private logistic regression (standardized features) for reference."
               f"{enc_eps} 2-core CPU, shared.\n\n"
               f"| encoder | feature | DP probe acc % (ε={args.epsilon:g}) | non-private LR acc % |\n|---|---|---|---|")
-    with open(args.out, "a") as f:
-        f.write(header + "\n" + "\n".join(rows) + "\n\n")
+    write_section(args.out, "bench_mae_probe", header + "\n" + "\n".join(rows))
     print(header + "\n" + "\n".join(rows))
 
 
