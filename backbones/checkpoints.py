@@ -82,10 +82,40 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
+def tensor_sha256(obj) -> str:
+    """Hex sha256 of a tree of tensors (dicts in their order, lists, scalars): names, dtypes, shapes and bytes.
+
+    Stored beside the tensors it covers (``"tensor_sha256"`` in an exported DP-MAE encoder) and
+    recomputed on load: a flipped byte in any tensor changes it.
+    """
+    digest = hashlib.sha256()
+
+    def walk(x):
+        if isinstance(x, torch.Tensor):
+            t = x.detach().cpu().contiguous()
+            digest.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(x, dict):
+            digest.update(f"D{len(x)}".encode())
+            for k, v in x.items():
+                walk(k)
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            digest.update(f"L{len(x)}".encode())
+            for v in x:
+                walk(v)
+        else:
+            digest.update(f"S{type(x).__name__}:{x!r};".encode())
+
+    walk(obj)
+    return digest.hexdigest()
+
+
 def read_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray | torch.Tensor]:
     """Raw ``{key: array}`` of a ``.pth/.pt/.bin``, ``.safetensors`` or ``.npz`` file, read without running code.
 
-    A torch checkpoint wrapping its weights in ``{"model": ...}`` (MAE/ViP) or ``{"state_dict": ...}`` is unwrapped.
+    A torch checkpoint wrapping its weights in ``{"model": ...}`` (MAE/ViP) or ``{"state_dict": ...}`` is unwrapped;
+    one carrying ``"tensor_sha256"`` beside ``"model"`` (DP-MAE exports) is verified against it first.
     """
     path = Path(path)
     suffix = path.suffix.lower()
@@ -100,6 +130,9 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, np.ndarray | torch.Ten
             obj = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:  # pickle with code in it, or not a torch file at all
             raise ValueError(f"cannot read {str(path)!r} as a weights-only torch checkpoint: {e}") from e
+        if isinstance(obj, dict) and "tensor_sha256" in obj and tensor_sha256(obj.get("model")) != obj["tensor_sha256"]:
+            raise ValueError(f"{str(path)!r} is damaged: the sha256 of its tensors does not match the one stored "
+                             f"in it")
         for wrapper in ("model", "state_dict", "module"):
             if isinstance(obj, dict) and isinstance(obj.get(wrapper), dict):
                 obj = obj[wrapper]

@@ -1,118 +1,298 @@
-"""Benchmark: cost of a DP-MAE step (per-example gradients + clipping) vs a non-private step.
+"""Benchmark: cost of a DP-MAE physical batch (per-example clipping + sum) vs a non-private one.
 
-Same model, same physical batch, same mask noise, timings interleaved in one
-run (the machine is shared: only ratios are meaningful). Methods:
+Same model, same physical batch, same images and mask noise; timings
+interleaved in one run (the machine is shared: only ratios are meaningful);
+peak memory of each method measured alone in a fresh process. Methods:
 
-* ``nonprivate``: forward + backward of the mean loss (one gradient);
-* ``vmap``: ``torch.func`` per-example gradients + clip + sum (what DP-MAE runs);
-* ``loop``: one backward per example (the naive per-example baseline);
-* ``opacus``: opacus ``GradSampleModule`` hooks, when it accepts the model.
+* ``nonprivate``: forward + backward of the summed loss (one gradient);
+* ``ghost``: DP-MAE's fast path (mixed ghost norms + book-keeping, :mod:`backbones.mae.ghost`);
+* ``vmap``: ``torch.func`` per-example gradients + clip + sum (the reference);
+* ``loop``: one backward per example, clip, sum (the naive baseline);
+* ``opacus``: opacus ``GradSampleModule`` hooks + its ``DPOptimizer.clip_and_accumulate``;
+* ``opacus_ghost``: opacus ``GradSampleModuleFastGradientClipping`` with ghost clipping (two backward passes).
 
-Writes markdown rows to ``benchmarks/results/mae.md``.
+Opacus sees a plain ``forward(x)``: :class:`OpacusMAE` packs the mask noise
+into the input tensor, and turns the MAE's batch-broadcast tokens into
+per-example outputs of a small module with its own grad sampler (opacus has
+none for bare ``nn.Parameter``\\ s), through the same ``functional_call``
+substitution the ghost path uses. Every method's clipped sum is checked
+against vmap's (``rel err`` column).
 
-    python benchmarks/bench_mae.py [--size vip_toy] [--batch 32] [--repeats 5] [--threads 1]
+Peak memory: ``VmHWM - VmRSS`` of a child process around one step after a
+warm-up (the high-water mark reset through ``/proc/self/clear_refs``), with
+glibc's mmap threshold fixed at 64 KiB so freed tensors leave the RSS.
+
+    python benchmarks/bench_mae.py [--size vip_toy] [--batch 32] [--repeats 9] [--threads 1]
 """
 from __future__ import annotations
 
 import argparse
+import gc
+import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 import warnings
 
 import torch
+from torch import nn
+from torch.func import functional_call
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from _results import write_section  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script)
 from backbones.mae.model import build_mae  # noqa: E402
-from backbones.mae.per_example import clip_and_sum, per_example_grads, split_params  # noqa: E402
+from backbones.mae.per_example import clip_and_sum, clipped_grad_sum, per_example_grads, split_params  # noqa: E402
+
+CLIP = 0.1
+METHODS = ("nonprivate", "ghost", "vmap", "loop", "opacus", "opacus_ghost")
 
 
-def _nonprivate(model, x, noise):
-    model.zero_grad(set_to_none=True)
-    model(x, noise).mean().backward()
+class _Token(nn.Module):
+    """A (1, ..., D) token broadcast over the batch, as a module opacus can hook: forward(x) -> (B, ..., D)."""
+
+    def __init__(self, value: torch.Tensor):
+        super().__init__()
+        self.weight = nn.Parameter(value.detach().clone())
+
+    def forward(self, x):
+        return self.weight.expand(x.shape[0], *self.weight.shape[1:])
 
 
-def _vmap(model, x, noise):
-    trainable, frozen = split_params(model)
-    grads, _ = per_example_grads(model, trainable, frozen, x, noise)
-    clip_and_sum(grads, 0.1)
+class OpacusMAE(nn.Module):
+    """The MAE behind ``forward(x)``: x = [flattened image | mask noise] per row; returns per-example losses."""
+
+    def __init__(self, mae):
+        super().__init__()
+        self.mae = mae
+        self.tokens = nn.ModuleDict()
+        for name, p in list(mae.named_parameters(recurse=False)):
+            if p.requires_grad:
+                self.tokens[name] = _Token(p)
+                p.requires_grad_(False)  # trained through self.tokens[name]
+        cfg = mae.cfg
+        self.shape = (cfg.in_chans, cfg.img_size, cfg.img_size)
+        self.n_pixels = cfg.in_chans * cfg.img_size ** 2
+
+    @staticmethod
+    def pack(imgs, noise):
+        return torch.cat([imgs.flatten(1), noise], dim=1)
+
+    def forward(self, x):
+        imgs = x[:, :self.n_pixels].reshape(x.shape[0], *self.shape)
+        noise = x[:, self.n_pixels:]
+        per_example = {name: tok(x) for name, tok in self.tokens.items()}
+        return functional_call(self.mae, per_example, (imgs, noise), strict=False)
+
+    def named_grads(self, grads_of):
+        """Map our parameters' results back to the MAE's parameter names."""
+        out = {}
+        for name, p in self.named_parameters():
+            if p.requires_grad:
+                key = name.split(".", 1)[1] if name.startswith("mae.") else name.split(".")[1]
+                out[key] = grads_of(p)
+        return out
 
 
-def _loop(model, x, noise):
-    for i in range(x.shape[0]):
+def _register_token_sampler():
+    from opacus.grad_sample import register_grad_sampler
+
+    @register_grad_sampler(_Token)
+    def _token_grad_sample(layer, activations, backprops):
+        return {layer.weight: backprops}
+
+
+def _build(size, depth=None, decoder_depth=None):
+    over = {k: v for k, v in (("depth", depth), ("decoder_depth", decoder_depth)) if v is not None}
+    return build_mae(size, **over)
+
+
+def make_method(name, size, depth=None, decoder_depth=None):
+    """(step, model, reset) for ``name``: ``step(x, noise)`` returns the clipped sum as {param name: tensor};
+    ``reset()`` frees what a step leaves behind (gradients, opacus' grad samples) before a memory measurement."""
+    torch.manual_seed(0)
+    model = _build(size, depth, decoder_depth)
+
+    def reset():
         model.zero_grad(set_to_none=True)
-        model(x[i:i + 1], noise[i:i + 1]).sum().backward()
-
-
-def _make_opacus(model):
-    try:
+    if name == "nonprivate":
+        def step(x, noise):
+            model.zero_grad(set_to_none=True)
+            model(x, noise).sum().backward()
+            return {k: p.grad for k, p in model.named_parameters() if p.requires_grad}
+    elif name in ("ghost", "vmap"):
+        def step(x, noise):
+            return clipped_grad_sum(model, x, noise, CLIP, method=name)[0]
+    elif name == "loop":
+        def step(x, noise):
+            grads = {k: [] for k, p in model.named_parameters() if p.requires_grad}
+            for i in range(x.shape[0]):
+                model.zero_grad(set_to_none=True)
+                model(x[i:i + 1], noise[i:i + 1]).sum().backward()
+                for k, p in model.named_parameters():
+                    if p.requires_grad:
+                        grads[k].append(p.grad)
+            return clip_and_sum({k: torch.stack(v) for k, v in grads.items()}, CLIP)[0]
+    elif name == "opacus":
         from opacus import GradSampleModule
+        from opacus.optimizers import DPOptimizer
 
+        _register_token_sampler()
+        wrapped = OpacusMAE(model)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            gsm = GradSampleModule(model)
+            gsm = GradSampleModule(wrapped, loss_reduction="sum")
+            opt = DPOptimizer(torch.optim.SGD([p for p in gsm.parameters() if p.requires_grad], lr=0.0),
+                              noise_multiplier=0.0, max_grad_norm=CLIP, expected_batch_size=1, loss_reduction="sum")
 
-        def step(_model, x, noise):
-            gsm.zero_grad(set_to_none=True)
-            gsm(x, noise).sum().backward()
+        def step(x, noise):
+            opt.zero_grad(set_to_none=True)
+            gsm(OpacusMAE.pack(x, noise)).sum().backward()
+            opt.clip_and_accumulate()  # opacus' own per-sample clipping and sum, into p.summed_grad
+            out = wrapped.named_grads(lambda p: p.summed_grad)
             for p in gsm.parameters():
-                p.grad_sample = None
-        step(None, torch.randn(2, 3, model.cfg.img_size, model.cfg.img_size),
-             torch.rand(2, model.cfg.num_patches))
-        return step, None
-    except Exception as exc:  # opacus rejects modules with bare nn.Parameters (cls_token, mask_token)
-        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+                p.summed_grad = None
+            return out
+
+        def reset():
+            opt.zero_grad(set_to_none=True)  # grad_sample and summed_grad too
+    elif name == "opacus_ghost":
+        from opacus.grad_sample import GradSampleModuleFastGradientClipping
+
+        _register_token_sampler()
+        wrapped = OpacusMAE(model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            gsm = GradSampleModuleFastGradientClipping(wrapped, loss_reduction="sum", max_grad_norm=CLIP,
+                                                       use_ghost_clipping=True)
+
+        def step(x, noise):  # what opacus' DPTensorFastGradientClipping.backward does, without an optimizer
+            gsm.zero_grad(set_to_none=True)
+            losses = gsm(OpacusMAE.pack(x, noise))
+            losses.sum().backward(retain_graph=True)
+            coeff = gsm.get_clipping_coef()
+            gsm.zero_grad(set_to_none=True)
+            gsm.disable_hooks()
+            (coeff * losses).sum().backward()
+            gsm.enable_hooks()
+            return wrapped.named_grads(lambda p: p.grad)
+    else:
+        raise ValueError(name)
+    return step, model, reset
+
+
+def _inputs(model, batch):
+    g = torch.Generator().manual_seed(1)
+    cfg = model.cfg
+    return (torch.randn(batch, 3, cfg.img_size, cfg.img_size, generator=g),
+            torch.rand(batch, cfg.num_patches, generator=g))
+
+
+def _status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def measure_memory(name, size, batch, depth=None, decoder_depth=None):
+    """Peak extra resident memory (bytes) of one step of ``name``, in this (fresh) process."""
+    step, model, reset = make_method(name, size, depth, decoder_depth)
+    x, noise = _inputs(model, batch)
+    out = step(x, noise)  # warm-up: lazy initializations, kernels, opacus preparation
+    del out
+    reset()
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+    base = _status("VmRSS")
+    out = step(x, noise)
+    return _status("VmHWM") - base
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", default="vip_toy")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--depth", type=int, default=None, help="override the encoder depth (e.g. 2 for a ViT-B slice)")
+    ap.add_argument("--decoder-depth", type=int, default=None)
+    ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--no-loop", action="store_true")
+    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--measure-memory", default=None, help=argparse.SUPPRESS)  # child process mode
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "mae.md"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.measure_memory:
+        print(json.dumps({"peak": measure_memory(args.measure_memory, args.size, args.batch, args.depth,
+                                                 args.decoder_depth)}))
+        return
+
+    steps, errors = {}, {}
+    for name in args.methods:
+        try:
+            steps[name] = make_method(name, args.size, args.depth, args.decoder_depth)[0]
+        except Exception as exc:  # noqa: BLE001 - a method that cannot run is reported, not hidden
+            errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+    x, noise = _inputs(_build(args.size, args.depth, args.decoder_depth), args.batch)
+    # correctness first: every private method's clipped sum against vmap's (the reference)
     torch.manual_seed(0)
-    model = build_mae(args.size)
-    cfg = model.cfg
-    x = torch.randn(args.batch, 3, cfg.img_size, cfg.img_size)
-    noise = torch.rand(args.batch, cfg.num_patches)
-    methods = {"nonprivate": _nonprivate, "vmap": _vmap}
-    if not args.no_loop:
-        methods["loop"] = _loop
-    opacus_step, opacus_error = _make_opacus(build_mae(args.size))
-    if opacus_step is not None:
-        methods["opacus"] = opacus_step
-    for fn in methods.values():  # warm-up
-        fn(model, x, noise)
-    times = {k: [] for k in methods}
+    m = _build(args.size, args.depth, args.decoder_depth)
+    tr, fr = split_params(m)
+    ref = clip_and_sum(per_example_grads(m, tr, fr, x, noise)[0], CLIP)[0]
+    flat_ref = torch.cat([ref[k].flatten() for k in sorted(ref)])
+    rel = {}
+    for name, fn in list(steps.items()):
+        try:
+            out = fn(x, noise)
+        except Exception as exc:  # noqa: BLE001
+            errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+            del steps[name]
+            continue
+        if name != "nonprivate":
+            flat = torch.cat([out[k].flatten() for k in sorted(ref)])
+            rel[name] = float((flat - flat_ref).norm() / flat_ref.norm())
+    times = {k: [] for k in steps}
     for _ in range(args.repeats):  # interleaved, so load drift hits every method alike
-        for name, fn in methods.items():
+        for name, fn in steps.items():
             t = time.perf_counter()
-            fn(model, x, noise)
+            fn(x, noise)
             times[name].append(time.perf_counter() - t)
     med = {k: statistics.median(v) for k, v in times.items()}
-    machine = f"{os.cpu_count()}-core CPU ({platform.machine()}), shared, torch {args.threads} thread(s), no GPU"
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", PYTHONPATH=ROOT)
+    peak = {}
+    for name in steps:
+        depth = ["--depth", str(args.depth)] if args.depth else []
+        depth += ["--decoder-depth", str(args.decoder_depth)] if args.decoder_depth else []
+        r = subprocess.run([sys.executable, __file__, "--measure-memory", name, "--size", args.size, "--batch",
+                            str(args.batch), "--threads", str(args.threads), *depth], env=env, capture_output=True,
+                           text=True)
+        peak[name] = json.loads(r.stdout.strip().splitlines()[-1])["peak"] if r.returncode == 0 else None
+    machine = (f"{os.cpu_count()}-core CPU ({platform.machine()}), shared, torch {torch.__version__}, "
+               f"{args.threads} thread(s), no GPU")
+    header = ("| model | physical batch | method | ms / batch (median of "
+              f"{args.repeats}) | time vs non-private | peak extra MB | memory vs non-private | "
+              "rel err vs vmap |\n|---|---|---|---|---|---|---|---|")
+    cfg = m.cfg
+    label = (f"{args.size} ({cfg.img_size}px/{cfg.patch_size}, {cfg.depth}x{cfg.embed_dim} enc, "
+             f"{cfg.decoder_depth}x{cfg.decoder_embed_dim} dec)")
     rows = []
-    for name in methods:
-        rows.append(f"| {args.size} | {args.batch} | {name} | {1e3 * med[name]:.0f} | "
-                    f"{args.batch / med[name]:.1f} | {med[name] / med['nonprivate']:.2f}x | {machine} |")
-    if opacus_error:
-        rows.append(f"| {args.size} | {args.batch} | opacus | - | - | not run: {opacus_error} | {machine} |")
-    header = ("| model | physical batch | method | ms / step (median of "
-              f"{args.repeats}) | images/s | vs non-private | machine |\n|---|---|---|---|---|---|---|")
-    text = "\n".join(rows)
-    print(header + "\n" + text)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    new = not os.path.exists(args.out)
-    with open(args.out, "a") as f:
-        if new:
-            f.write("## DP-MAE: per-example-gradient step vs non-private step (benchmarks/bench_mae.py)\n\n")
-        f.write(header + "\n" + text + "\n\n")
+    for name in steps:
+        mem = (f"{peak[name] / 2**20:.1f} | {peak[name] / peak['nonprivate']:.2f}x" if peak.get(name) and
+               peak.get("nonprivate") else "- | -")
+        rows.append(f"| {label} | {args.batch} | {name} | {1e3 * med[name]:.0f} | "
+                    f"{med[name] / med['nonprivate']:.2f}x | {mem} | "
+                    f"{'-' if name == 'nonprivate' else f'{rel[name]:.1e}'} |")
+    for name, err in errors.items():
+        rows.append(f"| {label} | {args.batch} | {name} | - | not run: {err} | - | - | - |")
+    text = header + "\n" + "\n".join(rows) + f"\n\nMachine: {machine}. Clip C={CLIP}.\n"
+    print(text)
+    write_section(args.out, f"bench_mae {args.size} depth={cfg.depth}+{cfg.decoder_depth} batch={args.batch}",
+                  f"### DP-MAE {label}: per-example clipping vs a non-private batch (benchmarks/bench_mae.py)\n\n"
+                  + text)
 
 
 if __name__ == "__main__":

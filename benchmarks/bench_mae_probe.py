@@ -34,15 +34,22 @@ sys.path.insert(0, ROOT)
 from timm.models.vision_transformer import VisionTransformer  # noqa: E402
 
 from backbones.mae.data import digits_split, normalize  # noqa: E402
+from _results import write_section  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script)
 from backbones.mae.model import MAE_SIZES  # noqa: E402
 
 
+def _weights(name: str) -> str:
+    """``NAME`` (a file in backbones/weights) or ``NAME=PATH``."""
+    return name.split("=", 1)[1] if "=" in name else os.path.join(ROOT, "backbones", "weights", f"{name}.pth")
+
+
 def encoder(name: str) -> VisionTransformer:
+    from backbones.checkpoints import read_checkpoint  # verifies the tensor sha256 of DP-MAE exports
+
     torch.manual_seed(0)
     vit = VisionTransformer(**MAE_SIZES["vip_toy"].timm_kwargs()).eval()
     if name != "random":
-        state = torch.load(os.path.join(ROOT, "backbones", "weights", f"{name}.pth"), weights_only=True)["model"]
-        vit.load_state_dict({k: v.float() for k, v in state.items()}, strict=True)
+        vit.load_state_dict({k: v.float() for k, v in read_checkpoint(_weights(name)).items()}, strict=True)
     return vit
 
 
@@ -56,7 +63,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--epsilon", type=float, default=8.0)
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--encoders", nargs="+", default=["random", "vip_toy", "vip_toy_dp"])
+    ap.add_argument("--encoders", nargs="+", default=["random", "vip_toy", "vip_toy_dp"],
+                    help="NAME (backbones/weights/NAME.pth) or NAME=PATH")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "mae.md"))
     args = ap.parse_args(argv)
     import privlin
@@ -68,7 +76,7 @@ def main(argv=None):
     delta = 1.0 / (2 * len(ytr))
     rows = []
     for name in args.encoders:
-        if name != "random" and not os.path.exists(os.path.join(ROOT, "backbones", "weights", f"{name}.pth")):
+        if name != "random" and not os.path.exists(_weights(name)):
             print(f"skip {name}: no weights")
             continue
         vit = encoder(name)
@@ -82,7 +90,7 @@ def main(argv=None):
                 eps = clf.privacy_
             sc = StandardScaler().fit(ftr)
             ref = LogisticRegression(max_iter=3000).fit(sc.transform(ftr), ytr).score(sc.transform(fte), yte)
-            row = (f"| {name} | {pool} | {100 * np.mean(accs):.1f} ± {100 * np.std(accs):.1f} | "
+            row = (f"| {name.split('=')[0]} | {pool} | {100 * np.mean(accs):.1f} ± {100 * np.std(accs):.1f} | "
                    f"{100 * ref:.1f} |")
             print(row, flush=True)
             rows.append(row)
@@ -90,16 +98,17 @@ def main(argv=None):
     meta = os.path.join(ROOT, "backbones", "weights", "vip_toy_dp.json")
     if os.path.exists(meta):
         p = json.load(open(meta))["privacy"]
-        enc_eps = (f" vip_toy_dp encoder: epsilon={p['epsilon']:.2f}, delta={p['delta']:.2e} "
-                   f"({p['accountant']}, sigma={p['noise_multiplier']:.3f}, q={p['sample_rate']}, C={p['clip']}).")
-    header = (f"## DP-MAE encoders vs random init: digits linear probe (benchmarks/bench_mae_probe.py)\n\n"
+        enc_eps = (f" vip_toy_dp encoder: epsilon={p['epsilon']:.2f}, delta={p['delta']:.0e} "
+                   f"({p.get('neighboring_relation', 'add/remove')}, {p['accountant']}, "
+                   f"sigma={p['noise_multiplier']:.3f}, q={p['sample_rate']}, {p.get('steps', '?')} steps, "
+                   f"C={p['clip']}, {'SEEDED' if p.get('seeded') else 'secret sample and noise'}).")
+    header = (f"### DP-MAE encoders vs random init: digits linear probe (benchmarks/bench_mae_probe.py)\n\n"
               f"privlin.DPLinearClassifier defaults at epsilon={args.epsilon}, delta={delta:.2e} (add/remove one "
               f"image), trained on digits/train (1437), accuracy on digits/test (360), mean ± sd over "
               f"{args.seeds} probe seeds; non-private logistic regression (standardized features) for reference."
               f"{enc_eps} 2-core CPU, shared.\n\n"
               f"| encoder | feature | DP probe acc % (ε={args.epsilon:g}) | non-private LR acc % |\n|---|---|---|---|")
-    with open(args.out, "a") as f:
-        f.write(header + "\n" + "\n".join(rows) + "\n\n")
+    write_section(args.out, "bench_mae_probe", header + "\n" + "\n".join(rows))
     print(header + "\n" + "\n".join(rows))
 
 

@@ -9,8 +9,7 @@ from timm.models.vision_transformer import VisionTransformer
 
 from backbones.mae import checkpoint as ckpt_mod
 from backbones.mae.data import digits_split, normalize
-from backbones.mae.dp import (PrivacyLeakWarning, add_gaussian_noise, poisson_sample, reduce_and_privatize,
-                             seeded_generator)
+from backbones.mae.dp import PrivacyLeakWarning, SecretStream, poisson_sample, reduce_and_privatize
 from backbones.mae.model import (MAE_SIZES, MAEConfig, build_mae, encoder_from_mae, encoder_state_dict, patchify,
                                  random_masking)
 from backbones.mae.per_example import (clip_and_sum, clip_factors, per_example_grads, per_example_norms,
@@ -18,8 +17,10 @@ from backbones.mae.per_example import (clip_and_sum, clip_factors, per_example_g
 from backbones.mae.synthetic import ShaderImages
 from backbones.mae.train import TrainSettings, lr_at, main, train
 
-# DP training warns that its logged loss is computed on private images (asserted once, below); quiet elsewhere
-pytestmark = pytest.mark.filterwarnings("ignore:the training loss shown:UserWarning")
+# DP training warns that its logged loss is computed on private images, and seeded runs that they are seeded
+# (each asserted once, in test_mae_secrets.py / below); quiet elsewhere
+pytestmark = [pytest.mark.filterwarnings("ignore:the training loss shown:UserWarning"),
+              pytest.mark.filterwarnings("ignore:--.*-seed makes the DP:UserWarning")]
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOY = MAE_SIZES["toy"]
@@ -73,6 +74,40 @@ def test_shipped_vip_toy_loads_as_specified():
     meta = json.load(open(meta_path))
     assert meta["sha256"] == ckpt_mod.sha256_file(path)
     assert meta["steps"] > 0 and meta["loss_curve"]["step_mean_loss"][-1][1] < meta["loss_curve"]["step_mean_loss"][0][1]
+
+
+def test_shipped_vip_toy_dp_privacy_reproduces_with_dp_accounting():
+    """The released DP encoder: intact, secret sample and noise, and its (epsilon, delta) from sigma, q and steps."""
+    import json
+
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    from backbones.checkpoints import read_checkpoint
+    from backbones.mae.train import run_dp_event
+
+    path = os.path.join(REPO, "backbones", "weights", "vip_toy_dp.pth")
+    meta = json.load(open(os.path.join(REPO, "backbones", "weights", "vip_toy_dp.json")))
+    assert meta["sha256"] == ckpt_mod.sha256_file(path)
+    read_checkpoint(path)  # verifies the tensor sha256 stored inside
+    priv = meta["privacy"]
+    assert priv["seeded"] is False and all("os.urandom" in v for v in priv["randomness"].values())
+    assert "noise_seed" not in meta["settings"] and "sample_seed" not in meta["settings"]
+    assert "-seed" not in meta["command"].replace("--seed 0", "")
+    assert priv["neighboring_relation"] == "REPLACE_SPECIAL" and priv["n_private"] == 1437
+    assert priv["delta"] <= 1 / (10 * priv["n_private"])
+    event = dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+        priv["sample_rate"], dp_accounting.GaussianDpEvent(priv["noise_multiplier"])), priv["steps"])
+    assert run_dp_event(meta) == event
+    relation = dp_accounting.NeighboringRelation.REPLACE_SPECIAL
+    if priv["accountant"] == "rdp":
+        accountant = rdp_privacy_accountant.RdpAccountant(neighboring_relation=relation)
+    else:
+        accountant = pld_privacy_accountant.PLDAccountant(relation)
+    independent = accountant.compose(event).get_epsilon(priv["delta"])
+    assert priv["epsilon"] == pytest.approx(independent, rel=1e-3)
+    assert priv["epsilon"] <= meta["settings"]["epsilon"]
 
 
 def test_masking_is_per_example_and_hides_the_right_count():
@@ -180,14 +215,15 @@ def test_every_clipped_norm_is_at_most_C_and_sum_is_of_clipped():
 
 def test_noise_std_matches_sigma_C_and_is_fresh():
     sigma, C, n = 0.7, 0.1, 400_000
-    g = seeded_generator(123)
+    stream = SecretStream()
+    g = stream.generator(0)
     zero = {"a": torch.zeros(n // 2), "b": torch.zeros(n // 4, 2)}
     out = reduce_and_privatize(zero, noise_std=sigma * C, denominator=1.0, generator=g)
     z = torch.cat([out["a"], out["b"].flatten()])
     # sample std of n normals: relative s.e. ~ 1/sqrt(2n) = 0.11%; allow 5 s.e.
     assert abs(float(z.std()) / (sigma * C) - 1) < 5 / math.sqrt(2 * n)
     assert abs(float(z.mean())) < 5 * sigma * C / math.sqrt(n)
-    again = reduce_and_privatize(zero, noise_std=sigma * C, denominator=1.0, generator=g)
+    again = reduce_and_privatize(zero, noise_std=sigma * C, denominator=1.0, generator=stream.generator(1))
     r = np.corrcoef(z.numpy(), torch.cat([again["a"], again["b"].flatten()]).numpy())[0, 1]
     assert abs(r) < 5 / math.sqrt(n)  # fresh draw every step
     half = reduce_and_privatize({"a": torch.zeros(n)}, noise_std=sigma * C, denominator=4.0, generator=g)["a"]
@@ -195,7 +231,7 @@ def test_noise_std_matches_sigma_C_and_is_fresh():
 
 
 def test_poisson_sampling_rate():
-    g = seeded_generator(0)
+    g = SecretStream(0).generator(0)
     sizes = [len(poisson_sample(1000, 0.1, g)) for _ in range(200)]
     # mean 100, sd sqrt(1000*0.1*0.9)=9.49 per draw; mean of 200 draws has s.e. 0.67
     assert abs(np.mean(sizes) - 100) < 4 and 6 < np.std(sizes) < 13
@@ -207,7 +243,7 @@ def test_poisson_sampling_rate():
 
 def _dp_settings(tmp_path, **kw):
     base = dict(size="toy", data="digits", dp=True, steps=4, sample_rate=0.004, physical_batch=4, lr=1e-3,
-                warmup_steps=1, seed=0, noise_seed=1, clip=0.1, noise_multiplier=2.0, accountant="rdp", log_every=2, ckpt_every=2,
+                warmup_steps=1, seed=0, noise_seed=1, sample_seed=2, clip=0.1, noise_multiplier=2.0, accountant="rdp", log_every=2, ckpt_every=2,
                 out=str(tmp_path / "run"))
     base.update(kw)
     return TrainSettings(**base)
@@ -233,7 +269,7 @@ def test_reported_epsilon_equals_dp_accounting(tmp_path):
         res = train(_dp_settings(tmp_path, steps=2, noise_multiplier=1.3, sample_rate=0.01, accountant="pld"),
                     progress=False)
     sigma, q, delta = res["noise_multiplier"], res["sample_rate"], res["delta"]
-    assert delta == pytest.approx(1 / (2 * 1437))
+    assert delta == 1e-5  # default min(1e-5, 1/(10 N)), N = 1437
     event = dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), 2)
     independent = pld_privacy_accountant.PLDAccountant().compose(event).get_epsilon(delta)
@@ -297,3 +333,14 @@ def test_cli_dp_run_init_from_encoder_and_export(tmp_path, capsys):
     mae = build_mae("toy")
     missing = ckpt_mod.load_mae_weights(mae, str(enc))
     assert missing and all(k.startswith("decoder_") or k == "mask_token" for k in missing)
+
+
+def test_ghost_and_vmap_runs_train_the_same_model(tmp_path):
+    # same seeded sample, masks and noise; only the clipping path differs (accumulated over physical batches of 3)
+    a = train(_dp_settings(tmp_path / "g", steps=2, sample_rate=0.01, physical_batch=3), progress=False)
+    b = train(_dp_settings(tmp_path / "v", steps=2, sample_rate=0.01, physical_batch=3, per_example="vmap"),
+              progress=False)
+    sa = torch.load(a["checkpoint"], weights_only=True)["model"]
+    sb = torch.load(b["checkpoint"], weights_only=True)["model"]
+    for k in sa:
+        torch.testing.assert_close(sa[k], sb[k], rtol=1e-4, atol=1e-6, msg=k)

@@ -2,9 +2,12 @@
 
 A masked autoencoder on timm's ViT is pretrained on procedural images
 (public, :mod:`.synthetic`), then trained with DP-AdamW on private images
-(per-example gradients with ``torch.func``, clipping, Poisson sampling,
-noise once per logical step, accounting by ``privlin.accounting``). Its
-encoder, exported in the ViP layout, is a backbone the registry loads.
+(per-example clipping by mixed ghost norms and book-keeping, :mod:`.ghost`,
+with ``torch.func`` per-example gradients as the reference; a secret
+Poisson sample; noise once per logical step; accounting by
+``privlin.accounting``). Its encoder, exported in the ViP layout, is a
+backbone the registry loads; its provenance JSON carries the run's
+dp-accounting event (:func:`.train.run_dp_event`).
 
 ::
 
@@ -12,13 +15,15 @@ encoder, exported in the ViP layout, is a backbone the registry loads.
 """
 from .checkpoint import export_encoder, load_checkpoint, load_mae_weights, save_checkpoint
 from .data import digits_split, make_source, normalize
-from .dp import DPAccountantState, PrivacyLeakWarning, poisson_sample, reduce_and_privatize
+from .dp import DPAccountantState, PrivacyLeakWarning, SecretStream, poisson_sample, reduce_and_privatize
 from .model import MAE_SIZES, MAEConfig, MaskedAutoencoder, build_mae, encoder_from_mae, encoder_state_dict
-from .per_example import clip_and_sum, per_example_grads, per_example_norms, split_params
+from .ghost import UnsupportedModuleError, ghost_clip_and_sum
+from .per_example import clip_and_sum, clipped_grad_sum, per_example_grads, per_example_norms, split_params
 from .synthetic import ShaderImages, render_shader
 
 __all__ = ["MAEConfig", "MAE_SIZES", "MaskedAutoencoder", "build_mae", "encoder_from_mae", "encoder_state_dict",
            "ShaderImages", "render_shader", "digits_split", "make_source", "normalize",
-           "per_example_grads", "per_example_norms", "clip_and_sum", "split_params",
-           "poisson_sample", "reduce_and_privatize", "DPAccountantState", "PrivacyLeakWarning",
+           "per_example_grads", "per_example_norms", "clip_and_sum", "split_params", "clipped_grad_sum",
+           "ghost_clip_and_sum", "UnsupportedModuleError",
+           "poisson_sample", "reduce_and_privatize", "DPAccountantState", "PrivacyLeakWarning", "SecretStream",
            "save_checkpoint", "load_checkpoint", "load_mae_weights", "export_encoder"]

@@ -2,24 +2,29 @@
 
 A training checkpoint is ``{"model": MAE state dict (encoder keys as timm ViT,
 decoder_* and mask_token), "optimizer", "step", "rng", "accountant", "config",
-"history"}``: everything to resume the same run. It holds the generator
-states (the DP noise stream among them), so it is as private as the data;
-what gets released is :func:`export_encoder`'s ``{"model": encoder only}``.
+"history"}``: everything to resume the run. Its generator states are the
+public ones (masks; batches of a non-private run): no secret key, sampler seed
+or noise state is ever in it. It is still as private as the data (weights
+before the end, an unnoised loss history); what gets released is
+:func:`export_encoder`'s ``{"model": encoder only}``.
 
 Writes are atomic (temporary file + ``os.replace``): a crash leaves the
-previous checkpoint intact.
+previous checkpoint intact. Every file carries a sha256 of its content
+(``"sha256"`` over the whole training checkpoint, ``"tensor_sha256"`` over an
+exported encoder's tensors, :func:`backbones.checkpoints.tensor_sha256`),
+verified on every load: a damaged file is an error naming it, never weights.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
 import torch
 
+from ..checkpoints import sha256_file, tensor_sha256
 from .model import MAEConfig, MaskedAutoencoder, encoder_state_dict
 
-__all__ = ["save_checkpoint", "load_checkpoint", "export_encoder", "load_mae_weights", "sha256_file"]
+__all__ = ["save_checkpoint", "load_checkpoint", "export_encoder", "load_mae_weights", "sha256_file", "tensor_sha256"]
 
 
 def _atomic_save(obj, path: str) -> None:
@@ -42,15 +47,50 @@ def save_checkpoint(path: str, *, model: MaskedAutoencoder, optimizer, step: int
     config : dict
         Training settings, including ``"mae"`` (the :class:`MAEConfig` fields).
     """
-    _atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": int(step),
-                  "rng": rng, "accountant": accountant, "config": config, "history": history}, path)
+    payload = {"model": _cpu(model.state_dict()), "optimizer": _cpu(optimizer.state_dict()), "step": int(step),
+               "rng": rng, "accountant": accountant, "config": config, "history": history}
+    payload["sha256"] = tensor_sha256(payload)
+    _atomic_save(payload, path)
+
+
+def _cpu(tree):
+    if isinstance(tree, torch.Tensor):
+        return tree.detach().cpu()
+    if isinstance(tree, dict):
+        return {k: _cpu(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_cpu(v) for v in tree]
+    return tree
+
+
+def _read(path: str):
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no checkpoint at {path!r}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated, not a zip, pickle with code in it
+        raise ValueError(f"{path!r} is damaged or not a weights-only torch file ({type(e).__name__}: "
+                         f"{str(e).splitlines()[0][:160]})") from None
 
 
 def load_checkpoint(path: str) -> dict:
-    """Load a training checkpoint (tensors and plain Python only: ``weights_only=True``)."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no checkpoint at {path!r}")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    """Load a training checkpoint written by :func:`save_checkpoint`, verifying its sha256.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    ValueError
+        The file is damaged (unreadable, or its content does not match its sha256) or carries no sha256.
+    """
+    ck = _read(path)
+    if not isinstance(ck, dict) or "sha256" not in ck:
+        raise ValueError(f"{path!r} carries no sha256 (not a DP-MAE training checkpoint, or written before "
+                         f"checkpoints had one): cannot verify it")
+    recorded = ck.pop("sha256")
+    if tensor_sha256(ck) != recorded:
+        raise ValueError(f"{path!r} is damaged: its content does not match the sha256 stored in it")
+    return ck
 
 
 def load_mae_weights(model: MaskedAutoencoder, path: str) -> list[str]:
@@ -59,8 +99,14 @@ def load_mae_weights(model: MaskedAutoencoder, path: str) -> list[str]:
     Returns the keys left at their fresh initialization (the decoder, when the
     file holds an encoder only). Encoder keys must all be present and match.
     """
-    state = load_checkpoint(path)
-    state = state.get("model", state)
+    raw = _read(path)
+    if isinstance(raw, dict) and "optimizer" in raw:  # a training checkpoint
+        raw = load_checkpoint(path)
+    elif isinstance(raw, dict) and "tensor_sha256" in raw and tensor_sha256(raw.get("model")) != raw["tensor_sha256"]:
+        raise ValueError(f"{path!r} is damaged: the sha256 of its tensors does not match the one stored in it")
+    state = raw.get("model", raw) if isinstance(raw, dict) else raw
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ValueError(f"{path!r} does not hold a MAE or encoder state dict")
     own = model.state_dict()
     missing_encoder = [k for k in encoder_state_dict(own) if k not in state]
     if missing_encoder:
@@ -75,36 +121,30 @@ def load_mae_weights(model: MaskedAutoencoder, path: str) -> list[str]:
 
 def export_encoder(model: MaskedAutoencoder, path: str, dtype: torch.dtype = torch.float16,
                    provenance: dict | None = None) -> str:
-    """Write ``{"model": encoder state dict}`` (ViP release layout) and its provenance JSON.
+    """Write ``{"model": encoder state dict, "tensor_sha256": ...}`` (ViP release layout) and its provenance JSON.
 
     The file loads with ``torch.load(weights_only=True)`` and, cast to float32,
-    into ``timm VisionTransformer(**cfg.timm_kwargs())`` with ``strict=True``.
+    into ``timm VisionTransformer(**cfg.timm_kwargs())`` with ``strict=True``;
+    :func:`backbones.checkpoints.read_checkpoint` verifies ``tensor_sha256``.
 
     Returns
     -------
     str
         The sha256 of the written file (also stored in ``<path>.json`` / ``<stem>.json``).
     """
-    enc = {k: v.detach().to(dtype).clone() for k, v in encoder_state_dict(model.state_dict()).items()}
-    _atomic_save({"model": enc}, path)
+    enc = {k: v.detach().to("cpu", dtype).clone() for k, v in encoder_state_dict(model.state_dict()).items()}
+    _atomic_save({"model": enc, "tensor_sha256": tensor_sha256(enc)}, path)
     digest = sha256_file(path)
     if provenance is not None:
         meta = dict(provenance)
-        meta.update(file=os.path.basename(path), sha256=digest, dtype=str(dtype).replace("torch.", ""),
+        meta.update(file=os.path.basename(path), sha256=digest, tensor_sha256=tensor_sha256(enc),
+                    dtype=str(dtype).replace("torch.", ""),
                     layout="ViP release: {'model': encoder keys in timm VisionTransformer layout}",
                     timm_kwargs=model.cfg.timm_kwargs())
         with open(os.path.splitext(path)[0] + ".json", "w") as f:
             json.dump(meta, f, indent=2, sort_keys=True)
             f.write("\n")
     return digest
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def config_from_dict(d: dict) -> MAEConfig:

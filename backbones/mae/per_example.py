@@ -1,5 +1,8 @@
 """Per-example gradients of the MAE loss, vectorized with ``torch.func``, and clipping.
 
+This is the reference path (any model); :mod:`backbones.mae.ghost` is the fast
+path that DP-MAE runs by default. :func:`clipped_grad_sum` dispatches.
+
 DP-SGD needs each example's gradient norm before the examples are summed.
 ``vmap(grad(loss_of_one_example))`` computes all of them in one batched pass
 (``functional_call`` makes the module a pure function of its parameters);
@@ -8,10 +11,13 @@ loop over examples.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.func import functional_call, grad_and_value, vmap
 
-__all__ = ["split_params", "per_example_grads", "per_example_norms", "clip_factors", "clip_and_sum"]
+__all__ = ["split_params", "per_example_grads", "per_example_norms", "clip_factors", "clip_and_sum", "clipped_grad_sum",
+           "METHODS"]
 
 
 def split_params(model: torch.nn.Module):
@@ -79,3 +85,41 @@ def clip_and_sum(grads: dict, clip: float):
     scale = clip_factors(norms, clip)
     summed = {k: torch.einsum("b,b...->...", scale, g) for k, g in grads.items()}
     return summed, norms
+
+
+#: Ways to compute a clipped per-example gradient sum: the fast path and the reference.
+METHODS = ("ghost", "vmap")
+
+
+def clipped_grad_sum(model, imgs: torch.Tensor, mask_noise: torch.Tensor, clip: float, *, method: str = "ghost",
+                     autocast_dtype: torch.dtype | None = None):
+    """Clipped per-example gradient sum of a physical batch, by ``method``.
+
+    ``"ghost"`` (:func:`backbones.mae.ghost.ghost_clip_and_sum`): mixed ghost
+    norms + book-keeping, no per-example gradient stored; refuses (raises
+    :class:`backbones.mae.ghost.UnsupportedModuleError`) a model with a
+    parameter it does not know. ``"vmap"``: the reference, ``vmap(grad)``
+    over examples then :func:`clip_and_sum`; any model.
+
+    Returns
+    -------
+    summed : dict[str, torch.Tensor]
+        Per trainable parameter, its shape.
+    norms : torch.Tensor, shape (B,)
+        Per-example gradient norms before clipping.
+    losses : torch.Tensor, shape (B,)
+    """
+    if method == "ghost":
+        from .ghost import ghost_clip_and_sum
+
+        return ghost_clip_and_sum(model, imgs, mask_noise, clip, autocast_dtype=autocast_dtype)
+    if method != "vmap":
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    trainable, frozen = split_params(model)
+    amp = (torch.autocast(imgs.device.type, dtype=autocast_dtype) if autocast_dtype is not None
+           else contextlib.nullcontext())
+    with amp:
+        grads, losses = per_example_grads(model, trainable, frozen, imgs, mask_noise)
+    grads = {k: g.float() for k, g in grads.items()}
+    summed, norms = clip_and_sum(grads, clip)
+    return summed, norms, losses.detach()

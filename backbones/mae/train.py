@@ -7,14 +7,21 @@
         --init runs/syn/checkpoint.pth --steps 100 --sample-rate 0.25 --out runs/dp
 
 Every ``--ckpt-every`` steps (and at the end) ``<out>/checkpoint.pth`` is
-rewritten atomically; ``--resume`` continues the same run (same batches,
-masks, noise and accountant) from it. ``--export PATH`` writes the encoder
-alone in the ViP release layout for the ``backbones`` registry.
+rewritten atomically; ``--resume`` continues the run from it (same masks and
+accountant; a non-private run also the same batches). A DP run's Poisson
+sample and noise are keyed by secrets that no file holds, so a resumed DP run
+draws fresh ones (bit for bit only when both ``--sample-seed`` and
+``--noise-seed`` are given again, which labels the run seeded). ``--export
+PATH`` writes the encoder alone in the ViP release layout for the
+``backbones`` registry, with its provenance (and, for DP, its dp-accounting
+event: :func:`run_dp_event`) in ``<PATH stem>.json``.
 
 DP mode (``--dp``) is DP-AdamW: each logical step Poisson-samples the private
-set with rate q, computes per-example gradients (``torch.func``) in physical
-batches, clips each to C, sums, adds N(0, sigma^2 C^2) once, divides by q*N
-and takes an AdamW step. sigma comes from ``privlin.accounting`` for the
+set with rate q, clips each example's gradient to C in physical batches
+(``--per-example ghost``, the default: per-example norms by mixed ghost
+norms and the clipped sum by book-keeping, :mod:`backbones.mae.ghost`;
+``vmap``: per-example gradients with ``torch.func``, the reference), sums,
+adds N(0, sigma^2 C^2) once, divides by q*N and takes an AdamW step. sigma comes from ``privlin.accounting`` for the
 target (epsilon, delta) over all ``--steps``. See :mod:`backbones.mae.dp` for
 the full privacy statement.
 """
@@ -33,12 +40,13 @@ import torch
 
 from .checkpoint import export_encoder, load_checkpoint, load_mae_weights, save_checkpoint
 from .data import make_source, normalize
-from .dp import (DPAccountantState, PrivacyLeakWarning, calibrate_sigma, poisson_sample,
-                 reduce_and_privatize, seeded_generator)
+from .dp import (DPAccountantState, PrivacyLeakWarning, SecretStream, broadcast_stream, calibrate_sigma,
+                 default_delta, event_from_json, event_to_json, poisson_sample, reduce_and_privatize)
 from .model import MAE_SIZES, MaskedAutoencoder, build_mae
-from .per_example import clip_and_sum, per_example_grads, split_params
+from .ghost import UnsupportedModuleError, check_supported
+from .per_example import METHODS, clipped_grad_sum, split_params
 
-__all__ = ["TrainSettings", "train", "lr_at", "main"]
+__all__ = ["TrainSettings", "train", "lr_at", "main", "run_dp_event", "SECRET_SETTINGS"]
 
 
 @dataclass
@@ -66,13 +74,18 @@ class TrainSettings:
         AdamW (ViP: wd 0.005 for DP, betas 0.9/0.95); no decay on biases,
         norms and tokens.
     seed : int
-        Seed of the data-sampling and mask generators.
-    noise_seed : int or None
-        Seed of the DP noise; None draws it from the OS's cryptographic source.
+        Public seed of the initialization, the masks and (non-private runs
+        only) the batches. It never seeds anything secret.
+    noise_seed, sample_seed : int or None
+        DP only. Seeds of the Gaussian noise and of the Poisson sample; None
+        (default) keys each from 256 bits of ``os.urandom``
+        (:class:`backbones.mae.dp.SecretStream`). A seeded run is labelled so
+        in its checkpoint and export; the seeds themselves are never written.
     dp : bool
         Train with DP-AdamW.
     epsilon, delta : float, float or None
-        Target privacy; ``delta`` None means 1/(2N) (ViP).
+        Target privacy; ``delta`` None means ``min(1e-5, 1/(10 N))``
+        (delta >= 1/N warns: such a guarantee is void).
     clip : float
         Per-example gradient norm bound C (ViP: 0.1).
     noise_multiplier : float or None
@@ -85,6 +98,13 @@ class TrainSettings:
     ckpt_every, log_every : int
     export : str or None
         Where to write the released encoder (float16) at the end.
+    per_example : {"ghost", "vmap"}
+        DP clipping: mixed ghost norms + book-keeping (fast, default) or
+        ``vmap`` per-example gradients (the reference; any module).
+    device : {"auto", "cpu", "cuda"}
+        ``auto``: CUDA when available (``cuda:LOCAL_RANK`` under torchrun).
+    amp : {"none", "bf16"}
+        bf16 autocast of the forward passes (norms and sums stay float32).
     """
 
     size: str = "vip_toy"
@@ -101,6 +121,7 @@ class TrainSettings:
     beta2: float = 0.95
     seed: int = 0
     noise_seed: int | None = None
+    sample_seed: int | None = None
     dp: bool = False
     epsilon: float = 8.0
     delta: float | None = None
@@ -112,6 +133,9 @@ class TrainSettings:
     ckpt_every: int = 100
     log_every: int = 10
     export: str | None = None
+    per_example: str = "ghost"
+    device: str = "auto"
+    amp: str = "none"
 
     def __post_init__(self):
         if self.size not in MAE_SIZES:
@@ -123,8 +147,31 @@ class TrainSettings:
             raise ValueError("need warmup_steps >= 0, lr > 0 and clip > 0")
         if self.sample_rate is not None and not 0 < self.sample_rate <= 1:
             raise ValueError(f"sample_rate must be in (0, 1], got {self.sample_rate}")
-        if self.dp and self.noise_multiplier is None and not self.epsilon > 0:
-            raise ValueError(f"epsilon must be > 0, got {self.epsilon}")
+        if self.dp and self.noise_multiplier is None and not 0 < self.epsilon < math.inf:
+            raise ValueError(f"epsilon must be > 0 and finite with --dp (train without --dp for a non-private "
+                             f"run), got {self.epsilon}")
+        if self.delta is not None and not 0 < self.delta < 1:
+            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
+        if self.noise_multiplier is not None and not 0 < self.noise_multiplier < math.inf:
+            raise ValueError(f"noise_multiplier must be > 0 and finite, got {self.noise_multiplier}")
+        for name, allowed in (("per_example", METHODS), ("device", ("auto", "cpu", "cuda")),
+                              ("amp", ("none", "bf16")), ("accountant", ("pld", "rdp"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
+        if not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"need 0 <= min_lr <= lr, got min_lr={self.min_lr}, lr={self.lr}")
+
+
+#: Settings that are secrets (or make one reproducible): never written to a checkpoint or a provenance file.
+SECRET_SETTINGS = ("noise_seed", "sample_seed")
+#: Settings a resumed run must share with its checkpoint: the run and its privacy accounting.
+_RESUME_SAME = ("size", "data", "dp", "seed", "clip", "steps", "physical_batch", "batch_size", "sample_rate",
+                "epsilon", "delta", "noise_multiplier", "accountant")
+
+
+def _public_settings(s: TrainSettings) -> dict:
+    """The settings as stored in checkpoints and provenance: everything but :data:`SECRET_SETTINGS`."""
+    return {k: v for k, v in dataclasses.asdict(s).items() if k not in SECRET_SETTINGS}
 
 
 def lr_at(step: int, s: TrainSettings) -> float:
@@ -144,6 +191,16 @@ def _param_groups(model: torch.nn.Module, weight_decay: float):
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def _device(s: TrainSettings) -> torch.device:
+    if s.device == "cpu" or (s.device == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ValueError("--device cuda, but no CUDA device is visible")
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(dev)
+    return dev
+
+
 def _dist_info():
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
@@ -161,44 +218,76 @@ class _Run:
             torch.manual_seed(s.seed)
             self.model: MaskedAutoencoder = build_mae(s.size)
         self.init_missing = load_mae_weights(self.model, s.init) if s.init else []
+        if s.dp and s.per_example == "ghost":
+            check_supported(self.model)  # refused before any private image is read
+        self.device = _device(s)
+        self.model.to(self.device)
+        self.amp = torch.bfloat16 if s.amp == "bf16" else None
         self.optimizer = torch.optim.AdamW(_param_groups(self.model, s.weight_decay), lr=s.lr,
                                            betas=(s.beta1, s.beta2), eps=1e-8)
-        self.gens = {"data": seeded_generator(s.seed), "mask": seeded_generator(s.seed + 1)}
+        # public generators (from --seed), saved in checkpoints so a run resumes with the same masks
+        self.gens = {"mask": torch.Generator().manual_seed(s.seed + 1)}
+        if not s.dp:
+            self.gens["data"] = torch.Generator().manual_seed(s.seed)
+        self.sampler = self.noise = None  # secret streams (DP): never saved
+        self.seeded = {"sample": False, "noise": False}
         self.step = 0
         self.history: list[list[float]] = []  # [step, mean loss, epsilon]
         self.accountant: DPAccountantState | None = None
         if s.dp:
             n = n_private
             q = s.sample_rate if s.sample_rate is not None else min(1.0, s.batch_size / n)
-            delta = s.delta if s.delta is not None else 1.0 / (2 * n)
+            delta = s.delta if s.delta is not None else default_delta(n)
+            if s.delta is not None:
+                from privlin.estimator import _public_setting_leaks  # privlin's delta >= 1/N warning
+
+                # the warning is about delta alone here (epsilon may be unused when sigma is given)
+                _public_setting_leaks(s.epsilon if s.noise_multiplier is None else math.nan, delta, n)
             sigma = s.noise_multiplier
             if sigma is None:
                 sigma = calibrate_sigma(s.epsilon, delta, s.steps, q, s.accountant)
             self.accountant = DPAccountantState(noise_multiplier=float(sigma), sample_rate=float(q),
-                                                delta=float(delta), target_epsilon=s.epsilon,
+                                                delta=float(delta),
+                                                target_epsilon=s.epsilon if s.noise_multiplier is None else None,
                                                 accountant=s.accountant)
-            self.gens["noise"] = seeded_generator(s.noise_seed)
+            rank, _ = _dist_info()
+            # the sample key is drawn on rank 0 and broadcast; the noise key never leaves rank 0
+            self.sampler = broadcast_stream(SecretStream(s.sample_seed) if rank == 0 else None)
+            self.noise = SecretStream(s.noise_seed) if rank == 0 else None
+            self.seeded = {"sample": self.sampler.seeded, "noise": s.noise_seed is not None}
+            for what, flag in (("sample", "--sample-seed"), ("noise", "--noise-seed")):
+                if self.seeded[what] and rank == 0:
+                    warnings.warn(f"{flag} makes the DP {what} reproducible: the guarantee does not hold against "
+                                  f"anyone who knows the seed (the run is labelled seeded)", PrivacyLeakWarning,
+                                  stacklevel=3)
 
     # -- checkpoints -------------------------------------------------------------------------------
     def save(self, path: str) -> None:
         save_checkpoint(path, model=self.model, optimizer=self.optimizer, step=self.step,
-                        rng={k: g.get_state() for k, g in self.gens.items()},
+                        rng={k: g.get_state() for k, g in self.gens.items()},  # public generators only
                         accountant=self.accountant.to_dict() if self.accountant else None,
-                        config={"settings": dataclasses.asdict(self.s),
+                        config={"settings": _public_settings(self.s), "seeded": dict(self.seeded),
                                 "mae": dataclasses.asdict(self.model.cfg)},
                         history=self.history)
 
     def restore(self, path: str) -> None:
         ck = load_checkpoint(path)
         saved = ck["config"]["settings"]
-        for key in ("size", "data", "dp", "seed", "clip", "steps", "physical_batch", "batch_size", "sample_rate"):
+        for key in _RESUME_SAME:
             if saved.get(key) != getattr(self.s, key):
-                raise ValueError(f"cannot resume: {key}={getattr(self.s, key)!r} but the checkpoint has "
-                                 f"{saved.get(key)!r}")
+                raise ValueError(f"cannot resume {path}: --{key.replace('_', '-')} {getattr(self.s, key)} but the run "
+                                 f"was started with {saved.get(key)} (a run's settings and privacy accounting cannot "
+                                 f"change midway; pass the same values, or start a new --out)")
         self.model.load_state_dict(ck["model"], strict=True)
         self.optimizer.load_state_dict(ck["optimizer"])
         for k, state in ck["rng"].items():
-            self.gens.setdefault(k, torch.Generator()).set_state(state)
+            if k not in self.gens:
+                raise ValueError(f"cannot resume: the checkpoint holds an unexpected generator {k!r}")
+            self.gens[k].set_state(state)
+        # fresh secret keys (drawn in __init__): a resumed run draws fresh samples and fresh noise;
+        # a run seeded in any of its parts stays labelled seeded
+        for k, flag in ck["config"].get("seeded", {}).items():
+            self.seeded[k] = bool(self.seeded.get(k)) or bool(flag)
         self.step = int(ck["step"])
         self.history = [list(h) for h in ck["history"]]
         if ck["accountant"] is not None:
@@ -206,7 +295,10 @@ class _Run:
 
     # -- steps -------------------------------------------------------------------------------------
     def _mask_noise(self, b: int) -> torch.Tensor:
-        return torch.rand(b, self.model.cfg.num_patches, generator=self.gens["mask"])
+        return torch.rand(b, self.model.cfg.num_patches, generator=self.gens["mask"]).to(self.device)
+
+    def _images(self, idx: torch.Tensor) -> torch.Tensor:
+        return normalize(self.source[idx.numpy()].to(self.device))
 
     def _set_lr(self) -> None:
         for group in self.optimizer.param_groups:
@@ -222,8 +314,9 @@ class _Run:
         self.optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for chunk, nz in zip(idx.split(s.physical_batch), noise.split(s.physical_batch)):
-            losses = self.model(normalize(self.source[chunk.numpy()]), nz)
-            (losses.sum() / len(idx)).backward()
+            with torch.autocast(self.device.type, dtype=self.amp, enabled=self.amp is not None):
+                losses = self.model(self._images(chunk), nz)
+            (losses.float().sum() / len(idx)).backward()
             total += float(losses.detach().sum())
         self._set_lr()
         self.optimizer.step()
@@ -233,25 +326,29 @@ class _Run:
         s, acc = self.s, self.accountant
         rank, world = _dist_info()
         n = len(self.source)
-        sample = poisson_sample(n, acc.sample_rate, self.gens["data"])  # same on every rank
-        noise = self._mask_noise(len(sample))  # one row per sampled example, same on every rank
+        sample = poisson_sample(n, acc.sample_rate, self.sampler.generator(self.step))  # same on every rank
+        # one mask row per sampled slot, in sample order, same on every rank (public generator): a null image
+        # in the zero-out relation keeps its slot, so no other image's mask changes
+        noise = self._mask_noise(len(sample))
         mine = torch.arange(rank, len(sample), world)
-        trainable, frozen = split_params(self.model)
-        grad_sum = {k: torch.zeros_like(v) for k, v in trainable.items()}
-        loss_sum = torch.zeros(())
+        trainable, _ = split_params(self.model)
+        grad_sum = {k: torch.zeros_like(v, dtype=torch.float32) for k, v in trainable.items()}
+        loss_sum = torch.zeros((), device=self.device)
         for part in mine.split(s.physical_batch):
-            imgs = normalize(self.source[sample[part].numpy()])
-            grads, losses = per_example_grads(self.model, trainable, frozen, imgs, noise[part])
-            summed, _ = clip_and_sum(grads, s.clip)
+            if part.numel() == 0:  # an empty Poisson sample is a valid step: noise only
+                continue
+            summed, _, losses = clipped_grad_sum(self.model, self._images(sample[part]), noise[part],
+                                                 s.clip, method=s.per_example, autocast_dtype=self.amp)
             for k in grad_sum:
                 grad_sum[k] += summed[k]
-            loss_sum += losses.detach().sum()
-            del grads
+            loss_sum += losses.float().sum()
+            del summed
         noisy = reduce_and_privatize(grad_sum, noise_std=acc.noise_multiplier * s.clip,
-                                     denominator=acc.sample_rate * n, generator=self.gens.get("noise"))
+                                     denominator=acc.sample_rate * n,
+                                     generator=self.noise.generator(self.step) if self.noise is not None else None)
         for name, p in self.model.named_parameters():
             if p.requires_grad:
-                p.grad = noisy[name]
+                p.grad = noisy[name].to(p.dtype)
         self._set_lr()
         self.optimizer.step()
         acc.steps += 1
@@ -274,6 +371,9 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
         ``delta``, ``history`` and, when exported, ``export_sha256``.
     """
     cfg = MAE_SIZES[s.size]
+    ckpt = os.path.join(s.out, "checkpoint.pth")
+    if not resume and os.path.exists(ckpt):  # two runs in one --out would overwrite each other's checkpoint
+        raise FileExistsError(f"{ckpt} exists (another run): pass --resume to continue it, or another --out")
     source, private = make_source(s.data, cfg.img_size, seed=s.seed)
     if private and not s.dp:
         warnings.warn(f"training on {s.data!r} without --dp: the weights are not differentially private",
@@ -281,7 +381,6 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
     if s.dp and not private:
         warnings.warn("--dp on public synthetic data: privacy accounting is meaningless here", stacklevel=2)
     run = _Run(s, source, len(source) if s.dp else None)
-    ckpt = os.path.join(s.out, "checkpoint.pth")
     if resume:
         run.restore(ckpt)
     rank, _ = _dist_info()
@@ -313,9 +412,11 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
     result = {"checkpoint": ckpt, "step": run.step, "loss": run.history[-1][1] if run.history else float("nan"),
               "history": run.history, "seconds": time.time() - t0, "init_missing": run.init_missing}
     if s.dp:
-        result.update(n_private=len(source), epsilon=run.accountant.update(), noise_multiplier=run.accountant.noise_multiplier,
-                      sample_rate=run.accountant.sample_rate, delta=run.accountant.delta,
-                      accountant=run.accountant.accountant, neighbouring=run.accountant.neighbouring)
+        acc = run.accountant
+        result.update(n_private=len(source), epsilon=acc.update(), noise_multiplier=acc.noise_multiplier,
+                      sample_rate=acc.sample_rate, delta=acc.delta, accountant=acc.accountant, dp_steps=acc.steps,
+                      neighboring_relation=acc.neighboring_relation, neighbouring=acc.neighbouring,
+                      dp_event=acc.dp_event(), seeded=dict(run.seeded))
     if s.export and rank == 0 and run.step == s.steps:
         result["export_sha256"] = export_encoder(run.model, s.export, provenance=_provenance(s, result))
     return result
@@ -324,75 +425,176 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
 def _provenance(s: TrainSettings, result: dict) -> dict:
     hist = result["history"]
     marks = sorted({0, len(hist) // 4, len(hist) // 2, 3 * len(hist) // 4, len(hist) - 1}) if hist else []
-    prov = {"trained_by": "backbones.mae.train", "settings": dataclasses.asdict(s),
-            "command": "python -m backbones.mae.train " + " ".join(sys.argv[1:]) if sys.argv[0].endswith(
-                ("train.py", "__main__.py", "-m")) else None,
+    prov = {"trained_by": "backbones.mae.train", "settings": _public_settings(s),
+            "command": _public_command(sys.argv) if sys.argv[0].endswith(("train.py", "__main__.py", "-m")) else None,
             "steps": result["step"],
             "images_seen_approx": round(result["step"] * (result["sample_rate"] * result["n_private"] if s.dp
                                                           else s.batch_size)),
             "preprocessing": "RGB in [0,1], ImageNet mean/std, 32x32 for vip_toy",
             "wall_seconds": round(result["seconds"], 1), "torch": torch.__version__}
     if s.dp:
-        prov["privacy"] = {k: result[k] for k in ("epsilon", "delta", "noise_multiplier", "sample_rate",
-                                                   "accountant", "neighbouring")}
-        prov["privacy"]["clip"] = s.clip
+        prov["privacy"] = {k: result[k] for k in ("epsilon", "delta", "noise_multiplier", "sample_rate", "accountant",
+                                                   "neighboring_relation", "neighbouring", "n_private")}
+        seeded = result["seeded"]
+        prov["privacy"].update(
+            clip=s.clip, steps=result["dp_steps"], dp_event=event_to_json(result["dp_event"]),
+            accounted_as="privlin.accounting, ADD_OR_REMOVE_ONE (dp-accounting gives REPLACE_SPECIAL the same "
+                         "epsilon for the Poisson-subsampled Gaussian)",
+            seeded=any(seeded.values()),
+            randomness={k: (f"SEEDED by the user (--{k}-seed): the guarantee does not hold against anyone who knows "
+                            f"the seed" if seeded[k] else "secret: Philox keyed from 256 bits of os.urandom, not "
+                            "recorded") for k in ("sample", "noise")})
         prov["loss_curve"] = "not released (computed on private data without noise)"
     else:
         prov["loss_curve"] = {"step_mean_loss": [[hist[i][0], round(hist[i][1], 5)] for i in marks]}
     return prov
 
 
+def _public_command(argv: list[str]) -> str:
+    """The command line with the values of secret options withheld."""
+    secret = {"--" + k.replace("_", "-") for k in SECRET_SETTINGS}
+    out, hide = [], False
+    for a in argv[1:]:
+        if hide:
+            out.append("<withheld>")
+            hide = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in secret:
+            out.append(f"{name}=<withheld>" if "=" in a else a)
+            hide = "=" not in a
+            continue
+        out.append(a)
+    return "python -m backbones.mae.train " + " ".join(out)
+
+
+def run_dp_event(record):
+    """The dp-accounting event of a DP-MAE run, ready to charge a ledger with (one call).
+
+    Parameters
+    ----------
+    record : str, os.PathLike or dict
+        The exported encoder's provenance JSON (``<export>.json``), its
+        ``"privacy"`` block or the whole dict, or a training checkpoint
+        (``checkpoint.pth``).
+
+    Returns
+    -------
+    dp_accounting.DpEvent
+        ``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(sigma)), steps)``
+        under the relation ``NeighboringRelation.REPLACE_SPECIAL`` (zero-out).
+
+    Raises
+    ------
+    ValueError
+        The record holds no DP run, or its event disagrees with its own sigma, q and steps (damaged).
+    """
+    import json
+
+    from .dp import dp_event
+
+    if isinstance(record, (str, os.PathLike)):
+        path = os.fspath(record)
+        if path.endswith(".json"):
+            with open(path) as f:
+                record = json.load(f)
+        else:
+            acc = load_checkpoint(path)["accountant"]
+            if acc is None:
+                raise ValueError(f"{path!r} is a non-private run: no dp event")
+            return DPAccountantState(**acc).dp_event()
+    privacy = record.get("privacy", record)
+    if "dp_event" not in privacy:
+        raise ValueError("the record holds no dp_event (not a DP-MAE run, or written before events were recorded)")
+    event = event_from_json(privacy["dp_event"])
+    expected = dp_event(privacy["noise_multiplier"], privacy["sample_rate"], privacy["steps"])
+    if event != expected:
+        raise ValueError(f"the record's dp_event {event} disagrees with its sigma, q and steps ({expected}): damaged")
+    return event
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not the whole usage block
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
     d = TrainSettings()
-    p = argparse.ArgumentParser(prog="python -m backbones.mae.train", description=__doc__.split("\n\n")[0],
+    p = _Parser(prog="python -m backbones.mae.train", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--size", default=d.size, choices=sorted(MAE_SIZES))
-    p.add_argument("--data", default=d.data, help="synthetic | digits | imagefolder:PATH")
-    p.add_argument("--steps", type=int, default=d.steps)
-    p.add_argument("--batch-size", type=int, default=d.batch_size,
-                   help="images per step; with --dp the expected logical batch q*N")
-    p.add_argument("--sample-rate", type=float, default=None, help="DP Poisson rate q (overrides --batch-size)")
-    p.add_argument("--physical-batch", type=int, default=d.physical_batch)
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--min-lr", type=float, default=d.min_lr)
-    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--noise-seed", type=int, default=None, help="DP noise seed (default: cryptographic)")
-    p.add_argument("--dp", action="store_true", help="train with DP-AdamW")
-    p.add_argument("--epsilon", type=float, default=d.epsilon)
-    p.add_argument("--delta", type=float, default=None, help="default 1/(2N)")
-    p.add_argument("--clip", type=float, default=d.clip)
-    p.add_argument("--noise-multiplier", type=float, default=None, help="sigma (default: calibrated)")
-    p.add_argument("--accountant", default=d.accountant, choices=["pld", "rdp"])
-    p.add_argument("--init", default=None, help="ViP-layout .pth to start from")
-    p.add_argument("--out", default=d.out)
-    p.add_argument("--ckpt-every", type=int, default=d.ckpt_every)
-    p.add_argument("--log-every", type=int, default=d.log_every)
-    p.add_argument("--export", default=None, help="write the encoder (float16, ViP layout) here at the end")
-    p.add_argument("--resume", action="store_true", help="continue from <out>/checkpoint.pth")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--no-progress", action="store_true")
+    a = p.add_argument
+    a("--size", default=d.size, choices=sorted(MAE_SIZES), help="MAE size (encoder x decoder)")
+    a("--data", default=d.data, help="synthetic (public) | digits | imagefolder:PATH (private)")
+    a("--steps", type=int, default=d.steps, help="logical optimizer steps")
+    a("--batch-size", type=int, default=d.batch_size, help="images per step; with --dp the expected logical batch q*N")
+    a("--sample-rate", type=float, default=None, help="DP Poisson rate q (overrides --batch-size)")
+    a("--physical-batch", type=int, default=d.physical_batch, help="images per forward/backward pass")
+    a("--lr", type=float, default=d.lr, help="peak learning rate")
+    a("--min-lr", type=float, default=d.min_lr, help="learning rate at the end of the cosine")
+    a("--warmup-steps", type=int, default=d.warmup_steps, help="linear warmup steps")
+    a("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay (ViP DP: 0.005)")
+    a("--seed", type=int, default=d.seed, help="public seed of the initialization and the masks (never the DP sample)")
+    a("--noise-seed", type=int, default=None,
+      help="seed of the DP noise (default: 256 bits of os.urandom); a seeded run is labelled so")
+    a("--sample-seed", type=int, default=None,
+      help="seed of the DP Poisson sample (default: 256 bits of os.urandom, broadcast from rank 0)")
+    a("--dp", action="store_true", help="train with DP-AdamW")
+    a("--epsilon", type=float, default=d.epsilon, help="target epsilon (with --dp)")
+    a("--delta", type=float, default=None, help="target delta (default: min(1e-5, 1/(10N)))")
+    a("--clip", type=float, default=d.clip, help="per-example gradient norm bound C")
+    a("--noise-multiplier", type=float, default=None, help="sigma (default: calibrated to --epsilon)")
+    a("--accountant", default=d.accountant, choices=["pld", "rdp"], help="privlin.accounting accountant")
+    a("--per-example", default=d.per_example, choices=list(METHODS),
+      help="DP clipping: ghost (mixed ghost norms + book-keeping) or vmap (per-example gradients, reference)")
+    a("--device", default=d.device, choices=["auto", "cpu", "cuda"], help="auto: CUDA when available")
+    a("--amp", default=d.amp, choices=["none", "bf16"], help="bf16 autocast of the forward passes")
+    a("--init", default=None, help="ViP-layout .pth to start from (a MAE checkpoint or an exported encoder)")
+    a("--out", default=d.out, help="run directory (checkpoint.pth inside)")
+    a("--ckpt-every", type=int, default=d.ckpt_every, help="steps between checkpoints")
+    a("--log-every", type=int, default=d.log_every, help="steps between log lines")
+    a("--export", default=None, help="write the encoder (float16, ViP layout) and its provenance JSON here at the end")
+    a("--resume", action="store_true", help="continue from <out>/checkpoint.pth (same settings required)")
+    a("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    a("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
+#: User errors: reported as one line on stderr with exit status 2, never as a traceback.
+_USER_ERRORS = (ValueError, KeyError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
+                UnsupportedModuleError)
+
+
 def main(argv=None) -> int:
-    args = _parser().parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun
-        torch.distributed.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    parser = _parser()
+    args = parser.parse_args(argv)
     fields = {f.name for f in dataclasses.fields(TrainSettings)}
-    s = TrainSettings(**{k: v for k, v in vars(args).items() if k in fields})
     try:
-        result = train(s, resume=args.resume, progress=not args.no_progress)
-    finally:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+        s = TrainSettings(**{k: v for k, v in vars(args).items() if k in fields})
+        if args.threads is not None:
+            if args.threads < 1:
+                raise ValueError(f"--threads must be >= 1, got {args.threads}")
+            torch.set_num_threads(args.threads)
+        if args.resume and not os.path.isfile(os.path.join(s.out, "checkpoint.pth")):
+            raise FileNotFoundError(f"--resume: no checkpoint at {os.path.join(s.out, 'checkpoint.pth')}")
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun
+            torch.distributed.init_process_group("nccl" if _device(s).type == "cuda" else "gloo")
+        try:
+            result = train(s, resume=args.resume, progress=not args.no_progress)
+            rank, _ = _dist_info()
+        finally:
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()
+    except _USER_ERRORS as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"{parser.prog}: error: {msg}", file=sys.stderr)
+        return 2
+    if rank != 0:
+        return 0
     line = f"step {result['step']}  loss {result['loss']:.4f}  checkpoint {result['checkpoint']}"
     if s.dp:
         line += (f"  (epsilon={result['epsilon']:.3f}, delta={result['delta']:.2e}, sigma="
-                 f"{result['noise_multiplier']:.3f}, q={result['sample_rate']:.4f}, {result['accountant']})")
+                 f"{result['noise_multiplier']:.3f}, q={result['sample_rate']:.4f}, {result['accountant']}, "
+                 f"{result['neighboring_relation']}{', SEEDED' if any(result['seeded'].values()) else ''})")
     print(line)
     return 0
 

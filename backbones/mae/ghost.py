@@ -1,0 +1,318 @@
+"""Per-example clipping without per-example gradients: mixed ghost norms and book-keeping.
+
+One forward and one backward of the summed per-example losses give, for every
+layer, its inputs ``a`` (B, T, d_in) and output gradients ``g`` (B, T, d_out);
+the backward computes no parameter gradient (``torch.autograd.grad`` is asked
+for the layer outputs only). Every parameter's per-example gradient is a
+function of these:
+
+* linear layer (and the patch-embedding convolution, a linear map of its
+  unfolded patches): ``G_i = sum_t g_it a_it^T``. Its squared norm is either
+  the *ghost norm* ``sum_{t,s} (g_it . g_is)(a_it . a_is)`` (Goodfellow 2015;
+  Li et al. 2022), costing B T^2 (d_in + d_out), or the norm of the
+  instantiated ``G_i``, costing B T d_in d_out; each layer takes the cheaper
+  of the two from its shapes (mixed ghost clipping, Bu et al. 2022).
+  Bias: ``sum_t g_it``;
+* LayerNorm: ``sum_t g_it * xhat_it`` (weight) and ``sum_t g_it`` (bias),
+  instantiated (B, D);
+* token parameters of the root module (``cls_token``, ``mask_token``; position
+  embeddings when trained), broadcast over the batch by the model: replaced
+  for the pass by a per-example copy (B, ...), whose gradient *is* the
+  per-example gradient.
+
+With the per-example norms ``n_i`` (all parameters together) and clip factors
+``c_i = min(1, C / (n_i + 1e-6))`` the clipped sum of each linear weight is
+``sum_i c_i G_i = sum_{i,t} (c_i g_it) a_it^T``: one GEMM per layer, the same
+cost as a non-private weight gradient (book-keeping, Bu et al. 2023).
+
+The result equals ``vmap(grad)`` + :func:`backbones.mae.per_example.clip_and_sum`
+(tests: relative error <= 1e-5 in float32). Any module holding a trainable
+parameter that this file does not know is refused with an error naming it:
+use the vmap path there. Norms and sums are computed in float32 (float64 for
+the norm accumulation) from the tensors the pass produced, also under bf16
+autocast, so each example's clipped contribution is at most C in the
+arithmetic actually used for the sum, up to float32 rounding.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+
+import torch
+from torch import nn
+from torch.func import functional_call
+from torch.nn import functional as F
+
+from .per_example import clip_factors
+
+__all__ = ["ghost_clip_and_sum", "check_supported", "UnsupportedModuleError", "layer_plan"]
+
+_SUPPORTED = (nn.Linear, nn.Conv2d, nn.LayerNorm)
+_SMALL = 4096  # per-example gradients up to this size are normed and summed together
+
+
+class UnsupportedModuleError(NotImplementedError):
+    """The fast path does not know how to clip a module's per-example gradients."""
+
+
+def _own_trainable(module: nn.Module) -> dict:
+    return {k: p for k, p in module.named_parameters(recurse=False) if p.requires_grad}
+
+
+def check_supported(model: nn.Module) -> None:
+    """Raise :class:`UnsupportedModuleError` unless every trainable parameter is one the fast path clips exactly."""
+    _trainable_modules(model)
+
+
+def _trainable_modules(model: nn.Module) -> dict:
+    """{name: module} of the modules holding trainable parameters (root excluded), checked (one pass)."""
+    from .model import MaskedAutoencoder
+
+    if not isinstance(model, MaskedAutoencoder):
+        raise UnsupportedModuleError(f"ghost clipping knows the token parameters of MaskedAutoencoder only, got "
+                                     f"{type(model).__name__}; use per_example='vmap'")
+    for method in ("forward", "forward_encoder", "forward_decoder"):  # where the tokens are broadcast over the batch
+        if getattr(type(model), method) is not getattr(MaskedAutoencoder, method):
+            raise UnsupportedModuleError(f"{type(model).__name__} overrides MaskedAutoencoder.{method}, whose use of "
+                                         f"the tokens ghost clipping relies on; use per_example='vmap'")
+    found = {}
+    for name, module in model.named_modules():
+        own = _own_trainable(module)
+        if not own or module is model:
+            continue
+        found[name] = module
+        if not isinstance(module, _SUPPORTED):
+            raise UnsupportedModuleError(
+                f"ghost clipping does not know {type(module).__name__} ({name!r}, parameters {sorted(own)}); "
+                f"use per_example='vmap'")
+        if isinstance(module, nn.LayerNorm) and len(module.normalized_shape) != 1:
+            raise UnsupportedModuleError(f"ghost clipping supports LayerNorm over the last dimension only ({name!r}); "
+                                         f"use per_example='vmap'")
+        if isinstance(module, nn.Conv2d) and (module.groups != 1 or module.padding_mode != "zeros"
+                                              or isinstance(module.padding, str)):
+            raise UnsupportedModuleError(f"ghost clipping supports Conv2d with groups=1 and numeric zero padding "
+                                         f"only ({name!r}); use per_example='vmap'")
+    for name, p in _own_trainable(model).items():
+        if p.shape[0] != 1:
+            raise UnsupportedModuleError(f"root parameter {name!r} of shape {tuple(p.shape)} is not a token "
+                                         f"broadcast over the batch; use per_example='vmap'")
+    return found
+
+
+def layer_plan(t: int, d_in: int, d_out: int) -> str:
+    """``"ghost"`` when the ghost norm is cheaper than instantiating the per-example weight gradient.
+
+    Ghost: two (T x T) Gram matrices per example, T^2 (d_in + d_out) multiply-adds;
+    instantiation: T d_in d_out. (Mixed ghost clipping, Bu et al. 2022.)
+    """
+    return "ghost" if t * (d_in + d_out) < d_in * d_out else "instantiate"
+
+
+def _as_tokens(x: torch.Tensor, b: int, name: str) -> torch.Tensor:
+    if x.shape[0] != b:
+        raise UnsupportedModuleError(f"{name!r} was called on a tensor whose first dimension {x.shape[0]} is not "
+                                     f"the batch {b}; use per_example='vmap'")
+    return x.reshape(b, -1, x.shape[-1]).float()
+
+
+def _linear_io(module, a, g, b, name):
+    """(B, T, d_in) inputs and (B, T, d_out) output gradients of a linear map (Conv2d: its patches)."""
+    if isinstance(module, nn.Conv2d):
+        a = F.unfold(a.float(), module.kernel_size, module.dilation, module.padding, module.stride)
+        return a.transpose(1, 2), g.float().flatten(2).transpose(1, 2)
+    return _as_tokens(a, b, name), _as_tokens(g, b, name)
+
+
+def _layernorm_xhat(module: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
+    """The normalized input of a LayerNorm (before its affine map), recomputed in float32."""
+    return F.layer_norm(x.float(), module.normalized_shape, None, None, module.eps)
+
+
+def _sq(x: torch.Tensor) -> torch.Tensor:
+    """Squared L2 norm of each example's slice: (B,), float64."""
+    return torch.linalg.vector_norm(x.reshape(x.shape[0], -1).float(), dim=1).double().square()
+
+
+class _Layer:
+    """One trainable supported module during a pass: its recorded inputs and what its output grads gave."""
+
+    def __init__(self, name: str, module: nn.Module):
+        self.name, self.module = name, module
+        self.inputs: list = []  # per call, dropped once that call's output grad is processed
+        self.tokens: list = []  # per call: T (positions per example) of its output
+        self.pending = 0  # calls whose output grad has not been processed yet
+        self._plan = None
+        self.pieces: list = []  # ghost: (a, g) per call, float32 (B, T, d)
+        self.per_example: dict = {}  # parameter name -> per-example gradients (B, *shape), summed over calls
+
+    def trainable(self, kind: str) -> bool:
+        p = getattr(self.module, kind, None)
+        return p is not None and p.requires_grad
+
+    @property
+    def plan(self) -> str:
+        """``"ghost"`` or ``"instantiate"`` for a linear map, from T over all its calls (known once the forward ran)."""
+        if self._plan is None:
+            w = self.module.weight
+            self._plan = layer_plan(sum(self.tokens), w[0].numel(), w.shape[0])
+        return self._plan
+
+    def add(self, key: str, pe: torch.Tensor) -> None:
+        self.per_example[key] = pe if key not in self.per_example else self.per_example[key] + pe
+
+    def process(self, call: int, g: torch.Tensor, b: int) -> None:
+        """Consume the output grad of one call: per-example gradients or ghost pieces; free the input."""
+        a, self.inputs[call] = self.inputs[call], None
+        self.pending -= 1
+        m = self.module
+        if isinstance(m, nn.LayerNorm):
+            g = _as_tokens(g, b, self.name)
+            if self.trainable("weight"):
+                self.add("weight", (g * _as_tokens(_layernorm_xhat(m, a), b, self.name)).sum(1))
+        else:
+            a, g = _linear_io(m, a, g, b, self.name)
+            if self.trainable("weight"):
+                if self.plan == "ghost":
+                    self.pieces.append((a, g))
+                else:  # instantiate: (B, d_out, d_in), never larger than the (a, g) it replaces
+                    self.add("weight", torch.bmm(g.transpose(1, 2), a))
+        if self.trainable("bias"):
+            self.add("bias", g.sum(1))
+
+    def ghost_sq_norms(self) -> torch.Tensor | None:
+        """Squared per-example norms of the weight gradient from the ghost pieces (None when not ghost)."""
+        if not self.pieces:
+            return None
+        a = torch.cat([x for x, _ in self.pieces], 1) if len(self.pieces) > 1 else self.pieces[0][0]
+        g = torch.cat([y for _, y in self.pieces], 1) if len(self.pieces) > 1 else self.pieces[0][1]
+        gram_a, gram_g = torch.bmm(a, a.transpose(1, 2)), torch.bmm(g, g.transpose(1, 2))
+        return torch.linalg.vecdot(gram_a.flatten(1), gram_g.flatten(1)).double()
+
+    def ghost_weight_sum(self, scale: torch.Tensor) -> torch.Tensor:
+        """Book-keeping: ``sum_i c_i G_i`` as one GEMM per call with output grads scaled by ``c_i``."""
+        out = 0
+        for a, g in self.pieces:
+            if a.shape[2] < g.shape[2]:  # scale the narrower of the two
+                a = a * scale.view(-1, 1, 1)
+            else:
+                g = g * scale.view(-1, 1, 1)
+            out = out + g.reshape(-1, g.shape[2]).t() @ a.reshape(-1, a.shape[2])
+        return out.reshape(self.module.weight.shape)
+
+
+def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.Tensor, clip: float, *,
+                       autocast_dtype: torch.dtype | None = None):
+    """Clipped per-example gradient sum of the MAE loss by mixed ghost norms + book-keeping.
+
+    Parameters
+    ----------
+    model : MaskedAutoencoder
+        Its parameters are used in place (no copy); ``.grad`` is not touched.
+    imgs : torch.Tensor, shape (B, C, H, W)
+    mask_noise : torch.Tensor, shape (B, L)
+        One row per example (each example's own mask).
+    clip : float
+        C > 0.
+    autocast_dtype : torch.dtype or None
+        Run the forward under ``torch.autocast`` with this dtype (e.g. bfloat16 on CUDA).
+
+    Returns
+    -------
+    summed : dict[str, torch.Tensor]
+        ``sum_i c_i grad_i`` per trainable parameter, float32, each of the parameter's shape.
+    norms : torch.Tensor, shape (B,)
+        Per-example gradient norms before clipping (float32).
+    losses : torch.Tensor, shape (B,)
+    """
+    layers = {name: _Layer(name, m) for name, m in _trainable_modules(model).items()}
+    b, device = imgs.shape[0], imgs.device
+    tokens = {k: p.detach().expand(b, *p.shape[1:]).clone().requires_grad_(True)
+              for k, p in _own_trainable(model).items()}
+
+    # Output grads are consumed by tensor hooks as the backward produces them (instantiated layers keep
+    # (B, d_out, d_in), not their activations); outputs are not held (that would keep activations autograd
+    # frees). The backward is asked for the token copies and for the outputs of calls whose input needs no grad
+    # (the patch embedding): every other layer lies on a path to those, and no parameter gradient is computed.
+    no_amp = torch.autocast(device.type, enabled=False)
+    wanted, wanted_at = [], []
+
+    def on_forward(layer):
+        def hook(module, args, output):
+            x = args[0]
+            call = len(layer.inputs)
+            layer.inputs.append(x.detach())
+            layer.tokens.append(output.shape[2] * output.shape[3] if isinstance(module, nn.Conv2d)
+                                else output[0].numel() // output.shape[-1])
+            if not output.requires_grad:
+                layer.inputs[call] = None
+                return
+            layer.pending += 1
+            if x.requires_grad:
+                def tensor_hook(g):
+                    with no_amp:
+                        layer.process(call, g, b)
+                output.register_hook(tensor_hook)
+            else:
+                wanted.append(output)
+                wanted_at.append((layer, call))
+        return hook
+
+    handles = [layer.module.register_forward_hook(on_forward(layer)) for layer in layers.values()]
+    amp = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None else contextlib.nullcontext()
+    try:
+        with amp:
+            losses = functional_call(model, tokens, (imgs, mask_noise), strict=False)
+    finally:
+        for h in handles:
+            h.remove()
+    n_wanted = len(wanted)
+    grads = torch.autograd.grad(losses.sum(), wanted + list(tokens.values()), allow_unused=True)
+    del wanted
+
+    with no_amp:
+        for (layer, call), g in zip(wanted_at, grads[:n_wanted]):
+            if g is not None:
+                layer.process(call, g, b)
+        unreached = [layer.name for layer in layers.values() if layer.pending]
+        if unreached:
+            raise UnsupportedModuleError(f"the backward did not reach the output of {unreached[:3]} (a module whose "
+                                         f"output does not depend on the images or tokens?); use per_example='vmap'")
+        small = {}  # parameter name -> per-example gradients (B, *shape)
+        for layer in layers.values():
+            small.update({f"{layer.name}.{k}": pe for k, pe in layer.per_example.items()})
+        for k, g in zip(tokens, grads[n_wanted:]):
+            if g is not None:
+                small[k] = g.float()
+
+        # the small per-example gradients (biases, LayerNorm, tokens) side by side: one norm and one weighted sum
+        # for all of them; instantiated weights (B, d_out, d_in) each on their own (a copy would cost more)
+        big = {k: pe for k, pe in small.items() if pe[0].numel() > _SMALL}
+        small = {k: pe for k, pe in small.items() if k not in big}
+        flat = torch.cat([pe.reshape(b, -1).float() for pe in small.values()], 1)
+        sq = _sq(flat)
+        for pe in big.values():
+            sq += _sq(pe)
+        for layer in layers.values():
+            ghost = layer.ghost_sq_norms()
+            if ghost is not None:
+                sq += ghost.double()
+        norms = sq.sqrt().float()
+        scale = clip_factors(norms, clip)
+
+        params = dict(model.named_parameters())
+        flat_sum = scale @ flat
+        summed, at = {}, 0
+        for k, pe in small.items():
+            n = pe[0].numel()
+            summed[k] = flat_sum[at:at + n].reshape(params[k].shape)
+            at += n
+        for k, pe in big.items():
+            summed[k] = (scale @ pe.reshape(b, -1)).reshape(params[k].shape)
+        for layer in layers.values():
+            if layer.pieces:
+                summed[f"{layer.name}.weight"] = layer.ghost_weight_sum(scale)
+    for name, p in params.items():  # a trainable parameter the loss never touched: zero gradient
+        if p.requires_grad and name not in summed:
+            summed[name] = torch.zeros_like(p, dtype=torch.float32)
+    return summed, norms, losses.detach()
+

@@ -1,0 +1,145 @@
+"""DP-MAE's command line and its faults: one-line errors, refused resumes, checksums, empty samples."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from backbones.checkpoints import read_checkpoint
+from backbones.mae.checkpoint import load_checkpoint, load_mae_weights
+from backbones.mae.model import build_mae
+from backbones.mae.train import TrainSettings, main, train
+from test_mae import _one_thread  # noqa: F401  (autouse: one torch thread, as in test_mae)
+
+pytestmark = [pytest.mark.filterwarnings("ignore:the training loss shown:UserWarning"),
+              pytest.mark.filterwarnings("ignore:--.*-seed makes the DP:UserWarning")]
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _dp(tmp_path, name="run", **kw):
+    base = dict(size="toy", data="digits", dp=True, steps=2, sample_rate=0.005, physical_batch=8, lr=1e-3,
+                warmup_steps=1, seed=0, noise_seed=1, sample_seed=2, clip=0.1, noise_multiplier=2.0,
+                accountant="rdp", log_every=1, ckpt_every=1, out=str(tmp_path / name))
+    base.update(kw)
+    return TrainSettings(**base)
+
+
+MISTAKES = {
+    "epsilon 0": (["--dp", "--epsilon", "0"], "epsilon must be > 0"),
+    "epsilon inf": (["--dp", "--epsilon", "inf"], "without --dp"),
+    "unknown data": (["--data", "digitz"], "unknown data spec 'digitz'"),
+    "missing folder": (["--data", "imagefolder:/no/such/dir"], "does not exist"),
+    "resume without checkpoint": (["--resume"], "--resume: no checkpoint"),
+    "missing init": (["--init", "/no/such/weights.pth"], "no checkpoint at '/no/such/weights.pth'"),
+    "unknown size": (["--size", "huge"], "invalid choice: 'huge'"),
+    "zero physical batch": (["--physical-batch", "0"], "physical_batch must be >= 1"),
+    "negative steps": (["--steps", "-3"], "steps must be >= 1"),
+    "sample rate": (["--dp", "--sample-rate", "1.5"], "sample_rate must be in (0, 1]"),
+    "delta": (["--dp", "--delta", "2"], "delta must be in (0, 1)"),
+    "not a number": (["--epsilon", "eight"], "invalid float value: 'eight'"),
+    "threads": (["--threads", "0"], "--threads must be >= 1"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MISTAKES))
+def test_user_mistakes_are_one_line_errors(name, tmp_path, capsys):
+    argv, expected = MISTAKES[name]
+    try:
+        code = main(argv + ["--size", "toy", "--steps", "1", "--out", str(tmp_path / "o"), "--no-progress"]
+                    if "--size" not in argv and "--steps" not in argv else argv + ["--out", str(tmp_path / "o")])
+    except SystemExit as e:  # argparse's own checks
+        code = e.code
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert expected in lines[0] and lines[0].startswith("python -m backbones.mae.train: error:")
+    assert "Traceback" not in err
+    assert not os.path.exists(tmp_path / "o" / "checkpoint.pth")
+
+
+def test_a_second_run_never_overwrites_a_checkpoint(tmp_path, capsys):
+    argv = ["--size", "toy", "--steps", "1", "--batch-size", "2", "--out", str(tmp_path / "o"), "--no-progress"]
+    assert main(argv) == 0
+    before = open(tmp_path / "o" / "checkpoint.pth", "rb").read()
+    assert main(argv + ["--data", "digits", "--dp"]) == 2
+    assert "checkpoint.pth exists (another run): pass --resume" in capsys.readouterr().err
+    assert open(tmp_path / "o" / "checkpoint.pth", "rb").read() == before
+
+
+def test_no_traceback_from_the_real_command_line():
+    r = subprocess.run([sys.executable, "-m", "backbones.mae.train", "--dp", "--epsilon", "0", "--size", "toy"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == ("python -m backbones.mae.train: error: epsilon must be > 0 and finite with --dp "
+                                "(train without --dp for a non-private run), got 0.0")
+
+
+def test_help_shows_every_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for default in ("(default: vip_toy)", "(default: synthetic)", "(default: 1000)", "(default: 0.1)",
+                    "(default: ghost)", "(default: pld)", "(default: runs/mae)", "(default: 8.0)"):
+        assert default in out, default
+
+
+@pytest.mark.parametrize("change", [dict(epsilon=4.0, noise_multiplier=None), dict(noise_multiplier=3.0),
+                                    dict(delta=1e-6), dict(accountant="pld")])
+def test_resume_refuses_other_privacy_settings(tmp_path, change):
+    s = _dp(tmp_path)
+    train(s, progress=False, stop_after=1)
+    other = _dp(tmp_path, **change)
+    with pytest.raises(ValueError, match="cannot resume .* was started with"):
+        train(other, resume=True, progress=False)
+    assert train(s, resume=True, progress=False)["step"] == 2  # the same settings resume
+
+
+def _flip_inside(path, needle: bytes):
+    blob = bytearray(open(path, "rb").read())
+    at = blob.find(needle)
+    assert at >= 0
+    blob[at + len(needle) // 2] ^= 0x10
+    open(path, "wb").write(bytes(blob))
+
+
+def test_flipped_byte_in_checkpoint_or_export_is_an_error_naming_the_file(tmp_path):
+    res = train(_dp(tmp_path, export=str(tmp_path / "enc.pth")), progress=False)
+    ck = load_checkpoint(res["checkpoint"])
+    enc = torch.load(tmp_path / "enc.pth", weights_only=True)
+    assert set(enc) == {"model", "tensor_sha256"}
+    assert json.load(open(tmp_path / "enc.json"))["tensor_sha256"] == enc["tensor_sha256"]
+    read_checkpoint(tmp_path / "enc.pth")  # intact: reads
+    _flip_inside(res["checkpoint"], ck["model"]["blocks.0.attn.qkv.weight"].numpy().tobytes())
+    with pytest.raises(ValueError, match=r"checkpoint.pth' is damaged"):
+        load_checkpoint(res["checkpoint"])
+    with pytest.raises(ValueError, match="is damaged"):
+        train(_dp(tmp_path), resume=True, progress=False)
+    _flip_inside(tmp_path / "enc.pth", enc["model"]["blocks.0.mlp.fc1.weight"].numpy().tobytes())
+    with pytest.raises(ValueError, match=r"enc.pth' is damaged"):
+        read_checkpoint(tmp_path / "enc.pth")  # the registry's loader
+    with pytest.raises(ValueError, match=r"enc.pth' is damaged"):
+        load_mae_weights(build_mae("toy"), str(tmp_path / "enc.pth"))  # --init
+    open(tmp_path / "trunc.pth", "wb").write(open(res["checkpoint"], "rb").read()[:1000])
+    with pytest.raises(ValueError, match="trunc.pth' is damaged or not"):
+        load_checkpoint(str(tmp_path / "trunc.pth"))
+
+
+def test_empty_poisson_samples_are_noise_only_steps_on_an_image_folder(tmp_path):
+    from PIL import Image
+
+    root = tmp_path / "imgs" / "class0"
+    root.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(root / f"{i}.png")
+    s = _dp(tmp_path, data=f"imagefolder:{tmp_path / 'imgs'}", steps=4, sample_rate=0.01, sample_seed=None)
+    torch.manual_seed(0)  # the run's own initialization (--seed 0)
+    before = build_mae("toy").state_dict()
+    res = train(s, progress=False, stop_after=2)
+    res = train(s, resume=True, progress=False)
+    assert res["step"] == 4 and res["dp_steps"] == 4  # every step accounted, empty or not
+    after = load_checkpoint(res["checkpoint"])["model"]
+    assert not torch.equal(after["decoder_pred.weight"], before["decoder_pred.weight"])  # noise was added

@@ -1,0 +1,155 @@
+"""DP-MAE's fast path (mixed ghost norms + book-keeping) against the vmap reference."""
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import backbones.mae.ghost as ghost
+from backbones.mae.data import normalize
+from backbones.mae.ghost import UnsupportedModuleError, ghost_clip_and_sum
+from backbones.mae.model import MAE_SIZES, build_mae
+from backbones.mae.per_example import clip_and_sum, clipped_grad_sum, per_example_grads, per_example_norms, split_params
+from backbones.mae.synthetic import ShaderImages
+from test_mae import _one_thread  # noqa: F401  (autouse: one torch thread, as in test_mae)
+
+
+def _batch(cfg, b, seed=0):
+    imgs = ShaderImages(cfg.img_size, seed=seed)[np.arange(b)]
+    # images of different contrast: per-example norms spread over a wide range
+    imgs = normalize(imgs) * torch.linspace(0.05, 1.5, b).view(b, 1, 1, 1)
+    return imgs, torch.rand(b, cfg.num_patches, generator=torch.Generator().manual_seed(seed))
+
+
+def _reference(model, imgs, noise):
+    trainable, frozen = split_params(model)
+    grads, losses = per_example_grads(model, trainable, frozen, imgs, noise)  # vmap(grad): the reference
+    return grads, per_example_norms(grads), losses
+
+
+def _rel(a, b):
+    return float((a - b).norm() / b.norm())
+
+
+def _assert_equals_reference(model, imgs, noise, grads, norms, losses):
+    lo, hi = float(norms.min()), float(norms.max())
+    mid = float(norms.median())
+    for clip in (0.5 * lo, mid, 2.0 * hi):  # all clipped; some below and some above; none clipped
+        below = norms < clip
+        if clip == mid:
+            assert below.any() and (~below).any()
+        ref, _ = clip_and_sum(grads, clip)
+        summed, fast_norms, fast_losses = ghost_clip_and_sum(model, imgs, noise, clip)
+        assert set(summed) == set(ref)
+        assert _rel(fast_norms, norms) <= 1e-5 and float(((fast_norms - norms).abs() / norms).max()) <= 1e-5
+        torch.testing.assert_close(fast_losses, losses, rtol=1e-6, atol=0)
+        flat = torch.cat([summed[k].flatten() for k in ref])
+        flat_ref = torch.cat([ref[k].flatten() for k in ref])
+        assert _rel(flat, flat_ref) <= 1e-5, clip
+        for k in ref:  # every tensor, not only the total
+            assert summed[k].shape == ref[k].shape and summed[k].dtype == torch.float32
+            assert _rel(summed[k], ref[k]) <= 1e-5, (k, clip, _rel(summed[k], ref[k]))
+
+
+@pytest.mark.parametrize("plan", ["mixed", "ghost", "instantiate"])
+def test_vip_toy_clipped_sums_and_norms_equal_vmap(plan, monkeypatch):
+    if plan != "mixed":  # force every linear layer through one of the two norm computations
+        monkeypatch.setattr(ghost, "layer_plan", lambda t, d_in, d_out: plan)
+    torch.manual_seed(0)
+    model = build_mae("vip_toy")
+    imgs, noise = _batch(model.cfg, 6)
+    _assert_equals_reference(model, imgs, noise, *_reference(model, imgs, noise))
+
+
+def test_vit_b_shaped_two_blocks_clipped_sums_and_norms_equal_vmap():
+    # ViT-B/16 encoder (224 px, width 768, 12 heads, MLP 3072) and the paper's 512-wide decoder, 2 blocks each
+    torch.manual_seed(0)
+    model = build_mae("base", depth=2, decoder_depth=2)
+    imgs, noise = _batch(model.cfg, 3, seed=1)
+    _assert_equals_reference(model, imgs, noise, *_reference(model, imgs, noise))
+
+
+def test_mixed_plan_uses_both_norms_on_vip_toy():
+    """The mixed test above exercises both branches: ghost in the encoder (T=17), instantiation in the decoder."""
+    cfg = MAE_SIZES["vip_toy"]
+    t_enc, t_dec = cfg.num_visible + 1, cfg.num_patches + 1
+    assert ghost.layer_plan(t_enc, 128, 384) == "ghost"
+    assert ghost.layer_plan(t_dec, 64, 192) == "instantiate"
+    assert ghost.layer_plan(cfg.num_patches, 48, 128) == "instantiate"  # patch embedding, all 64 patches
+
+
+def test_gradients_untouched_and_dispatch_matches():
+    torch.manual_seed(0)
+    model = build_mae("toy")
+    imgs, noise = _batch(model.cfg, 4)
+    a, na, _ = clipped_grad_sum(model, imgs, noise, 0.05, method="ghost")
+    b, nb, _ = clipped_grad_sum(model, imgs, noise, 0.05, method="vmap")
+    assert all(p.grad is None for p in model.parameters())
+    torch.testing.assert_close(na, nb, rtol=1e-5, atol=0)
+    for k in b:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-8)
+    with pytest.raises(ValueError, match="method"):
+        clipped_grad_sum(model, imgs, noise, 0.05, method="loop")
+
+
+class _Scale(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * self.gamma
+
+
+def test_unknown_modules_are_refused_not_miscomputed():
+    torch.manual_seed(0)
+    model = build_mae("toy")
+    imgs, noise = _batch(model.cfg, 2)
+    model.blocks[0].ls1 = _Scale(model.cfg.embed_dim)  # like timm's LayerScale: a parameter ghost does not know
+    with pytest.raises(UnsupportedModuleError, match=r"_Scale \('blocks.0.ls1', parameters \['gamma'\]\).*vmap"):
+        ghost_clip_and_sum(model, imgs, noise, 0.1)
+    summed, _, _ = clipped_grad_sum(model, imgs, noise, 0.1, method="vmap")  # the fallback handles it
+    assert "blocks.0.ls1.gamma" in summed
+    plain = nn.Sequential(nn.Linear(4, 4))
+    with pytest.raises(UnsupportedModuleError, match="MaskedAutoencoder only"):
+        ghost.check_supported(plain)
+    from backbones.mae.model import MaskedAutoencoder
+
+    class Other(MaskedAutoencoder):
+        def forward_encoder(self, imgs, mask_noise):
+            return super().forward_encoder(imgs, mask_noise)
+
+    with pytest.raises(UnsupportedModuleError, match="overrides MaskedAutoencoder.forward_encoder"):
+        ghost.check_supported(Other(MAE_SIZES["toy"]))
+    model = build_mae("toy")
+    model.extra = nn.Parameter(torch.zeros(3, 2))  # a root parameter that is not a batch-broadcast token
+    with pytest.raises(UnsupportedModuleError, match="root parameter 'extra'"):
+        ghost.check_supported(model)
+
+
+def test_trained_position_embedding_is_a_token_too():
+    torch.manual_seed(0)
+    model = build_mae("toy")
+    model.pos_embed.requires_grad_(True)
+    imgs, noise = _batch(model.cfg, 4)
+    grads, norms, losses = _reference(model, imgs, noise)
+    ref, _ = clip_and_sum(grads, float(norms.median()))
+    summed, fast_norms, _ = ghost_clip_and_sum(model, imgs, noise, float(norms.median()))
+    assert _rel(fast_norms, norms) <= 1e-5 and _rel(summed["pos_embed"], ref["pos_embed"]) <= 1e-5
+
+
+def test_bf16_autocast_runs_and_stays_close_to_float32_reference():
+    # CPU autocast stands in for CUDA's here (no GPU in the test suite): same code path, bf16 matmuls
+    torch.manual_seed(0)
+    model = build_mae("vip_toy")
+    imgs, noise = _batch(model.cfg, 4)
+    grads, norms, _ = _reference(model, imgs, noise)
+    clip = float(norms.median())
+    ref, _ = clip_and_sum(grads, clip)
+    summed, fast_norms, _ = ghost_clip_and_sum(model, imgs, noise, clip, autocast_dtype=torch.bfloat16)
+    assert all(v.dtype == torch.float32 for v in summed.values())
+    assert float(((fast_norms - norms).abs() / norms).max()) < 0.05  # bf16 has 8 bits of mantissa
+    flat = torch.cat([summed[k].flatten() for k in ref])
+    flat_ref = torch.cat([ref[k].flatten() for k in ref])
+    assert torch.nn.functional.cosine_similarity(flat, flat_ref, dim=0) > 0.99
+    # the released sum is bounded by B*C in the arithmetic used (each example scaled by min(1, C/norm))
+    assert float(flat.norm()) <= 4 * clip * (1 + 1e-5)
