@@ -8,7 +8,6 @@ and ``privlin.evaluate`` are the same estimator on a store.
 from __future__ import annotations
 
 import math
-import warnings
 from numbers import Integral, Real
 
 import jax
@@ -21,26 +20,15 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import accounting, data, noise, runner, train
 from .plan import DEFAULT_EPSILON, METHODS, Plan, make_plan
-from .report import PrivacyLeakWarning, PrivacyReport
+from .report import PrivacyReport, setting_leaks
 
 __all__ = ["DPLinearClassifier", "fit", "evaluate"]
 
 
 def _public_setting_leaks(plans, stacklevel: int) -> list[str]:
-    """Warn about settings that void the guarantee: ε = ∞ (the non-private baseline) and δ ≥ 1/N."""
-    leaks = []
-    if any(not p.private for p in plans):
-        warnings.warn("epsilon=inf is the NON-PRIVATE baseline: no noise, no privacy guarantee",
-                      PrivacyLeakWarning, stacklevel=stacklevel)
-        leaks.append("everything (epsilon=inf, non-private baseline)")
-    bad = [p.delta for p in plans if p.private and p.delta >= 1.0 / p.n]
-    if bad:
-        n = plans[0].n
-        warnings.warn(f"delta={max(bad):g} >= 1/N = {1.0 / n:.3g}: a mechanism that publishes one random row "
-                      f"outright meets such a guarantee; choose delta << 1/N", PrivacyLeakWarning,
-                      stacklevel=stacklevel)
-        leaks.append(f"delta={max(bad):g} >= 1/N (guarantee meaningless)")
-    return leaks
+    """The plans' settings that void a guarantee (ε = ∞, δ ≥ 1/N), warned once each."""
+    worst = min(plans, key=lambda p: (p.private, -p.delta))
+    return setting_leaks(private=worst.private, delta=worst.delta, n=worst.n, stacklevel=stacklevel)
 
 
 def _check_secure_mode(est) -> None:

@@ -10,7 +10,7 @@ from dp_accounting import dp_event as _ev
 
 from .events import event_to_dict
 
-__all__ = ["PrivacyLeakWarning", "PrivacyReport"]
+__all__ = ["PrivacyLeakWarning", "PrivacyReport", "setting_leaks"]
 
 
 class PrivacyLeakWarning(UserWarning):
@@ -18,6 +18,22 @@ class PrivacyLeakWarning(UserWarning):
 
     The (ε, δ) in the report does not cover it.  Pass the quantity as public input to avoid it.
     """
+
+
+def setting_leaks(*, private: bool, delta: float, n: int, stacklevel: int = 2) -> list[str]:
+    """Warn about settings that void a guarantee — ε = ∞ (the non-private baseline) and δ ≥ 1/N — and return
+    them for the report.  Public facts only; every privlin trainer and DP-MAE call it."""
+    import warnings
+
+    if not private:
+        warnings.warn("epsilon=inf is the NON-PRIVATE baseline: no noise, no privacy guarantee",
+                      PrivacyLeakWarning, stacklevel=stacklevel + 1)
+        return ["everything (epsilon=inf, non-private baseline)"]
+    if delta >= 1.0 / n:
+        warnings.warn(f"delta={delta:g} >= 1/N = {1.0 / n:.3g}: a mechanism that publishes one random row outright "
+                      f"meets such a guarantee; choose delta << 1/N", PrivacyLeakWarning, stacklevel=stacklevel + 1)
+        return [f"delta={delta:g} >= 1/N (guarantee meaningless)"]
+    return []
 
 
 @dataclasses.dataclass(frozen=True)

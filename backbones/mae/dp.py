@@ -68,8 +68,8 @@ SECRET_BYTES = 32
 #: dp-accounting's name of the relation the code satisfies (see the module docstring).
 NEIGHBORING_RELATION = "REPLACE_SPECIAL"
 NEIGHBOURING = "zero-out (replace one image by a null image; N public)"
-#: privlin.accounting's spelling of the relation whose numbers equal REPLACE_SPECIAL's here.
-_ACCOUNTED_AS = "add_remove"
+#: privlin.accounting's name of the same relation (dp-accounting's, lower case).
+_ACCOUNTED_AS = NEIGHBORING_RELATION.lower()
 
 
 class SecretStream:

@@ -36,7 +36,6 @@ arithmetic actually used for the sum, up to float32 rounding.
 from __future__ import annotations
 
 import contextlib
-from collections import defaultdict
 
 import torch
 from torch import nn

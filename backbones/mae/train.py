@@ -239,10 +239,9 @@ class _Run:
             q = s.sample_rate if s.sample_rate is not None else min(1.0, s.batch_size / n)
             delta = s.delta if s.delta is not None else default_delta(n)
             if s.delta is not None:
-                from privlin.estimator import _public_setting_leaks  # privlin's delta >= 1/N warning
+                from privlin.report import setting_leaks  # privlin's delta >= 1/N warning
 
-                # the warning is about delta alone here (epsilon may be unused when sigma is given)
-                _public_setting_leaks(s.epsilon if s.noise_multiplier is None else math.nan, delta, n)
+                setting_leaks(private=True, delta=delta, n=n)
             sigma = s.noise_multiplier
             if sigma is None:
                 sigma = calibrate_sigma(s.epsilon, delta, s.steps, q, s.accountant)
