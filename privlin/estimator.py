@@ -65,8 +65,16 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         Scale every row to norm ``clip`` first (free: a per-row map with a public constant).
     center : bool, default=True
         Privately center rows (DP-RandP); costs ``center_share`` of the budget.  Needs ``normalize``.
-    center_share : float, default=0.01
-        Fraction of the GDP budget μ² spent on centering (DP-RandP's ImageNet runs spent 0.2–0.4%).
+    center_share : float or None, default=None
+        Fraction of the GDP budget μ² spent on centering; None: 5% (:data:`privlin.plan.DEFAULT_CENTER_SHARE`;
+        DP-RandP's ImageNet runs, N = 1.28M, spent 0.2–0.4%; smaller N needs more).
+    scale : bool or None, default=None
+        Privately standardize, then whiten, the centered rows (:mod:`privlin.scaling`); costs ``scale_share``.
+        None: on for ``sgd`` and ``minibatch`` when rows are centered and ε is given (each release only where it
+        can be told from its own noise, decided from N, d, ε, δ), off for ``adam1``.  Needs ``center``.
+    scale_share : float or None, default=None
+        Fraction of the GDP budget μ² spent on the scaling stage; None: 15%
+        (:data:`privlin.plan.DEFAULT_SCALE_SHARE`).  The report lists every mechanism's σ and share.
     noise_multiplier, center_noise_multiplier : float or None, default=None
         Explicit σ of the training steps and of the centering (a paper's stated σ) instead of calibrating
         to ``epsilon`` (then ``epsilon=None``).
@@ -75,9 +83,11 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         labels (PrivacyLeakWarning).  Rows whose label is not in it contribute nothing.
     loss : {"softmax", "sigmoid"} or None, default=None
         None: sigmoid for adam1 (Mehta et al.), softmax otherwise.
-    fit_intercept : bool, default=False
+    fit_intercept : bool or None, default=None
         Train an intercept (its gradient shares the clip norm).  Otherwise it stays at its init
-        (−10 for sigmoid, 0 for softmax), which never changes predictions.
+        (−10 for sigmoid, 0 for softmax), which never changes predictions.  None: True for ``sgd`` and
+        ``minibatch`` (centered rows have no constant direction: unequal class frequencies need the intercept),
+        False for ``adam1`` (Mehta et al.'s frozen bias −10).
     optimizer : {"sgd", "adam", "lamb"}, default="sgd"
         Optimizer of ``"minibatch"`` (``"sgd"`` uses ``momentum``).
     momentum : float, default=0.9
@@ -113,6 +123,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     intercept_ : ndarray (k,)
     mean_ : ndarray (d,) or None
         Released noisy mean of the normalized rows (public output of the centering mechanism).
+    scaling_ : privlin.scaling.Scaling or None
+        Released map of the scaling stage (shift, scale, whitening rotation), public.
     plan_ : privlin.plan.Plan
         What ran: every default resolved, every σ.
     privacy_ : PrivacyReport
@@ -130,12 +142,14 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         "clip": [Interval(Real, 0, None, closed="neither")],
         "normalize": ["boolean"],
         "center": ["boolean"],
-        "center_share": [Interval(Real, 0, 1, closed="neither")],
+        "center_share": [Interval(Real, 0, 1, closed="neither"), None],
+        "scale": ["boolean", None],
+        "scale_share": [Interval(Real, 0, 1, closed="neither"), None],
         "noise_multiplier": [Interval(Real, 0, None, closed="neither"), None],
         "center_noise_multiplier": [Interval(Real, 0, None, closed="neither"), None],
         "classes": ["array-like", None],
         "loss": [StrOptions(set(train.LOSSES)), None],
-        "fit_intercept": ["boolean"],
+        "fit_intercept": ["boolean", None],
         "optimizer": [StrOptions(set(train.OPTIMIZERS))],
         "momentum": [Interval(Real, 0, 1, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
@@ -151,9 +165,9 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     }
 
     def __init__(self, *, epsilon=DEFAULT_EPSILON, delta=1e-5, method="sgd", steps=None, learning_rate=None,
-                 clip=1.0, normalize=True, center=True, center_share=0.01, noise_multiplier=None,
-                 center_noise_multiplier=None, classes=None, loss=None, fit_intercept=False, optimizer="sgd",
-                 momentum=0.9, batch_size=256, accountant=None, neighbouring=accounting.DEFAULT_NEIGHBOURING,
+                 clip=1.0, normalize=True, center=True, center_share=None, scale=None, scale_share=None,
+                 noise_multiplier=None, center_noise_multiplier=None, classes=None, loss=None, fit_intercept=None,
+                 optimizer="sgd", momentum=0.9, batch_size=256, accountant=None, neighbouring=accounting.DEFAULT_NEIGHBOURING,
                  random_state=None, block_rows=65536, memory_limit=2**30, verbose=False, budget=None, ledger=None,
                  secure_mode=False):
         self.epsilon = epsilon
@@ -165,6 +179,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         self.normalize = normalize
         self.center = center
         self.center_share = center_share
+        self.scale = scale
+        self.scale_share = scale_share
         self.noise_multiplier = noise_multiplier
         self.center_noise_multiplier = center_noise_multiplier
         self.classes = classes
@@ -236,7 +252,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     def _logits(self, X):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float32, np.float64])
-        Xp = runner.preprocess_rows(self.plan_, X, self.mean_)
+        Xp = runner.preprocess_rows(self.plan_, X, self.mean_, self.scaling_)
         return Xp @ jnp.asarray(self.coef_.T, jnp.float32) + jnp.asarray(self.intercept_, jnp.float32)
 
     def __sklearn_tags__(self):
@@ -264,6 +280,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         self.coef_ = np.asarray(released.W, dtype=np.float64).T.copy()
         self.intercept_ = np.asarray(released.b, dtype=np.float64).copy()
         self.mean_ = None if released.mean is None else np.asarray(released.mean, dtype=np.float64)
+        self.scaling_ = released.scaling
         self.plan_ = plan
         self.ledger_ = led
         self.privacy_ = report_for(plan, seeded=seeded, leaks=leaks, data=source.description, ledger=led)
@@ -298,7 +315,9 @@ def plans_for(source: data.Source, params_list, *, classes, budget, ledger, char
 def _entry_params(plan: Plan, seeded: bool) -> dict:
     """What a ledger entry keeps about a fit (public plan facts; never the key)."""
     return {"steps": plan.steps, "sample_rate": plan.sample_rate, "sigma": plan.sigma,
-            "sigma_center": plan.sigma_center if plan.centered else None, "accountant": plan.accountant,
+            "sigma_center": plan.sigma_center if plan.centered else None,
+            "sigma_scale": plan.sigma_scale if plan.scaled else None,
+            "sigma_whiten": plan.sigma_whiten if plan.whitened else None, "accountant": plan.accountant,
             "n": plan.n, "seeded": bool(seeded)}
 
 
@@ -308,8 +327,16 @@ def report_for(plan: Plan, *, seeded: bool, leaks=(), data: str = "", ledger=Non
         epsilon=plan.epsilon, delta=plan.delta, noise_multipliers=plan.noise_multipliers(), steps=plan.steps,
         sample_rate=plan.sample_rate, accountant=plan.accountant, neighbouring=plan.neighbouring, seeded=seeded,
         dp_event=plan.dp_event(), clip=plan.clip, method=plan.method, n_rows=plan.n, leaks=tuple(leaks),
-        learning_rate=plan.learning_rate, secure_mode=plan.secure_mode, data=data,
+        learning_rate=plan.learning_rate, secure_mode=plan.secure_mode, data=data, notes=_budget_note(plan),
         ledger=None if ledger is None else ledger.where, ledger_spent=None if ledger is None else ledger.spent())
+
+
+def _budget_note(plan: Plan) -> str | None:
+    """Where the budget went: each mechanism's share of the GDP budget μ² (the report's ``notes``)."""
+    shares = plan.budget_shares()
+    if not shares:
+        return None
+    return "budget (share of μ²): " + ", ".join(f"{name} {100 * v:.3g}%" for name, v in shares.items())
 
 
 def _is_store_like(X) -> bool:

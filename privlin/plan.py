@@ -16,21 +16,27 @@ from typing import Any, Mapping
 
 from dp_accounting import dp_event as _ev
 
-from . import accounting
+from . import accounting, scaling
 
-__all__ = ["Plan", "make_plan", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS", "LR_NOISE_RATIO",
-           "NON_PRIVATE_SGD_LR"]
+__all__ = ["Plan", "make_plan", "default_learning_rate", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS",
+           "LOGIT_NOISE", "LR_NOISE_RATIO", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "ADAM_LR"]
 
 #: The methods a plan can run (see :mod:`privlin.train`).
 METHODS = ("adam1", "sgd", "minibatch")
 #: ε when none is given: the estimator, ``privlin.fit`` and the sweep share it.
 DEFAULT_EPSILON = 1.0
-#: Default steps per method: adam1 is one step by definition; sgd follows DP-RandP (T=100).
+#: Default steps per method: adam1 is one step by definition; sgd follows DP-RandP (T=100, Tables 22-23); see
+#: :func:`default_learning_rate` for why more steps buy nothing at a fixed noise per logit.
 DEFAULT_STEPS = {"adam1": 1, "sgd": 100, "minibatch": 200}
-#: lr · σ / B of DP-RandP's tuned CIFAR-10 linear probes (seed 004, Table 22): ≈ 0.008 at every ε.
+#: ρ: standard deviation, in logits of a row at norm C, of the training noise accumulated in the weights by the
+#: end of training (see :func:`default_learning_rate`).  DP-RandP's tuned CIFAR-10 probes (seed 004, Table 22:
+#: T=100, momentum 0.9, lr·σ/N ≈ 0.008 for every ε in [0.1, 8]) sit at ρ = 0.008·√100/(1−0.9) = 0.8.
+LOGIT_NOISE = 0.8
+#: lr·σ/B of that table at its T=100 (what the rule reduces to there).
 LR_NOISE_RATIO = 0.008
-#: Learning rate of non-private (σ = 0) SGD, where the noise-scaled rule is undefined.
-NON_PRIVATE_SGD_LR = 1.0
+#: Share of the GDP budget μ² spent on private centering, and on the scaling stage (:mod:`privlin.scaling`).
+DEFAULT_CENTER_SHARE = 0.05
+DEFAULT_SCALE_SHARE = 0.15
 #: Learning rate of adam1 (Mehta et al. App. F.1) and of Adam/LAMB.
 ADAM_LR = 1e-3
 
@@ -57,6 +63,9 @@ class Plan:
         Noise multiplier of every training step (0: non-private).
     sigma_center : float
         Noise multiplier of the private centering (inf: no centering).
+    sigma_scale, sigma_whiten : float
+        Noise multipliers of the scaling stage's two releases (:mod:`privlin.scaling`): the per-dimension moments
+        and the whitening second moment (inf: release not made).
     learning_rate : float
     clip : float
         Per-example gradient norm bound C; with ``normalize`` rows are scaled to norm C first.
@@ -90,6 +99,8 @@ class Plan:
     optimizer: str
     momentum: float
     secure_mode: bool = False
+    sigma_scale: float = math.inf
+    sigma_whiten: float = math.inf
 
     @property
     def private(self) -> bool:
@@ -100,28 +111,64 @@ class Plan:
         return not math.isinf(self.sigma_center)
 
     @property
+    def scaled(self) -> bool:
+        """Whether the scaling stage runs (its moments release; whitening is :attr:`whitened`)."""
+        return not math.isinf(self.sigma_scale)
+
+    @property
+    def whitened(self) -> bool:
+        return not math.isinf(self.sigma_whiten)
+
+    def budget_shares(self) -> dict:
+        """Share of the GDP budget μ² = Σ 1/σ² (Poisson steps: q²T/σ², their CLT value) of each mechanism."""
+        if not self.private:
+            return {}
+        parts = {name: 1.0 / s**2 for name, s in self.noise_multipliers().items() if name != "step"}
+        parts["step"] = self.steps * self.sample_rate**2 / self.sigma**2
+        total = sum(parts.values())
+        return {name: v / total for name, v in parts.items()}
+
+    @property
     def center_share(self) -> float:
         """Share of the GDP budget μ² spent on centering (0 without centering)."""
-        if not self.centered or not self.private:
-            return 0.0
-        c, t = 1.0 / self.sigma_center**2, self.steps * self.sample_rate**2 / self.sigma**2
-        return c / (c + t)
+        return self.budget_shares().get("center", 0.0)
+
+    @property
+    def scale_share(self) -> float:
+        """Share of the GDP budget μ² spent on the scaling stage (moments and whitening; 0 without it)."""
+        shares = self.budget_shares()
+        return shares.get("scale", 0.0) + shares.get("whiten", 0.0)
 
     def dp_event(self) -> _ev.DpEvent:
-        """The dp-accounting event of the whole plan (centering, then the training steps)."""
+        """The dp-accounting event of the whole plan (centering, scaling, then the training steps)."""
         if not self.private:
             return _ev.NonPrivateDpEvent()
+        extra = [s for name, s in self.noise_multipliers().items() if name != "step"]
         return accounting.dp_event(self.sigma, steps=self.steps, sample_rate=self.sample_rate,
-                                   extra_noise_multipliers=[self.sigma_center] if self.centered else [])
+                                   extra_noise_multipliers=extra)
 
     def noise_multipliers(self) -> dict:
-        """σ of each mechanism, as the report shows them."""
-        return {"center": self.sigma_center, "step": self.sigma} if self.centered else {"step": self.sigma}
+        """σ of each mechanism that runs, in the order they run, as the report shows them."""
+        out = {name: s for name, s in (("center", self.sigma_center), ("scale", self.sigma_scale),
+                                       ("whiten", self.sigma_whiten)) if not math.isinf(s)}
+        out["step"] = self.sigma
+        return out
+
+    def scale_static(self) -> tuple | None:
+        """The scaling stage as the compiled trainer sees it: ``(σ_scale/σ_center, σ_whiten/σ_center or None)``.
+
+        The stage's multipliers are fixed multiples of the centering's (the ratio of their budget shares, the same
+        at every ε), so a trainer vmapped over ε, or called with the centering's σ alone, runs exactly this plan.
+        """
+        if not self.scaled:
+            return None
+        ref = self.sigma_center if self.sigma_center > 0 else 1.0  # non-private: every σ is 0
+        return (self.sigma_scale / ref, self.sigma_whiten / ref if self.whitened else None)
 
     def static(self) -> tuple:
         """What a compiled trainer specializes on (hashable); plans with equal ``static()`` run vmapped together."""
         return (self.method, self.steps, self.sample_rate, self.clip, self.normalize, self.centered, self.loss,
-                self.bias_init, self.fit_intercept, self.optimizer, self.momentum)
+                self.bias_init, self.fit_intercept, self.optimizer, self.momentum, self.scale_static())
 
 
 def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | None) -> Plan:
@@ -130,6 +177,19 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
     ``params`` are the estimator's parameters (``DPLinearClassifier.get_params()``; missing keys take the
     estimator's defaults).  Only public facts enter.  ``n_classes=None``: not known yet (the class list will
     be read from the labels after the charge); the noise, and so the event charged, never depend on it.
+
+    The defaults (every ``None`` parameter), all from public facts:
+
+    * preprocessing: normalize, privately center (``center_share`` = 5% of μ²), then the scaling stage of
+      :mod:`privlin.scaling` (``scale_share`` = 15% of μ², for ``sgd``/``minibatch``; ``adam1`` stays the one-pass
+      method of Mehta et al.): per-dimension moments, and whitening where it can resolve two or more directions
+      (:func:`privlin.scaling.whitening_resolves`; then the stage's share is split evenly between its two releases).
+      A release that cannot be told from its own noise (:func:`privlin.scaling.moments_resolve`) is not made and
+      its share goes to training.  Decided in GDP terms from (ε, δ, N, d) before calibration.
+    * ``fit_intercept``: True for ``sgd``/``minibatch`` — centered rows carry no constant direction, so without an
+      intercept a model cannot express unequal class frequencies (1:10 imbalance); ``adam1`` keeps Mehta et al.'s
+      frozen bias −10.
+    * ``steps``, ``learning_rate``: :data:`DEFAULT_STEPS`, :func:`default_learning_rate`.
 
     Raises
     ------
@@ -159,68 +219,137 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
     center = bool(p["center"]) or p["center_noise_multiplier"] is not None
     if center and not p["normalize"]:
         raise ValueError("private centering needs normalize=True (rows of norm `clip` bound the mean's sensitivity)")
-    share = float(p["center_share"]) if center else 0.0
     sigma_given = p["noise_multiplier"]
     epsilon = p["epsilon"]
     if (epsilon is None) == (sigma_given is None):
         raise ValueError("give epsilon (the noise is calibrated to it) or noise_multiplier (the ε it achieves is "
                          "reported), not both" if epsilon is not None else "give epsilon or noise_multiplier")
+    scale = p["scale"]
+    if scale is None:
+        scale = center and method != "adam1" and sigma_given is None
+    if scale and not center:
+        raise ValueError("the scaling stage works on privately centered rows: it needs center=True")
+    if scale and sigma_given is not None:
+        raise ValueError("scale=True calibrates its noise from epsilon; with noise_multiplier given use scale=False")
     acct = p["accountant"] or ("gdp" if q >= 1.0 else "pld")
     if acct == "gdp" and q < 1.0:
         raise ValueError("accountant='gdp' is exact only for full-batch methods; use 'pld' or 'rdp' for minibatch")
+    center_share = DEFAULT_CENTER_SHARE if p["center_share"] is None else float(p["center_share"])
+    scale_share = DEFAULT_SCALE_SHARE if p["scale_share"] is None else float(p["scale_share"])
+    shares = {"center": center_share} if center else {}
+    if scale and epsilon is not None:
+        shares.update(_scale_releases(float(epsilon), float(p["delta"]), scale_share, n, dim, relation))
+    if sum(shares.values()) >= 1.0:
+        raise ValueError(f"center_share + scale_share must leave the training steps a share of the budget; "
+                         f"got {shares}")
 
+    sig = dict.fromkeys(("center", "scale", "whiten"), math.inf)
     if sigma_given is not None:
         sigma = float(sigma_given)
         if center:
             if p["center_noise_multiplier"] is None:
                 raise ValueError("with noise_multiplier given, give center_noise_multiplier too (or center=False)")
-            sigma_c = float(p["center_noise_multiplier"])
-        else:
-            sigma_c = math.inf
+            sig["center"] = float(p["center_noise_multiplier"])
     elif math.isinf(epsilon):
-        sigma, sigma_c = 0.0, (0.0 if center else math.inf)
+        sigma = 0.0
+        sig.update(dict.fromkeys(shares, 0.0))  # the non-private baseline: exact statistics
     else:
-        sigma, sigma_c = _calibrate(float(epsilon), float(p["delta"]), steps=steps, q=q, share=share,
-                                    accountant=acct, relation=relation)
+        sigma, got = _calibrate(float(epsilon), float(p["delta"]), steps=steps, q=q, shares=shares,
+                                accountant=acct, relation=relation)
+        sig.update(got)
 
     loss = p["loss"] or ("sigmoid" if method == "adam1" else "softmax")
     optimizer = "sgd" if method == "sgd" else ("adam" if method == "adam1" else p["optimizer"])
+    fit_intercept = (method != "adam1") if p["fit_intercept"] is None else bool(p["fit_intercept"])
+    clip = float(p["clip"])
     lr = p["learning_rate"]
     if lr is None:
-        lr = default_learning_rate(method, optimizer, sigma, q * n)
+        lr = default_learning_rate(method, optimizer, sigma, q * n, steps=steps, momentum=float(p["momentum"]),
+                                   clip=clip, fit_intercept=fit_intercept)
     plan = Plan(method=method, epsilon=math.inf, delta=float(p["delta"]), neighbouring=relation,
                 accountant="none" if sigma == 0 else acct, n=n, dim=dim, n_classes=k, steps=steps, sample_rate=q,
-                sigma=sigma, sigma_center=sigma_c, learning_rate=float(lr), clip=float(p["clip"]),
+                sigma=sigma, sigma_center=sig["center"], learning_rate=float(lr), clip=clip,
                 normalize=bool(p["normalize"]), loss=loss, bias_init=-10.0 if loss == "sigmoid" else 0.0,
-                fit_intercept=bool(p["fit_intercept"]), optimizer=optimizer, momentum=float(p["momentum"]),
-                secure_mode=bool(p["secure_mode"]))
+                fit_intercept=fit_intercept, optimizer=optimizer, momentum=float(p["momentum"]),
+                secure_mode=bool(p["secure_mode"]), sigma_scale=sig["scale"], sigma_whiten=sig["whiten"])
     if plan.private:
         eps = accounting.event_epsilon(plan.dp_event(), plan.delta, accountant=acct, neighbouring=relation)
         plan = dataclasses.replace(plan, epsilon=eps)
     return plan
 
 
-def _calibrate(epsilon, delta, *, steps, q, share, accountant, relation) -> tuple[float, float]:
-    """(σ, σ_center) spending ``share`` of the budget on centering; never overshoots ε."""
-    if q >= 1.0 and accountant == "gdp":
-        return accounting.split_noise(epsilon, delta, steps=steps, center_share=share, neighbouring=relation)
-    # Centering gets the share of μ² it would get if the T sampled steps were Gaussian with
-    # μ² ≈ q²T/σ² (CLT, Bu et al.); the accountant then checks the whole plan exactly.
-    ratios = [math.sqrt((1 - share) / (share * steps * q * q))] if share > 0 else []
+def _scale_releases(epsilon, delta, share, n, dim, relation) -> dict:
+    """The scaling stage's releases and their shares of μ²: ``{"scale": s/2, "whiten": s/2}``, ``{"scale": s}``
+    (whitening cannot resolve two directions, or costs too much) or ``{}`` (not even the moments can).
+
+    Decided before calibration from the GDP view of the budget (a release with share s of μ² has multiplier
+    1/(√s·μ), sensitivity doubled under ``replace_one``): public facts only, the same for every accountant.
+    """
+    if math.isinf(epsilon):
+        return {"scale": share / 2, "whiten": share / 2} if scaling.whitening_resolves(n, dim, 0.0) else {"scale": share}
+    mu = accounting.gdp_mu_for(epsilon, delta)
+    factor = 2.0 if relation == "replace_one" else 1.0
+
+    def sigma_of(s):
+        return factor / (math.sqrt(s) * mu)
+
+    if scaling.whitening_resolves(n, dim, sigma_of(share / 2)) and scaling.moments_resolve(n, dim, sigma_of(share / 2)):
+        return {"scale": share / 2, "whiten": share / 2}
+    if scaling.moments_resolve(n, dim, sigma_of(share)):
+        return {"scale": share}
+    return {}
+
+
+def _calibrate(epsilon, delta, *, steps, q, shares, accountant, relation) -> tuple[float, dict]:
+    """σ of the training steps and ``{name: σ}`` of the one-off releases, release ``name`` spending ``shares[name]``
+    of the budget; never overshoots ε.
+
+    Full batch under GDP: μ² = Σ_r 1/σ_r² + T/σ², exact (Dong, Roth & Su 2019, Cor. 3.3), with 1/σ_r² = s_r·μ².
+    Poisson-sampled steps: each release gets the share of μ² it would get if the T steps were Gaussian with
+    μ² ≈ q²T/σ² (CLT, Bu et al.); the accountant then checks the whole plan exactly.
+    """
+    rest = 1.0 - sum(shares.values())
+    ratios = {name: math.sqrt(rest / (s * steps * q * q)) for name, s in shares.items()}
     sigma = accounting.calibrate_noise(epsilon, delta, steps=steps, sample_rate=q, accountant=accountant,
-                                       neighbouring=relation, extra_ratios=ratios)
-    return sigma, (ratios[0] * sigma if ratios else math.inf)
+                                       neighbouring=relation, extra_ratios=list(ratios.values()))
+    return sigma, {name: r * sigma for name, r in ratios.items()}
 
 
-def default_learning_rate(method: str, optimizer: str, sigma: float, batch: float) -> float:
-    """The learning rate when none is given (public: from σ and the expected batch size B = q·N).
+def default_learning_rate(method: str, optimizer: str, sigma: float, batch: float, *, steps: int = 100,
+                          momentum: float = 0.9, clip: float = 1.0, fit_intercept: bool = False) -> float:
+    """The learning rate when none is given, from public facts: σ, the expected batch B = q·N, T, β, C.
 
-    SGD: ``LR_NOISE_RATIO · B / σ`` — DP-RandP's tuned CIFAR-10 rates (Table 22) all satisfy lr·σ/B ≈ 0.008
-    for ε ∈ [0.1, 8], i.e. the noise moves each weight by the same amount per step whatever the budget.
+    SGD with heavy-ball momentum β (``sgd``, ``minibatch`` with optimizer ``"sgd"``)::
+
+        lr = min( ρ·(1−β)·B / (σ·√T·C²) ,  4(1+β) / (C² + [intercept]) )        ρ = LOGIT_NOISE = 0.8
+
+    * Noise term.  Each step adds N(0, (σC/B)²) per weight; with momentum the weights move lr/(1−β) times that,
+      and after T steps the noise is a random walk of standard deviation ρ = lr·σ·√T / ((1−β)·B) per weight, i.e.
+      ρ·C in the logit of a row at norm C, whatever d.  For a Lipschitz convex loss the step size of noisy
+      gradient descent that balances optimization against noise makes this accumulated noise equal to the size
+      of one coordinate of the solution, ‖W*‖/√(dk) (Bassily, Smith & Thakurta 2014, §5), independently of N and
+      ε.  The rule fixes that size at ρ = 0.8, the value of DP-RandP's tuned probes (seed 004, Table 22:
+      lr·σ/N ≈ 0.008 at T=100 for every ε from 0.1 to 8 — the rule gives exactly that table at its T); checked on
+      design sets that are not in the benchmark (benchmarks/results/defaults.md): on each, ρ = 0.8 is within a
+      few points of the best ρ in [0.2, 6.4].  At a fixed ρ, the total step ``lr·T/(1−β) = ρ·B·√T/σ = ρ·N·μ_train``
+      (full batch) is what moves the model, so more steps at a smaller rate give the same model (checked from
+      T=25 to 1600): T stays DP-RandP's 100, ten momentum time constants.
+    * Stability term.  With rows at norm C and an intercept feature 1, the mean softmax (or sigmoid) loss has a
+      Hessian bounded by L = (C² + 1)/2 (C²/2 without intercept; the logits' Hessian is ≼ ½I); heavy ball is
+      stable for lr·L < 2(1+β) (Polyak 1964).  It binds at large N·μ (little noise), where the noise rule alone would
+      take steps that diverge; without noise (ε = ∞) it is the learning rate.
+    * Clip C.  Rows are normalized to norm C and gradients clipped at C; the per-example gradient x·rᵀ has norm
+      C·‖r‖ ≤ C√2, so C rescales signal and noise alike (logits move by lr·C² per unit step): the rule is written
+      for C = 1 (the estimator's default) and divides by C², so any C trains the same model in logits (without
+      an intercept; the intercept's feature is 1 whatever C).  At C = 1 with the intercept the per-example
+      gradient norm at zero init, √(2(1 − 1/k)), is ≥ 1: every example is clipped from the first step
+      (normalized per-example gradients, the regime Bu et al. 2023 recommend: no clip to tune).
+
     adam1 and Adam/LAMB: 1e-3 (Mehta et al. App. F.1; Adam's step does not scale with the gradient).
     """
     if method == "adam1" or optimizer != "sgd":
         return ADAM_LR
+    stable = 4.0 * (1.0 + momentum) / (clip**2 + (1.0 if fit_intercept else 0.0))
     if sigma == 0.0:
-        return NON_PRIVATE_SGD_LR
-    return LR_NOISE_RATIO * batch / sigma
+        return stable
+    return min(LOGIT_NOISE * (1.0 - momentum) * batch / (sigma * math.sqrt(steps) * clip**2), stable)

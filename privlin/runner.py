@@ -1,7 +1,8 @@
-"""The one runner: a plan run on rows with a key — normalize → private centering → DP training.
+"""The one runner: a plan run on rows with a key — normalize → private centering → private scaling → DP training.
 
 Two forms of the same pipeline, built from the same pieces (:mod:`privlin.preprocess`, :mod:`privlin.train`)
-and the same key split (:func:`stage_keys`):
+and the same key split (:func:`stage_keys`); the stages are :mod:`privlin.preprocess` (normalize, center),
+:mod:`privlin.scaling` (standardize, whiten) and :mod:`privlin.train`:
 
 * :func:`train_rows` — pure and jittable, on rows in memory.  ``jax.vmap`` runs many plans that share their
   compiled form (:meth:`Plan.static`) over one copy of the rows (the sweep), or one plan over many keys (the
@@ -26,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import noise, preprocess, secure_noise, sensitivity, train
+from . import noise, preprocess, scaling, secure_noise, sensitivity, train
 from .data import Source, label_index
 from .plan import Plan
 
@@ -38,17 +39,19 @@ TAIL_ROWS = 8192
 
 
 class Released(NamedTuple):
-    """Everything a fit releases: weights ``W`` (d, k), intercept ``b`` (k,), the noisy mean (d,) or None."""
+    """Everything a fit releases: weights ``W`` (d, k), intercept ``b`` (k,), the noisy mean (d,) or None, the
+    scaling stage's map (:class:`privlin.scaling.Scaling`) or None."""
 
     W: jax.Array
     b: jax.Array
     mean: Optional[jax.Array]
+    scaling: Optional[scaling.Scaling] = None
 
 
-def stage_keys(key) -> tuple[jax.Array, jax.Array]:
-    """(centering key, training key) of a fit's key: the one key split of privlin."""
-    keys = noise.split_named(key, "center", "train")
-    return keys["center"], keys["train"]
+def stage_keys(key) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(centering key, scaling key, training key) of a fit's key: the one key split of privlin."""
+    keys = noise.split_named(key, "center", "train", "scale")
+    return keys["center"], keys["scale"], keys["train"]
 
 
 # ----------------------------------------------------------------------------- the pure core
@@ -66,14 +69,19 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
         The public N.
     key : jax key
     sigma, sigma_center, learning_rate : scalars (may be traced); ``sigma_center`` is ignored without centering.
+        The scaling stage's multipliers are ``sigma_center`` times the plan's fixed ratios (``static``).
     """
-    method, steps, q, clip, normalize, centered, loss, bias_init, fit_intercept, optimizer, momentum = static
-    k_center, k_train = stage_keys(key)
+    method, steps, q, clip, normalize, centered, loss, bias_init, fit_intercept, optimizer, momentum, scale = static
+    k_center, k_scale, k_train = stage_keys(key)
     X = jnp.asarray(X, jnp.float32)
-    mean = None
+    mean = scl = None
     if centered:
         mean = preprocess.private_mean(preprocess.row_sum(X, mask, clip, n), n, k_center, sigma_center, clip)
-    Xp = _prep(X, clip, normalize, mean)
+    if scale is not None:  # ---- the scaling stage (privlin.scaling), on the centered rows
+        ratio_m, ratio_w = scale
+        scl = scaling.fit(_prep(X, 1.0, normalize, mean), mask, n, k_scale, sigma_center * ratio_m,
+                          sigma_center * (ratio_w or 0.0), ratio_w is not None)
+    Xp = _prep(X, clip, normalize, mean, scl)
     if method == "adam1":
         sums = train.class_sums_update(train.class_sums_init(X.shape[1], Y.shape[1]), Xp, Y, mask, clip, n,
                                        loss=loss, bias_init=bias_init, fit_intercept=fit_intercept)
@@ -87,19 +95,22 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
         params = train.fit_minibatch(Xp, Y, mask, n, k_train, sigma, learning_rate, steps=steps, sample_rate=q,
                                      clip=clip, loss=loss, optimizer=optimizer, momentum=momentum,
                                      fit_intercept=fit_intercept, bias_init=bias_init)
-    return Released(params.W, params.b, mean)
+    return Released(params.W, params.b, mean, scl)
 
 
-def _prep(X, clip, normalize, mean):
-    """Rows as the model sees them: normalized to ``clip``, centered by the released mean and normalized again."""
+def _prep(X, clip, normalize, mean, scl=None):
+    """Rows as the model sees them: normalized to ``clip``, centered by the released mean and normalized again,
+    then (with a released scaling) standardized and whitened, at norm ``clip``."""
     if not normalize:
         return jnp.asarray(X, jnp.float32)
-    return preprocess.apply(X, preprocess.Preprocessing(clip, mean))
+    if scl is None:
+        return preprocess.apply(X, preprocess.Preprocessing(clip, mean))
+    return scaling.apply(preprocess.apply(X, preprocess.Preprocessing(1.0, mean)), scl, clip)
 
 
-def preprocess_rows(plan: Plan, X, mean) -> jax.Array:
+def preprocess_rows(plan: Plan, X, mean, scl=None) -> jax.Array:
     """Rows of any dimension as a fitted plan's model sees them (prediction uses this)."""
-    return _prep_jit(jnp.asarray(X), plan.clip, plan.normalize, None if mean is None else jnp.asarray(mean))
+    return _prep_jit(jnp.asarray(X), plan.clip, plan.normalize, None if mean is None else jnp.asarray(mean), scl)
 
 
 _prep_jit = jax.jit(_prep, static_argnames=("clip", "normalize"))
@@ -160,7 +171,8 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
                 got = _train_many(static, X, Y, mask, float(source.n), jnp.stack([keys[i] for i in sel]),
                                   *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in _dynamic(plans)))
                 for j, i in enumerate(sel):
-                    out[i] = Released(got.W[j], got.b[j], None if got.mean is None else got.mean[j])
+                    out[i] = Released(got.W[j], got.b[j], None if got.mean is None else got.mean[j],
+                                      None if got.scaling is None else jax.tree.map(lambda a: a[j], got.scaling))
     rest = [i for i in range(len(plans)) if out[i] is None]
     for i, released in zip(rest, _stream(rows, [plans[i] for i in rest], [keys[i] for i in rest])):
         out[i] = released
@@ -271,15 +283,15 @@ def _row_sum_block(total, X, mask, clip, n):
 
 
 @functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "bias_init", "fit_intercept"))
-def _class_sums_block(acc, X, idx, mask, mean, n, *, k, clip, normalize, loss, bias_init, fit_intercept):
-    return train.class_sums_update(acc, _prep(X, clip, normalize, mean), jax.nn.one_hot(idx, k), mask, clip, n,
-                                   loss=loss, bias_init=bias_init, fit_intercept=fit_intercept)
+def _class_sums_block(acc, X, idx, mask, mean, scl, n, *, k, clip, normalize, loss, bias_init, fit_intercept):
+    return train.class_sums_update(acc, _prep(X, clip, normalize, mean, scl), jax.nn.one_hot(idx, k), mask, clip,
+                                   n, loss=loss, bias_init=bias_init, fit_intercept=fit_intercept)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "fit_intercept"))
-def _grad_block(acc, params, X, idx, mask, mean, n, *, k, clip, normalize, loss, fit_intercept):
-    g = train.clipped_grad_sum(params, _prep(X, clip, normalize, mean), jax.nn.one_hot(idx, k), mask, clip, n,
-                               loss=loss, fit_intercept=fit_intercept)
+def _grad_block(acc, params, X, idx, mask, mean, scl, n, *, k, clip, normalize, loss, fit_intercept):
+    g = train.clipped_grad_sum(params, _prep(X, clip, normalize, mean, scl), jax.nn.one_hot(idx, k), mask, clip,
+                               n, loss=loss, fit_intercept=fit_intercept)
     return jax.tree.map(jnp.add, acc, g)
 
 
@@ -287,7 +299,7 @@ def _grad_block(acc, params, X, idx, mask, mean, n, *, k, clip, normalize, loss,
 def _adam1_release_many(sums, n, keys, sigmas, lrs, clip, *, loss, bias_init, fit_intercept):
     """adam1's data-free stage for S plans sharing one class-sum pass (vmapped over key, σ, lr)."""
     def one(key, sigma, lr):
-        _, k_train = stage_keys(key)
+        k_train = stage_keys(key)[-1]
         return train.adam1_step(sums, n, k_train, sigma, lr, clip=clip, loss=loss, bias_init=bias_init,
                                 fit_intercept=fit_intercept)
     return jax.vmap(one)(keys, sigmas, lrs)
@@ -306,6 +318,7 @@ def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
     """Plans whose rows do not fit in memory, or in secure mode: block by block."""
     out: list[Optional[Released]] = [None] * len(plans)
     means = _centering(rows, plans, keys)
+    scls = _scaling(rows, plans, keys, means)
     # adam1 without centering: one class-sum pass for every plan of the same static form
     shared: dict[tuple, list[int]] = {}
     for i, p in enumerate(plans):
@@ -323,9 +336,9 @@ def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
     for i, p in enumerate(plans):
         if out[i] is not None:
             continue
-        _, k_train = stage_keys(keys[i])
+        k_train = stage_keys(keys[i])[-1]
         if p.method == "adam1":
-            sums = _class_sums(rows, p, means[i])
+            sums = _class_sums(rows, p, means[i], scls[i])
             if p.secure_mode:
                 g = _secure_release(train.adam1_gradient(sums, loss=p.loss, bias_init=p.bias_init), p)
                 params = train.adam1_update(g, p.n, p.learning_rate, bias_init=p.bias_init,
@@ -334,8 +347,8 @@ def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
                 params = train.adam1_step(sums, p.n, k_train, p.sigma, p.learning_rate, clip=p.clip, loss=p.loss,
                                           bias_init=p.bias_init, fit_intercept=p.fit_intercept)
         else:
-            params = _stream_steps(rows, p, k_train, means[i])
-        out[i] = Released(params.W, params.b, means[i])
+            params = _stream_steps(rows, p, k_train, means[i], scls[i])
+        out[i] = Released(params.W, params.b, means[i], scls[i])
     return out
 
 
@@ -360,18 +373,63 @@ def _centering(rows: _Rows, plans: list[Plan], keys: list) -> list:
             means[i] = jnp.asarray(secure_noise.secure_gaussian_release(total, p.sigma_center * p.clip, p.clip)
                                    / p.n, jnp.float32)
         else:
-            k_center, _ = stage_keys(keys[i])
+            k_center = stage_keys(keys[i])[0]
             means[i] = preprocess.private_mean(total, p.n, k_center, p.sigma_center, p.clip)
     return means
 
 
-def _class_sums(rows: _Rows, p: Plan, mean):
+# ---- the scaling stage (privlin.scaling), streamed: one pass for the moments, one for the whitening sum
+
+@functools.partial(jax.jit, static_argnames=("normalize",))
+def _moments_block(total, X, mask, mean, n, *, normalize):
+    return total + scaling.moment_sums(_prep(X, 1.0, normalize, mean), mask, n)
+
+
+@functools.partial(jax.jit, static_argnames=("normalize",))
+def _second_moment_block(total, X, mask, mean, shift, scale, n, *, normalize):
+    B = scaling.scaled_rows(_prep(X, 1.0, normalize, mean), shift, scale)
+    return total + scaling.second_moment_sum(B, mask, n)
+
+
+def _scaling(rows: _Rows, plans: list[Plan], keys: list, means: list) -> list:
+    """The released scaling map of every scaled plan (two passes each: its rows depend on its own noisy mean)."""
+    out: list = [None] * len(plans)
+    for i, p in enumerate(plans):
+        if not p.scaled:
+            continue
+        k_moments, k_rotate = noise.split(stage_keys(keys[i])[1])  # as scaling.fit splits it
+        n = float(p.n)
+
+        def passes(block_fn, total, *args):
+            def sums(total=total):
+                for X, _, mask in rows.device_blocks("scaling"):
+                    total = block_fn(total, X, mask, *args, n, normalize=p.normalize)
+                    yield total
+            return _double_buffered(sums())
+
+        sums = passes(_moments_block, jnp.zeros((2, p.dim), jnp.float64), means[i])
+        noisy = None
+        if p.secure_mode:  # both sums at once: L2 sensitivity √2, std √2·σ
+            noisy = secure_noise.secure_gaussian_release(sums, np.sqrt(2.0) * p.sigma_scale, np.sqrt(2.0))
+        shift, scale = scaling.release_moments(sums, n, k_moments, p.sigma_scale, noisy)
+        rotate = None
+        if p.whitened:
+            M = passes(_second_moment_block, jnp.zeros((p.dim, p.dim), jnp.float64), means[i], shift, scale)
+            noisy = None
+            if p.secure_mode:
+                noisy = secure_noise.secure_gaussian_release(scaling.upper(M), p.sigma_whiten, 1.0)
+            rotate = scaling.release_rotation(M, n, k_rotate, p.sigma_whiten, noisy)
+        out[i] = scaling.Scaling(shift, scale, rotate)
+    return out
+
+
+def _class_sums(rows: _Rows, p: Plan, mean, scl=None):
     acc = train.class_sums_init(p.dim, p.n_classes)
 
     def sums():
         nonlocal acc
         for X, idx, mask in rows.device_blocks("adam1 pass"):
-            acc = _class_sums_block(acc, X, idx, mask, mean, float(p.n), k=p.n_classes, clip=p.clip,
+            acc = _class_sums_block(acc, X, idx, mask, mean, scl, float(p.n), k=p.n_classes, clip=p.clip,
                                     normalize=p.normalize, loss=p.loss, bias_init=p.bias_init,
                                     fit_intercept=p.fit_intercept)
             yield acc
@@ -380,7 +438,7 @@ def _class_sums(rows: _Rows, p: Plan, mean):
     return acc
 
 
-def _stream_steps(rows: _Rows, p: Plan, key, mean):
+def _stream_steps(rows: _Rows, p: Plan, key, mean, scl=None):
     """sgd / minibatch one pass over the rows per step (the streamed form of train.fit_full_batch/fit_minibatch)."""
     q = p.sample_rate
     opt = train.make_optimizer(p.optimizer, p.learning_rate, momentum=p.momentum)
@@ -398,7 +456,7 @@ def _stream_steps(rows: _Rows, p: Plan, key, mean):
                 if q < 1.0:  # the same sample as train.fit_minibatch: a function of the row's global index
                     mask = mask * _sample(k_sample, q, start, mask.shape[0])
                 start += real
-                g = _grad_block(g, state.params, X, idx, mask, mean, float(p.n), k=p.n_classes, clip=p.clip,
+                g = _grad_block(g, state.params, X, idx, mask, mean, scl, float(p.n), k=p.n_classes, clip=p.clip,
                                 normalize=p.normalize, loss=p.loss, fit_intercept=p.fit_intercept)
                 yield g
 

@@ -74,6 +74,8 @@ class SweepResult:
     classes : ndarray (K,)
     means : list of (ndarray (D,) or None)
         The released noisy mean of each privately centered setting (public: part of its model).
+    scalings : list of (privlin.scaling.Scaling or None)
+        The released map of each setting's scaling stage (public: part of its model).
     total_epsilon : float
         ε at ``total_delta`` of releasing **every** setting (composition): what was charged.
     total_delta : float
@@ -89,10 +91,13 @@ class SweepResult:
     total_delta: float = math.nan
     eval_public: bool = False
     means: list = field(default=None, repr=False)
+    scalings: list = field(default=None, repr=False)
 
     def __post_init__(self):
         if self.means is None:
             self.means = [None] * len(self.records)
+        if self.scalings is None:
+            self.scalings = [None] * len(self.records)
 
     COLUMNS = ("method", "epsilon", "achieved_epsilon", "delta", "noise_multiplier", "center_noise_multiplier",
                "learning_rate", "steps", "clip", "center_share", "accuracy", "eval_split", "private", "seeded",
@@ -106,7 +111,7 @@ class SweepResult:
 
     def predict(self, i: int, X: np.ndarray) -> np.ndarray:
         """Labels (n,) predicted by setting ``i`` on features X (n, D) (preprocessed as in training)."""
-        Xp = np.asarray(runner.preprocess_rows(self.records[i]["plan"], X, self.means[i]))
+        Xp = np.asarray(runner.preprocess_rows(self.records[i]["plan"], X, self.means[i], self.scalings[i]))
         return self.classes[np.argmax(Xp @ self.coef[i] + self.intercept[i], axis=1)]
 
     def model(self, i: int) -> DPLinearClassifier:
@@ -117,6 +122,7 @@ class SweepResult:
         est.coef_ = np.asarray(self.coef[i], np.float64).T.copy()
         est.intercept_ = np.asarray(self.intercept[i], np.float64).copy()
         est.mean_ = None if self.means[i] is None else np.asarray(self.means[i], np.float64)
+        est.scaling_ = self.scalings[i]
         est.n_features_in_ = self.coef.shape[1]
         est.privacy_, est.ledger_ = rec["report"], None
         return est
@@ -259,14 +265,16 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     coef = np.stack([np.asarray(r.W, np.float32) for r in released])
     intercept = np.stack([np.asarray(r.b, np.float32) for r in released])
     means = [None if r.mean is None else np.asarray(r.mean) for r in released]
-    result = SweepResult([], coef, intercept, classes, total_eps, total_delta, eval_public, means)
+    result = SweepResult([], coef, intercept, classes, total_eps, total_delta, eval_public, means,
+                         [r.scaling for r in released])
     words = noise.key_data(keys) if return_keys else None
     for i, (p, s) in enumerate(zip(plans, settings)):
         target = ests[i].epsilon
         rec = {"method": p.method, "epsilon": math.inf if target is None and not p.private else target,
                "achieved_epsilon": p.epsilon, "delta": p.delta, "noise_multiplier": p.sigma,
                "center_noise_multiplier": p.sigma_center if p.centered else None, "learning_rate": p.learning_rate,
-               "steps": p.steps, "clip": p.clip, "center_share": p.center_share, "accountant": p.accountant,
+               "steps": p.steps, "clip": p.clip, "center_share": p.center_share, "scale_share": p.scale_share,
+               "accountant": p.accountant,
                "neighbouring": p.neighbouring, "private": p.private, "seeded": bool(seeded), "accuracy": None,
                "eval_split": None, "params": dict(s), "plan": p,
                "report": report_for(p, seeded=seeded, leaks=leaks, data=source.description, ledger=None)}

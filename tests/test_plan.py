@@ -18,13 +18,16 @@ def _gdp_mu(eps, delta):
 
 
 def test_full_batch_sigma_split_is_the_gdp_closed_form():
-    """sgd, T=100, 1% of μ² on centering: σ = √(T/((1-s)μ²)), σ_c = 1/(√s μ)."""
+    """sgd, T=100, 5% of μ² on centering, 15% on scaling (7.5% moments, 7.5% whitening): σ = √(T/((1-s)μ²)),
+    σ_r = 1/(√s_r μ) for each one-off release r."""
     p = make_plan({"epsilon": 2.0, "delta": 1e-5}, n=1000, dim=8, n_classes=3)
     mu = _gdp_mu(2.0, 1e-5)
     assert (p.method, p.steps, p.sample_rate, p.accountant) == ("sgd", 100, 1.0, "gdp")
-    assert p.sigma == pytest.approx(math.sqrt(100 / (0.99 * mu**2)), rel=1e-6)
-    assert p.sigma_center == pytest.approx(1 / (math.sqrt(0.01) * mu), rel=1e-6)
-    assert p.center_share == pytest.approx(0.01, rel=1e-9)
+    assert p.sigma == pytest.approx(math.sqrt(100 / (0.8 * mu**2)), rel=1e-6)
+    assert p.sigma_center == pytest.approx(1 / (math.sqrt(0.05) * mu), rel=1e-6)
+    assert p.sigma_scale == pytest.approx(1 / (math.sqrt(0.075) * mu), rel=1e-6)
+    assert p.sigma_whiten == pytest.approx(1 / (math.sqrt(0.075) * mu), rel=1e-6)
+    assert (p.center_share, p.scale_share) == (pytest.approx(0.05, rel=1e-9), pytest.approx(0.15, rel=1e-9))
     assert p.epsilon <= 2.0 and p.epsilon == pytest.approx(2.0, rel=1e-6)
 
 
@@ -33,18 +36,22 @@ def test_defaults_per_method():
     adam1 = make_plan({"epsilon": 1.0, "method": "adam1"}, n=5000, dim=4, n_classes=10)
     mb = make_plan({"epsilon": 1.0, "method": "minibatch", "batch_size": 500}, n=5000, dim=4, n_classes=10)
     assert (sgd.steps, adam1.steps, mb.steps) == (DEFAULT_STEPS["sgd"], 1, DEFAULT_STEPS["minibatch"])
-    assert (sgd.loss, sgd.bias_init, sgd.optimizer) == ("softmax", 0.0, "sgd")
+    assert (sgd.loss, sgd.bias_init, sgd.optimizer, sgd.fit_intercept) == ("softmax", 0.0, "sgd", True)
     assert (adam1.loss, adam1.bias_init, adam1.optimizer, adam1.learning_rate) == ("sigmoid", -10.0, "adam", 1e-3)
-    assert sgd.learning_rate == pytest.approx(0.008 * 5000 / sgd.sigma)  # DP-RandP Table 22: lr·σ/N ≈ 0.008
+    assert not adam1.fit_intercept and not adam1.scaled  # Mehta et al.'s recipe: frozen bias -10, one data pass
+    assert sgd.learning_rate == pytest.approx(0.008 * 5000 / sgd.sigma)  # DP-RandP Table 22 at its T=100
     assert mb.sample_rate == 0.1 and mb.accountant == "pld"
-    assert mb.learning_rate == pytest.approx(0.008 * 500 / mb.sigma)  # B = q·N for subsampled steps
+    # the same noise per logit after T=200 steps: lr·σ·√T/((1−β)·B) = 0.8, with B = q·N
+    assert mb.learning_rate == pytest.approx(0.8 * 0.1 * 500 / (mb.sigma * math.sqrt(200)))
     assert sgd.neighbouring == "replace_special"
 
 
 def test_subsampled_plan_meets_its_target_under_dp_accounting():
     p = make_plan({"epsilon": 3.0, "method": "minibatch", "batch_size": 64, "steps": 50}, n=2000, dim=4, n_classes=2)
+    assert p.scaled and p.whitened  # every release is in the event checked below
     acc = pld_privacy_accountant.PLDAccountant(NeighboringRelation.REPLACE_SPECIAL)
-    acc.compose(ev.ComposedDpEvent([ev.GaussianDpEvent(p.sigma_center),
+    acc.compose(ev.ComposedDpEvent([ev.GaussianDpEvent(p.sigma_center), ev.GaussianDpEvent(p.sigma_scale),
+                                    ev.GaussianDpEvent(p.sigma_whiten),
                                     ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(0.032, ev.GaussianDpEvent(p.sigma)),
                                                            50)]))
     assert acc.get_epsilon(1e-5) <= 3.0 * (1 + 2e-3)

@@ -64,6 +64,7 @@ def test_sgd_without_noise_is_optax_momentum_on_autodiff_clipped_gradients(data)
     X, y = data
     with pytest.warns(PrivacyLeakWarning, match="NON-PRIVATE"):
         res = sweep((X, y), epsilon=math.inf, method="sgd", steps=6, learning_rate=3.0, clip=0.3, center=False,
+                    fit_intercept=False,
                     classes=CLASSES, eval_split=None)
     Xn = 0.3 * X / np.linalg.norm(X, axis=1, keepdims=True)  # normalize=True: rows at norm clip
     Y = jax.nn.one_hot(y, 4)

@@ -1,0 +1,196 @@
+"""Private scaling of the centered rows: per-dimension standardization, then whitening (the stage after centering).
+
+Why: private centering (:mod:`privlin.preprocess`) removes the common direction of the rows, but what is left is
+still unequally scaled and collinear (a frozen backbone's features: a few directions carry most of the norm).
+Full-batch DP-SGD adds the same noise to every weight, so it learns the directions where the rows vary little
+slowly and the classes there late or never; a non-private solver (L-BFGS) does not care.  A public linear map that
+makes the rows' second moment close to the identity turns the first noisy gradient into the discriminant direction
+(in whitened coordinates the class-mean difference *is* Fisher's LDA direction), so the same noise buys a better
+model.  The map is estimated privately, from two released sums, and costs its share of the budget.
+
+The stage, on the rows ``z_i`` that centering produced (normalized, centered by the released mean, normalized:
+unit norm), N public, zero-out neighbours (``replace_special``: a null row contributes nothing to any sum):
+
+1. **moments** — ``Σ z_i`` and ``Σ z_i⊙z_i``, each of L2 sensitivity 1 (‖z⊙z‖₂ ≤ ‖z‖₂² = 1), released together
+   (sensitivity √2) with noise ``N(0, 2σ_m²)`` on every coordinate: one ``GaussianDpEvent(σ_m)``.  Post-processing,
+   with ``τ_m = √2·σ_m/N`` the noise standard deviation of each released mean and second moment:
+   ``shift = Σz/N`` (a second, finer centering: the first one's noise is now measured against unit rows) and the
+   variances ``var = Σz²/N − shift²``, each vector shrunk by James–Stein (positive part; James & Stein 1961, Efron
+   & Morris 1973) — the shift toward 0, the variances toward their mean — so that rows that are already centered
+   or standardized are left as they are instead of being distorted by the release's noise; then
+   ``scale = 1/√(max(var, 0) + τ_m)``: a dimension whose variance cannot be told from the noise is not blown up.
+2. **whitening** — the upper triangle of ``Σ b_i b_iᵀ`` over the standardized rows ``b_i`` (unit norm; Frobenius
+   sensitivity ‖b bᵀ‖ = 1) with noise ``N(0, σ_w²)`` per entry, mirrored (the Analyze-Gauss release of Dwork,
+   Talwar, Thakurta & Zhang, STOC 2014): one ``GaussianDpEvent(σ_w)``.  Post-processing: eigendecomposition
+   ``U Λ Uᵀ`` and ``rotate = U (max(Λ, 0) + τ_w)^(−1/2) Uᵀ`` with ``τ_w = σ_w·√d/N``, the BBP threshold of a
+   Wigner perturbation (Benaych-Georges & Nadakuditi 2011): eigenvalues below it cannot be told from the noise,
+   so they are shrunk rather than amplified.
+
+Rows used for training and prediction: ``normalize(normalize((z − shift)·scale) @ rotate)`` (``rotate`` is the
+identity when whitening is off).  Every sum is exact (:mod:`privlin.sensitivity`; trace under
+``sensitivity.x64()``).  Whether each release is worth its share is decided by the plan from public facts only
+(:func:`moments_resolve`, :func:`whitening_resolves`); the budget split is in :mod:`privlin.plan`.
+
+All functions are pure and jittable; noise only through :mod:`privlin.noise` with the key given.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from . import noise, preprocess, sensitivity
+
+__all__ = ["Scaling", "shrink", "moment_sums", "second_moment_sum", "release_moments", "release_rotation", "scaled_rows",
+           "apply", "fit", "moment_noise_level", "rotation_noise_level", "moments_resolve", "whitening_resolves",
+           "WHITEN_MAX_DIM", "WHITEN_MAX_WORK"]
+
+#: Whitening needs a (d, d) float64 sum and its eigendecomposition; above this dimension only the diagonal is used.
+WHITEN_MAX_DIM = 4096
+#: ... and above N·d² multiply-adds (the float64 second-moment pass, ~1 min on 2 CPU cores) likewise.
+WHITEN_MAX_WORK = 2.0**36
+
+
+class Scaling(NamedTuple):
+    """The released, public map of the stage: ``shift`` (d,), ``scale`` (d,), ``rotate`` (d, d) or None."""
+
+    shift: jax.Array
+    scale: jax.Array
+    rotate: Optional[jax.Array] = None
+
+
+# ----------------------------------------------------------------------------- public facts: noise levels
+
+def moment_noise_level(n: int, sigma_m: float) -> float:
+    """τ_m = √2·σ_m/N: standard deviation of the released per-dimension second moment."""
+    return math.sqrt(2.0) * sigma_m / n
+
+
+def rotation_noise_level(n: int, dim: int, sigma_w: float) -> float:
+    """τ_w = σ_w·√d/N: the BBP threshold of the released (d, d) second moment's noise (half its spectral norm)."""
+    return sigma_w * math.sqrt(dim) / n
+
+
+def moments_resolve(n: int, dim: int, sigma_m: float) -> bool:
+    """Whether at least two per-dimension variances can be told from the noise (they sum to ≤ 1 on unit rows, so
+    at most 1/τ_m of them exceed τ_m)."""
+    return dim >= 2 and moment_noise_level(n, sigma_m) < 0.5
+
+
+def whitening_resolves(n: int, dim: int, sigma_w: float) -> bool:
+    """Whether the release can resolve at least two directions (eigenvalues sum to ≤ 1, so at most 1/τ_w of them
+    exceed τ_w) and its cost is bounded (d ≤ WHITEN_MAX_DIM, N·d² ≤ WHITEN_MAX_WORK)."""
+    if dim < 2 or dim > WHITEN_MAX_DIM or float(n) * dim * dim > WHITEN_MAX_WORK:
+        return False
+    return rotation_noise_level(n, dim, sigma_w) < 0.5
+
+
+# ----------------------------------------------------------------------------- exact sums (the private part)
+
+def moment_sums(Z, mask, n) -> jax.Array:
+    """``[Σ z_i, Σ z_i⊙z_i]`` (2, d) float64, exact, for rows ``Z`` (any norm: each enters as its direction).
+
+    Each of the two sums moves by at most 1 when one row is replaced by a null row: the first is
+    :func:`privlin.preprocess.row_sum` at norm 1; the second sums ``z⊙z`` as direction × clipped norm (≤ 1).
+    """
+    first = preprocess.row_sum(Z, mask, 1.0, n)
+    A, _ = sensitivity.directions(Z)
+    sq_dir, sq_norm = sensitivity.directions(A * A)
+    eta = sensitivity.margin(n, A.shape[1])
+    second = sensitivity.vector_sum(sq_dir * (jnp.minimum(sq_norm, 1.0) * (1.0 - eta))[:, None], mask, 1.0, n)
+    return jnp.stack([first, second])
+
+
+def second_moment_sum(Z, mask, n) -> jax.Array:
+    """``Σ b_i b_iᵀ`` (d, d) float64, exact, over the directions ``b_i`` of the rows (Frobenius sensitivity 1)."""
+    A, _ = sensitivity.directions(Z)
+    d = A.shape[1]
+    B = A * (1.0 - sensitivity.margin(n, d, outer_dims=d))
+    return sensitivity.outer_sum(A, B, mask, 1.0, n)
+
+
+# ----------------------------------------------------------------------------- releases and their public maps
+
+def shrink(v, noise_std, target=None):
+    """James–Stein (positive part) estimate of a vector ``v`` (d,) seen through i.i.d. noise of std ``noise_std``,
+    shrunk toward the constant ``target`` (d − 2 degrees), or toward the mean of ``v`` when None (d − 3)."""
+    d = v.shape[-1]
+    dof = max(d - (3 if target is None else 2), 0)
+    center = jnp.mean(v) if target is None else target
+    r = v - center
+    factor = jnp.maximum(0.0, 1.0 - dof * noise_std**2 / jnp.maximum(jnp.sum(r * r), 1e-300))
+    return center + factor * r
+
+
+def release_moments(sums, n, key, sigma_m, noisy=None) -> tuple[jax.Array, jax.Array]:
+    """(shift, scale) from :func:`moment_sums` with noise N(0, 2σ_m²) per coordinate (``GaussianDpEvent(σ_m)``).
+
+    ``noisy``: the already noised sums (secure mode adds the discrete Gaussian on the host); then ``key`` and the
+    noise here are unused.
+    """
+    if noisy is None:
+        noisy = sums + noise.gaussian(key, sums.shape, math.sqrt(2.0) * sigma_m)
+    tau = moment_noise_level(n, sigma_m)
+    m = shrink(jnp.asarray(noisy[0], jnp.float64) / n, tau, 0.0)
+    var = jnp.maximum(shrink(jnp.asarray(noisy[1], jnp.float64) / n - m * m, tau), 0.0)
+    floor = tau + 1e-6 * jnp.mean(var)  # ε = ∞: no noise, but no division by a zero variance either
+    scale = jax.lax.rsqrt(var + jnp.maximum(floor, 1e-30))
+    return jnp.asarray(m, jnp.float32), jnp.asarray(scale / jnp.max(scale), jnp.float32)
+
+
+def upper(M) -> jax.Array:
+    """The upper triangle (diagonal included) of a square matrix, as a vector: what the whitening release noises."""
+    i, j = jnp.triu_indices(M.shape[0])
+    return M[i, j]
+
+
+def symmetric(v, d: int) -> jax.Array:
+    """The symmetric (d, d) matrix whose upper triangle is ``v`` (inverse of :func:`upper`)."""
+    i, j = jnp.triu_indices(d)
+    M = jnp.zeros((d, d), v.dtype).at[i, j].set(v)
+    return M + jnp.triu(M, 1).T
+
+
+def release_rotation(M, n, key, sigma_w, noisy=None) -> jax.Array:
+    """The whitening map (d, d) from :func:`second_moment_sum`: noise N(0, σ_w²) on each upper entry, mirrored
+    (``GaussianDpEvent(σ_w)``), then ``U (max(Λ, 0) + τ_w)^(−1/2) Uᵀ``.  ``noisy``: an already noised upper triangle."""
+    d = M.shape[0]
+    if noisy is None:
+        u = upper(M)
+        noisy = u + noise.gaussian(key, u.shape, sigma_w)
+    C = symmetric(jnp.asarray(noisy, jnp.float64), d) / n
+    lam, U = jnp.linalg.eigh(C)
+    lam = jnp.maximum(lam, 0.0)
+    floor = rotation_noise_level(n, d, sigma_w) + 1e-6 * jnp.mean(lam)  # ε = ∞ as in release_moments
+    w = jax.lax.rsqrt(lam + jnp.maximum(floor, 1e-30))
+    R = (U * (w / jnp.max(w))) @ U.T
+    return jnp.asarray(R, jnp.float32)
+
+
+def scaled_rows(Z, shift, scale):
+    """Standardized rows ``normalize((z − shift)·scale)`` (unit norm; a zero row stays zero)."""
+    Z = jnp.asarray(Z, jnp.float32)
+    return preprocess.normalize_rows((Z - shift) * scale)
+
+
+def apply(Z, s: Scaling, norm: float = 1.0):
+    """The stage's public map on centered rows ``Z`` (n, d): standardize, whiten, rows at norm ``norm``."""
+    B = scaled_rows(Z, s.shift, s.scale)
+    if s.rotate is not None:
+        B = preprocess.normalize_rows(B @ s.rotate)
+    return B * norm
+
+
+def fit(Z, mask, n, key, sigma_m, sigma_w, whiten: bool) -> Scaling:
+    """Both releases on in-memory rows (pure, jittable): moments, then (``whiten``) the rotation.
+
+    ``key`` is split once, one key per release; ``sigma_w`` is ignored without whitening.
+    """
+    k_moments, k_rotate = noise.split(key)
+    shift, scale = release_moments(moment_sums(Z, mask, n), n, k_moments, sigma_m)
+    if not whiten:
+        return Scaling(shift, scale, None)
+    B = scaled_rows(Z, shift, scale)
+    return Scaling(shift, scale, release_rotation(second_moment_sum(B, mask, n), n, k_rotate, sigma_w))

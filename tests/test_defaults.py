@@ -1,0 +1,197 @@
+"""The defaults of DPLinearClassifier (issue 15): the rule's outputs on public cases, the budget split checked against
+dp-accounting and scipy, the scaling stage's sensitivity and its map, and accuracy floors decided before the data.
+
+Oracles are independent of privlin: the GDP closed form written with scipy, dp-accounting's PLD accountant,
+numpy's eigendecomposition, scikit-learn's logistic regression.
+"""
+import math
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from dp_accounting import NeighboringRelation
+from dp_accounting import dp_event as ev
+from dp_accounting.pld import pld_privacy_accountant
+from scipy import optimize
+from scipy.stats import norm
+
+from privlin import DPLinearClassifier, scaling, sensitivity
+from privlin.plan import make_plan
+from privlin.sweep import sweep
+
+
+def _gdp_mu(eps, delta):
+    """The μ whose μ-GDP gives exactly (ε, δ) (Dong, Roth & Su Cor. 2.13), solved with scipy."""
+    f = lambda mu: norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2) - delta  # noqa: E731
+    return optimize.brentq(f, 1e-6, 100.0, xtol=1e-14)
+
+
+# ----------------------------------------------------------------------------- the rule on public cases
+
+@pytest.mark.parametrize("n,d,k,eps,whiten,capped", [
+    (105, 4, 3, 0.3, False, False),      # iris-sized, small ε: the whitening cannot resolve two directions
+    (105, 4, 3, 8.0, True, False),       # iris-sized, ε = 8
+    (1437, 128, 10, 8.0, True, False),   # digits through vip_toy
+    (200_000, 64, 10, 8.0, True, True),  # large N·μ: the noise rule would diverge, the stability cap binds
+    (20_000, 4096, 100, 1.0, False, True),  # N·d² too large for a (d, d) float64 pass: diagonal only
+])
+def test_rule_on_public_cases(n, d, k, eps, whiten, capped):
+    """Steps, learning rate, clip and the budget split from (N, d, k, ε, δ) only, against the closed forms."""
+    p = make_plan({"epsilon": eps, "delta": 1e-5}, n=n, dim=d, n_classes=k)
+    mu = _gdp_mu(eps, 1e-5)
+    assert (p.method, p.steps, p.clip, p.momentum, p.fit_intercept, p.accountant) == ("sgd", 100, 1.0, 0.9, True, "gdp")
+    shares = {"center": 0.05, **({"scale": 0.075, "whiten": 0.075} if whiten else {"scale": 0.15})}
+    assert p.whitened == whiten and p.scaled
+    for name, s in shares.items():
+        assert p.noise_multipliers()[name] == pytest.approx(1 / (math.sqrt(s) * mu), rel=1e-6)
+    assert p.sigma == pytest.approx(math.sqrt(100 / ((1 - sum(shares.values())) * mu**2)), rel=1e-6)
+    noise_rule = 0.8 * (1 - 0.9) * n / (p.sigma * math.sqrt(100))  # logit noise ρ = 0.8 after T steps
+    stable = 4 * (1 + 0.9) / (1.0 + 1.0)  # heavy ball on a loss with Hessian ≤ (C² + 1)/2
+    assert (noise_rule > stable) == capped
+    assert p.learning_rate == pytest.approx(min(noise_rule, stable), rel=1e-9)
+    assert p.budget_shares() == pytest.approx({**shares, "step": 1 - sum(shares.values())}, rel=1e-6)
+
+
+def test_rule_without_noise_and_with_another_clip():
+    """ε = ∞: exact statistics (σ = 0 everywhere) and the stability limit; a clip C rescales the rule by 1/C²."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        inf = make_plan({"epsilon": math.inf}, n=500, dim=16, n_classes=4)
+    assert inf.noise_multipliers() == {"center": 0.0, "scale": 0.0, "whiten": 0.0, "step": 0.0}
+    assert inf.learning_rate == pytest.approx(3.8) and inf.scaled and inf.whitened
+    one = make_plan({"epsilon": 2.0, "fit_intercept": False}, n=3000, dim=16, n_classes=4)
+    half = make_plan({"epsilon": 2.0, "fit_intercept": False, "clip": 0.5}, n=3000, dim=16, n_classes=4)
+    assert half.sigma == one.sigma and half.learning_rate == pytest.approx(4 * one.learning_rate)
+
+
+def test_stages_that_cannot_resolve_anything_give_their_share_back():
+    """N = 50, d = 2000, ε = 0.5: per-dimension variances are buried in the noise: no scaling, 95% to training."""
+    p = make_plan({"epsilon": 0.5}, n=50, dim=2000, n_classes=2)
+    assert not p.scaled and p.center_share == pytest.approx(0.05, rel=1e-6)
+    assert p.sigma == pytest.approx(math.sqrt(100 / (0.95 * _gdp_mu(0.5, 1e-5) ** 2)), rel=1e-6)
+    assert not make_plan({"epsilon": 8.0, "method": "adam1"}, n=2000, dim=20, n_classes=2).scaled  # one pass
+    with pytest.raises(ValueError, match="needs center"):
+        make_plan({"epsilon": 1.0, "center": False, "scale": True}, n=100, dim=4, n_classes=2)
+
+
+@pytest.mark.parametrize("params", [
+    {"epsilon": 1.0},
+    {"epsilon": 4.0, "neighbouring": "replace_one"},
+    {"epsilon": 2.0, "method": "minibatch", "batch_size": 100, "steps": 30},
+])
+def test_whole_plan_meets_its_target_under_dp_accounting(params):
+    """Every release (centering, moments, whitening, steps) composed by dp-accounting's PLD accountant directly."""
+    p = make_plan(params, n=2000, dim=12, n_classes=3)
+    assert p.scaled and p.whitened
+    step = ev.GaussianDpEvent(p.sigma)
+    if p.sample_rate < 1:
+        step = ev.PoissonSampledDpEvent(p.sample_rate, step)
+    rel = {"replace_special": NeighboringRelation.REPLACE_SPECIAL, "replace_one": NeighboringRelation.REPLACE_ONE}
+    acc = pld_privacy_accountant.PLDAccountant(rel[p.neighbouring], value_discretization_interval=1e-4)
+    acc.compose(ev.ComposedDpEvent([ev.GaussianDpEvent(p.sigma_center), ev.GaussianDpEvent(p.sigma_scale),
+                                    ev.GaussianDpEvent(p.sigma_whiten), ev.SelfComposedDpEvent(step, p.steps)]))
+    eps = acc.get_epsilon(1e-5)
+    assert eps <= params["epsilon"] * (1 + 2e-3) and eps >= params["epsilon"] * 0.97  # met, and not wasted
+
+
+# ----------------------------------------------------------------------------- the scaling stage
+
+def _null_row_moves(stat, Z, n):
+    """Largest L2 move of ``stat(Z, mask, n)`` when one row is replaced by a null row (mask 0)."""
+    with sensitivity.x64():
+        base = np.asarray(stat(jnp.asarray(Z), jnp.ones(len(Z)), n), np.float64)
+        moves = []
+        for i in range(len(Z)):
+            mask = np.ones(len(Z))
+            mask[i] = 0
+            moves.append(np.linalg.norm(base - np.asarray(stat(jnp.asarray(Z), jnp.asarray(mask), n), np.float64)))
+    return max(moves)
+
+
+def test_released_sums_move_by_at_most_one_per_row():
+    """Adversarial rows (a one-hot, a huge row, a tiny one, dense rows): each sum moves by ≤ 1 in L2/Frobenius."""
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(40, 9)).astype(np.float32)
+    Z[0] = 0
+    Z[0, 3] = 1e30  # one-hot direction: ‖z⊙z‖ = ‖z‖² exactly
+    Z[1] *= 1e-30
+    Z[2] = 1.0
+    n = 40
+    first = _null_row_moves(lambda Z, m, n: scaling.moment_sums(Z, m, n)[0], Z, n)
+    second = _null_row_moves(lambda Z, m, n: scaling.moment_sums(Z, m, n)[1], Z, n)
+    outer = _null_row_moves(lambda Z, m, n: scaling.upper(scaling.second_moment_sum(Z, m, n)), Z, n)
+    assert 0.99 < first <= 1.0 and 0.99 < second <= 1.0 and 0.99 < outer <= 1.0  # tight: the one-hot row
+
+
+def test_without_noise_the_map_whitens():
+    """σ → 0: the released rotation turns the standardized rows, whose second moment is correlated and unequally
+    scaled, into rows whose second moment is ∝ I (checked with numpy); the stage's output rows have unit norm."""
+    rng = np.random.default_rng(1)
+    A = rng.normal(size=(6, 6)) * np.array([5.0, 1.0, 0.2, 1.0, 3.0, 0.5])
+    Z = (rng.normal(size=(4000, 6)) @ A).astype(np.float32)
+    Z /= np.linalg.norm(Z, axis=1, keepdims=True)
+    with sensitivity.x64():
+        s = scaling.fit(jnp.asarray(Z), jnp.ones(len(Z)), len(Z), jax.random.split(jax.random.key(0)), 0.0, 0.0, True)
+    assert np.allclose(np.linalg.norm(np.asarray(scaling.apply(Z, s)), axis=1), 1.0, atol=1e-5)
+    S = np.asarray(scaling.scaled_rows(Z, s.shift, s.scale), np.float64)
+    W = S @ np.asarray(s.rotate, np.float64)
+    ev_in, ev_out = np.linalg.eigvalsh(S.T @ S / len(S)), np.linalg.eigvalsh(W.T @ W / len(W))
+    assert ev_in.max() / ev_in.min() > 30 and ev_out.max() / ev_out.min() < 1.01
+
+
+def test_shrinkage_leaves_homogeneous_rows_alone():
+    """Rows already centered with equal variances: the released shift and scale stay near 0 and flat (James–Stein)
+    where the unshrunk estimates from the same noisy sums are visibly random."""
+    d, n, sigma = 40, 2000, 10.0
+    rng = np.random.default_rng(4)
+    tau = math.sqrt(2) * sigma / n
+    sums = np.stack([np.zeros(d), np.full(d, n / d)])  # centered rows, each dimension's variance 1/d
+    noisy = sums + rng.normal(scale=math.sqrt(2) * sigma, size=sums.shape)
+    with sensitivity.x64():
+        shift, scale = scaling.release_moments(jnp.asarray(sums), n, None, sigma, noisy=noisy)
+    m = noisy[0] / n
+    unshrunk = 1 / np.sqrt(np.maximum(noisy[1] / n - m * m, 0) + tau)
+    unshrunk /= unshrunk.max()
+    spread = lambda v: float(np.std(v) / np.mean(v))  # noqa: E731
+    assert spread(np.asarray(scale)) < spread(unshrunk) / 4
+    assert np.linalg.norm(np.asarray(shift)) < np.linalg.norm(m) / 4
+
+
+# ----------------------------------------------------------------------------- accuracy floors, fixed in advance
+
+def _floor_check(X, y, eps, seeds=3):
+    """Mean accuracy of the defaults over ``seeds`` noise draws, and sklearn's non-private logistic regression."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import train_test_split
+    from sklearn.preprocessing import StandardScaler
+
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, stratify=y, random_state=0)
+    sc = StandardScaler().fit(Xtr)  # the issue's user: standardized features, rows at unit norm (same input for both)
+    unit = lambda A: (A / np.linalg.norm(A, axis=1, keepdims=True)).astype(np.float32)  # noqa: E731
+    Xtr, Xte = unit(sc.transform(Xtr)), unit(sc.transform(Xte))
+    ref = LogisticRegression(max_iter=5000).fit(Xtr, ytr).score(Xte, yte)
+    res = sweep((Xtr, ytr), settings=[{"epsilon": eps, "classes": np.unique(y)}] * seeds, eval_data=(Xte, yte),
+                random_state=0)
+    return float(np.mean([r["accuracy"] for r in res.records])), ref
+
+
+def test_iris_floor():
+    """Issue 15's goal at ε = 8 (within 1 point of non-private on the same rows), with 2 points of slack for 3
+    seeds on 45 test rows."""
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    acc, ref = _floor_check(X, y, 8.0)
+    assert acc >= ref - 0.02, (acc, ref)
+
+
+def test_synthetic_mixture_floor():
+    """A 1:10 imbalanced 3-class Gaussian mixture (N=1400): within 2 points of non-private at ε = 8."""
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n_samples=2000, n_features=16, n_informative=6, n_redundant=4, n_classes=3,
+                               weights=[0.1, 0.45, 0.45], n_clusters_per_class=1, class_sep=1.5, random_state=7)
+    acc, ref = _floor_check(X, y, 8.0)
+    assert acc >= ref - 0.02, (acc, ref)
