@@ -121,6 +121,10 @@ class AuditResult:
     confidence, delta : float
     details : dict
         Counts (fp, fn, runs) or (m, r, v) behind the bound.
+    ceiling : float
+        The largest lower bound these run counts could certify (a perfect attack: no error).  A claim above
+        the ceiling cannot be refuted by this audit, whatever the code does: an audit row means something
+        only for ε below its ceiling.
     """
 
     epsilon_lb: float
@@ -129,6 +133,7 @@ class AuditResult:
     confidence: float = 0.95
     delta: float = 0.0
     details: dict = field(default_factory=dict)
+    ceiling: float = math.nan
 
     @property
     def violated(self) -> bool:
@@ -139,9 +144,12 @@ class AuditResult:
         return asdict(self)
 
     def __str__(self) -> str:
-        verdict = "VIOLATED" if self.violated else "consistent"
+        verdict = ("VIOLATED" if self.violated else
+                   "consistent (claim above this audit's ceiling: not testable)" if self.epsilon_claimed > self.ceiling
+                   else "consistent")
         return (f"claimed ε={self.epsilon_claimed:.3g}  audited lower bound ε≥{self.epsilon_lb:.3f} "
-                f"({self.confidence:.0%} confidence, δ={self.delta:g})  attack: {self.attack}  -> {verdict}")
+                f"(ceiling {self.ceiling:.2f}; {self.confidence:.0%} confidence, δ={self.delta:g})  "
+                f"attack: {self.attack}  -> {verdict}")
 
 
 def _best_threshold(s_in: np.ndarray, s_out: np.ndarray, delta: float, alpha: float = 0.05):
@@ -219,6 +227,7 @@ def threshold_audit(
     lb = epsilon_lower_bound(fp, b.size, fn, a.size, delta, confidence)
     return AuditResult(
         epsilon_lb=lb, epsilon_claimed=float(epsilon_claimed), attack=name, confidence=confidence, delta=delta,
+        ceiling=epsilon_lower_bound(0, b.size, 0, a.size, delta, confidence),
         details={"fp": fp, "n_out": int(b.size), "fn": fn, "n_in": int(a.size), "threshold": thr * sign,
                  "direction": "score >= t means in" if sign > 0 else "score <= t means in",
                  "selection_runs": k_in + k_out},
@@ -309,8 +318,11 @@ def one_run_audit(
         if eps > best[0] or best[1] == 0:
             best = (eps, 2 * k, v, k)
     eps, r, v, k = best
+    ceiling = max(one_run_epsilon(m, 2 * int(min(g, m // 2)), 2 * int(min(g, m // 2)), delta, conf_each)
+                  for g in guesses if min(g, m // 2) >= 1)
     return AuditResult(epsilon_lb=eps, epsilon_claimed=float(epsilon_claimed), attack=f"one-run top/bottom-{k}",
-                       confidence=confidence, delta=delta, details={"m": m, "r": r, "v": v, "k": k})
+                       confidence=confidence, delta=delta, details={"m": m, "r": r, "v": v, "k": k},
+                       ceiling=ceiling)
 
 
 # --------------------------------------------------------------------------- running trainers

@@ -11,7 +11,8 @@ XORs the random bits of the two streams: recovering the noise needs both halves,
 ``seeded``: whoever knows the seed can subtract the noise).  Threefry is counter-based and vmap-invariant, so
 a setting trained inside a vmapped sweep draws exactly the noise it draws alone.
 
-``secure_mode`` does not use these keys at all: its noise comes from ``os.urandom`` directly
+Under ``jax.distributed`` the key of process 0 is broadcast to the others, so every noise draw is made once,
+for the global sum, and is the same on every process.  ``secure_mode`` does not use these keys at all: its noise comes from ``os.urandom`` directly
 (:mod:`privlin.secure_noise`).
 """
 from __future__ import annotations
@@ -52,6 +53,10 @@ def make_key(random_state=None) -> KeyInfo:
     """
     if random_state is None:
         words = np.frombuffer(os.urandom(KEY_BITS // 8), dtype=np.uint32).reshape(2, 2)
+        if jax.process_count() > 1:  # one noise draw for all processes: process 0's key, sent to the others
+            from jax.experimental import multihost_utils
+
+            words = np.asarray(multihost_utils.broadcast_one_to_all(words), np.uint32)
         return KeyInfo(jax.random.wrap_key_data(words), False)
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
         if random_state < 0:

@@ -76,17 +76,18 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
     Xp = _prep(X, clip, normalize, mean)
     if method == "adam1":
         sums = train.class_sums_update(train.class_sums_init(X.shape[1], Y.shape[1]), Xp, Y, mask, clip, n,
-                                       loss=loss, bias_init=bias_init, fit_intercept=fit_intercept)
+                                       loss=loss, bias_init=bias_init, fit_intercept=fit_intercept,
+                                       bounded=normalize)
         params = train.adam1_step(sums, n, k_train, sigma, learning_rate, clip=clip, loss=loss, bias_init=bias_init,
                                   fit_intercept=fit_intercept)
     elif method == "sgd":
         params = train.fit_full_batch(Xp, Y, mask, n, k_train, sigma, learning_rate, steps=steps, clip=clip,
                                       loss=loss, optimizer=optimizer, momentum=momentum,
-                                      fit_intercept=fit_intercept, bias_init=bias_init)
+                                      fit_intercept=fit_intercept, bias_init=bias_init, bounded=normalize)
     else:
         params = train.fit_minibatch(Xp, Y, mask, n, k_train, sigma, learning_rate, steps=steps, sample_rate=q,
                                      clip=clip, loss=loss, optimizer=optimizer, momentum=momentum,
-                                     fit_intercept=fit_intercept, bias_init=bias_init)
+                                     fit_intercept=fit_intercept, bias_init=bias_init, bounded=normalize)
     return Released(params.W, params.b, mean)
 
 
@@ -196,7 +197,8 @@ def _put_rows(*arrays):
 
 
 def _padded_len(n: int) -> int:
-    nd = jax.device_count()
+    """Rows this process holds once padded: a multiple of its devices (of all devices on one process)."""
+    nd = jax.local_device_count() if jax.process_count() > 1 else jax.device_count()
     return -(-n // nd) * nd
 
 
@@ -223,30 +225,55 @@ class _Rows:
             idx, known = label_index(self.classes, y)
             if X.dtype not in (np.float16, np.float32):
                 X = np.asarray(X, np.float32)
-            finite = np.isfinite(X).all(axis=1)
-            ok = known & finite
-            if not finite.all():
-                X = np.where(finite[:, None], X, 0).astype(X.dtype)
-            yield X, idx, ok.astype(np.float32)  # float16 stays float16 until the device: half the copy
+            if not self.source.finite:  # a store's writer refuses NaN/inf: only arrays need the pass
+                finite = np.isfinite(X).all(axis=1)
+                known = known & finite
+                if not finite.all():
+                    X = np.where(finite[:, None], X, 0).astype(X.dtype)
+            yield X, idx, known.astype(np.float32)  # float16 stays float16 until the device: half the copy
 
     def load(self):
-        """Every row at once: X (m, d), one-hot Y (m, k), mask (m,), padded to a multiple of the device count."""
-        Xs, idxs, masks = zip(*self.host_blocks()) if self.source.n else ((), (), ())
-        X, idx, mask = (np.concatenate(a) for a in (Xs, idxs, masks))
-        X, idx, mask = _pad(X, idx, mask, _padded_len(X.shape[0]))
+        """Every row at once: X (m, d), one-hot Y (m, k), mask (m,), padded to a multiple of the device count
+        (under ``jax.distributed``: this process's rows, padded like every other process's)."""
+        parts = list(self.host_blocks())
+        if parts:
+            X, idx, mask = (np.concatenate(a) for a in zip(*parts))
+        else:
+            X, idx, mask = np.zeros((0, self.source.dim), np.float32), np.zeros(0, np.int32), np.zeros(0, np.float32)
+        X, idx, mask = _pad(X, idx, mask, _padded_len(self.source.n_local_max))
         return _put_rows(X, np.eye(self.k, dtype=np.float32)[idx], mask)
 
     def device_blocks(self, desc: str | None, with_counts: bool = False):
-        """Padded, sharded device blocks ``(X, idx, mask[, rows before padding])``; a short last block is padded
-        to TAIL_ROWS multiples."""
-        size = None
-        for X, idx, mask in tqdm(self.host_blocks(), desc=desc, disable=not self.verbose or desc is None,
-                                 leave=False):
-            size = size or _padded_len(X.shape[0])
+        """Padded, sharded device blocks ``(X, idx, mask[, position of the block's first row])``.
+
+        One process: a short last block is padded to TAIL_ROWS multiples, and positions count real rows (so a
+        streamed Poisson sample equals the in-memory one).  Several processes: every process yields the same
+        number of blocks of the same shape (empty ones where it has no more rows), and positions count the
+        global padded stream.
+        """
+        multi = jax.process_count() > 1
+        count = self.source.block_count(self.block_rows) if multi else None
+        size = _padded_len(self.source.block_size(self.block_rows)) if multi else None
+        position = 0
+        for X, idx, mask in tqdm(self._host_blocks_padded_to(count), desc=desc,
+                                 disable=not self.verbose or desc is None, leave=False):
             m = X.shape[0]
-            to = size if m >= size else min(size, -(-m // TAIL_ROWS) * TAIL_ROWS)
-            block = _put_rows(*_pad(X, idx, mask, _padded_len(to)))
-            yield (*block, m) if with_counts else block
+            if not multi:
+                size = size or _padded_len(m)
+            to = size if multi or m >= size else min(size, _padded_len(-(-m // TAIL_ROWS) * TAIL_ROWS))
+            block = _put_rows(*_pad(X, idx, mask, to))
+            yield (*block, position) if with_counts else block
+            position += to * jax.process_count() if multi else m
+
+    def _host_blocks_padded_to(self, count):
+        """Host blocks, then empty ones up to ``count`` (None: as many as there are)."""
+        produced = 0
+        for block in self.host_blocks():
+            produced += 1
+            yield block
+        while count is not None and produced < count:
+            produced += 1
+            yield (np.zeros((0, self.source.dim), np.float32), np.zeros(0, np.int32), np.zeros(0, np.float32))
 
 
 def _double_buffered(results):
@@ -273,13 +300,13 @@ def _row_sum_block(total, X, mask, clip, n):
 @functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "bias_init", "fit_intercept"))
 def _class_sums_block(acc, X, idx, mask, mean, n, *, k, clip, normalize, loss, bias_init, fit_intercept):
     return train.class_sums_update(acc, _prep(X, clip, normalize, mean), jax.nn.one_hot(idx, k), mask, clip, n,
-                                   loss=loss, bias_init=bias_init, fit_intercept=fit_intercept)
+                                   loss=loss, bias_init=bias_init, fit_intercept=fit_intercept, bounded=normalize)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "fit_intercept"))
 def _grad_block(acc, params, X, idx, mask, mean, n, *, k, clip, normalize, loss, fit_intercept):
     g = train.clipped_grad_sum(params, _prep(X, clip, normalize, mean), jax.nn.one_hot(idx, k), mask, clip, n,
-                               loss=loss, fit_intercept=fit_intercept)
+                               loss=loss, fit_intercept=fit_intercept, bounded=normalize)
     return jax.tree.map(jnp.add, acc, g)
 
 
@@ -357,8 +384,8 @@ def _centering(rows: _Rows, plans: list[Plan], keys: list) -> list:
             totals[p.clip] = _double_buffered(sums())
         total = totals[p.clip]
         if p.secure_mode:
-            means[i] = jnp.asarray(secure_noise.secure_gaussian_release(total, p.sigma_center * p.clip, p.clip)
-                                   / p.n, jnp.float32)
+            means[i] = jnp.asarray(secure_noise.secure_gaussian_release(total, p.sigma_center * p.clip, p.clip,
+                                                                        bound=p.n * p.clip) / p.n, jnp.float32)
         else:
             k_center, _ = stage_keys(keys[i])
             means[i] = preprocess.private_mean(total, p.n, k_center, p.sigma_center, p.clip)
@@ -393,11 +420,9 @@ def _stream_steps(rows: _Rows, p: Plan, key, mean):
 
         def grad_sums():
             nonlocal g
-            start = 0
-            for X, idx, mask, real in rows.device_blocks(None, with_counts=True):
-                if q < 1.0:  # the same sample as train.fit_minibatch: a function of the row's global index
+            for X, idx, mask, start in rows.device_blocks(None, with_counts=True):
+                if q < 1.0:  # the same sample as train.fit_minibatch: a function of the row's global position
                     mask = mask * _sample(k_sample, q, start, mask.shape[0])
-                start += real
                 g = _grad_block(g, state.params, X, idx, mask, mean, float(p.n), k=p.n_classes, clip=p.clip,
                                 normalize=p.normalize, loss=p.loss, fit_intercept=p.fit_intercept)
                 yield g
@@ -415,6 +440,6 @@ def _secure_release(g: train.LinearParams, p: Plan) -> train.LinearParams:
     """A clipped gradient sum released with the discrete Gaussian (W and b as one vector when b is trained)."""
     W, b = np.asarray(g.W, np.float64), np.asarray(g.b, np.float64)
     flat = np.concatenate([W.ravel(), b]) if p.fit_intercept else W.ravel()
-    noisy = secure_noise.secure_gaussian_release(flat, p.sigma * p.clip, p.clip)
+    noisy = secure_noise.secure_gaussian_release(flat, p.sigma * p.clip, p.clip, bound=p.n * p.clip)
     return train.LinearParams(jnp.asarray(noisy[:W.size].reshape(W.shape), jnp.float32),
                               jnp.asarray(noisy[W.size:], jnp.float32) if p.fit_intercept else g.b)

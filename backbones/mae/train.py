@@ -37,11 +37,12 @@ import warnings
 from dataclasses import dataclass
 
 import torch
+from privlin.events import event_from_dict, event_to_dict  # the one event codec (a ledger reads it back)
 
 from .checkpoint import export_encoder, load_checkpoint, load_mae_weights, save_checkpoint
 from .data import make_source, normalize
 from .dp import (DPAccountantState, PrivacyLeakWarning, SecretStream, broadcast_stream, calibrate_sigma,
-                 default_delta, event_from_json, event_to_json, poisson_sample, reduce_and_privatize)
+                 default_delta, poisson_sample, reduce_and_privatize)
 from .model import MAE_SIZES, MaskedAutoencoder, build_mae
 from .ghost import UnsupportedModuleError, check_supported
 from .per_example import METHODS, clipped_grad_sum, split_params
@@ -436,9 +437,8 @@ def _provenance(s: TrainSettings, result: dict) -> dict:
                                                    "neighboring_relation", "neighbouring", "n_private")}
         seeded = result["seeded"]
         prov["privacy"].update(
-            clip=s.clip, steps=result["dp_steps"], dp_event=event_to_json(result["dp_event"]),
-            accounted_as="privlin.accounting, ADD_OR_REMOVE_ONE (dp-accounting gives REPLACE_SPECIAL the same "
-                         "epsilon for the Poisson-subsampled Gaussian)",
+            clip=s.clip, steps=result["dp_steps"], dp_event=event_to_dict(result["dp_event"]),
+            accounted_as="privlin.accounting under dp-accounting's REPLACE_SPECIAL (zero-out)",
             seeded=any(seeded.values()),
             randomness={k: (f"SEEDED by the user (--{k}-seed): the guarantee does not hold against anyone who knows "
                             f"the seed" if seeded[k] else "secret: Philox keyed from 256 bits of os.urandom, not "
@@ -505,7 +505,7 @@ def run_dp_event(record):
     privacy = record.get("privacy", record)
     if "dp_event" not in privacy:
         raise ValueError("the record holds no dp_event (not a DP-MAE run, or written before events were recorded)")
-    event = event_from_json(privacy["dp_event"])
+    event = event_from_dict(privacy["dp_event"])
     expected = dp_event(privacy["noise_multiplier"], privacy["sample_rate"], privacy["steps"])
     if event != expected:
         raise ValueError(f"the record's dp_event {event} disagrees with its sigma, q and steps ({expected}): damaged")

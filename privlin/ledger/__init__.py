@@ -241,7 +241,7 @@ class PrivacyLedger:
 
     # -- writing ----------------------------------------------------------------------
     def charge(self, event: _ev.DpEvent, *, mechanism: str, epsilon: float, delta: float,
-               params: Mapping | None = None, neighbouring=None) -> LedgerEntry:
+               params: Mapping | None = None, neighbouring=None, entry_id: str | None = None) -> LedgerEntry:
         """Check the stored cap and record ``event`` in one locked step.  Call it *before* reading private rows.
 
         Parameters
@@ -256,6 +256,8 @@ class PrivacyLedger:
             JSON metadata kept with the entry (never a key or seed).
         neighbouring : str, optional
             The relation the mechanism's guarantee is under; refused unless it is the ledger's.
+        entry_id : str, optional
+            A stable id for a mechanism that must be recorded once only (charging it again records nothing).
 
         Raises
         ------
@@ -271,7 +273,10 @@ class PrivacyLedger:
                     raise ValueError(f"{self.where} is a ledger under {rel!r}; this mechanism is under {other!r}: "
                                      "they do not compose")
             entry = LedgerEntry(mechanism=str(mechanism), event=event, epsilon=float(epsilon), delta=float(delta),
-                                neighbouring=rel, params=jsonable(dict(params or {})))
+                                neighbouring=rel, params=jsonable(dict(params or {})),
+                                **({"id": entry_id} if entry_id else {}))
+            if entry_id and any(e.id == entry_id for e in doc.entries):
+                return next(e for e in doc.entries if e.id == entry_id)
             entry.to_dict()  # validate before writing
             cap = self._cap_after(doc)
             if cap is not None:
