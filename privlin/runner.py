@@ -33,7 +33,7 @@ from .plan import Plan
 __all__ = ["Released", "train_rows", "run", "stage_keys", "TAIL_ROWS"]
 
 #: A short last block is padded to a multiple of this many rows (not to a full block): a few compiled shapes
-#: instead of up to one block of zero rows computed for nothing.
+#: instead of up to one block of zero rows computed for nothing.  A multiple of CHUNK_ROWS.
 TAIL_ROWS = 8192
 
 
@@ -72,22 +72,26 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
     X = jnp.asarray(X, jnp.float32)
     mean = None
     if centered:
-        mean = preprocess.private_mean(preprocess.row_sum(X, mask, clip, n), n, k_center, sigma_center, clip)
-    Xp = _prep(X, clip, normalize, mean)
+        total = sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n),
+                                    jnp.zeros(X.shape[1], jnp.float64), X, mask)
+        mean = preprocess.private_mean(total, n, k_center, sigma_center, clip)
     if method == "adam1":
-        sums = train.class_sums_update(train.class_sums_init(X.shape[1], Y.shape[1]), Xp, Y, mask, clip, n,
-                                       loss=loss, bias_init=bias_init, fit_intercept=fit_intercept,
-                                       bounded=normalize)
+        def add(acc, x, y, m):
+            return train.class_sums_update(acc, _prep(x, clip, normalize, mean), y, m, clip, n, loss=loss,
+                                           bias_init=bias_init, fit_intercept=fit_intercept, row_norm=clip if normalize else None)
+        sums = sensitivity.chunked(add, train.class_sums_init(X.shape[1], Y.shape[1]), X, Y, mask)
         params = train.adam1_step(sums, n, k_train, sigma, learning_rate, clip=clip, loss=loss, bias_init=bias_init,
                                   fit_intercept=fit_intercept)
     elif method == "sgd":
+        Xp = _prep(X, clip, normalize, mean)
         params = train.fit_full_batch(Xp, Y, mask, n, k_train, sigma, learning_rate, steps=steps, clip=clip,
                                       loss=loss, optimizer=optimizer, momentum=momentum,
-                                      fit_intercept=fit_intercept, bias_init=bias_init, bounded=normalize)
+                                      fit_intercept=fit_intercept, bias_init=bias_init, row_norm=clip if normalize else None)
     else:
+        Xp = _prep(X, clip, normalize, mean)
         params = train.fit_minibatch(Xp, Y, mask, n, k_train, sigma, learning_rate, steps=steps, sample_rate=q,
                                      clip=clip, loss=loss, optimizer=optimizer, momentum=momentum,
-                                     fit_intercept=fit_intercept, bias_init=bias_init, bounded=normalize)
+                                     fit_intercept=fit_intercept, bias_init=bias_init, row_norm=clip if normalize else None)
     return Released(params.W, params.b, mean)
 
 
@@ -106,9 +110,10 @@ def preprocess_rows(plan: Plan, X, mean) -> jax.Array:
 _prep_jit = jax.jit(_prep, static_argnames=("clip", "normalize"))
 
 
-@functools.partial(jax.jit, static_argnames=("static",))
-def _train_many(static, X, Y, mask, n, keys, sigmas, sigmas_center, lrs):
+@functools.partial(jax.jit, static_argnames=("static", "k"))
+def _train_many(static, X, idx, mask, n, keys, sigmas, sigmas_center, lrs, *, k):
     """:func:`train_rows` for S plans of one static form at once; the rows are shared (not batched)."""
+    Y = jax.nn.one_hot(idx, k, dtype=jnp.float32)
     return jax.vmap(train_rows, in_axes=(None, None, None, None, None, 0, 0, 0, 0))(
         static, X, Y, mask, n, keys, sigmas, sigmas_center, lrs)
 
@@ -152,14 +157,15 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
             continue
         groups.setdefault(p.static(), []).append(i)
     if groups:
-        X, Y, mask = rows.load()
+        X, labels, mask = rows.load()
         for static, idx in groups.items():
             per_plan = X.size * 4 if static[5] else 0  # a centered plan holds its own centered copy
             chunk = max(1, int(memory_limit // per_plan)) if per_plan else len(idx)
             for a in range(0, len(idx), chunk):
                 sel = idx[a:a + chunk]
-                got = _train_many(static, X, Y, mask, float(source.n), jnp.stack([keys[i] for i in sel]),
-                                  *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in _dynamic(plans)))
+                got = _train_many(static, X, labels, mask, float(source.n), jnp.stack([keys[i] for i in sel]),
+                                  *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in _dynamic(plans)),
+                                  k=len(classes))
                 for j, i in enumerate(sel):
                     out[i] = Released(got.W[j], got.b[j], None if got.mean is None else got.mean[j])
     rest = [i for i in range(len(plans)) if out[i] is None]
@@ -233,15 +239,24 @@ class _Rows:
             yield X, idx, known.astype(np.float32)  # float16 stays float16 until the device: half the copy
 
     def load(self):
-        """Every row at once: X (m, d), one-hot Y (m, k), mask (m,), padded to a multiple of the device count
-        (under ``jax.distributed``: this process's rows, padded like every other process's)."""
-        parts = list(self.host_blocks())
-        if parts:
-            X, idx, mask = (np.concatenate(a) for a in zip(*parts))
-        else:
-            X, idx, mask = np.zeros((0, self.source.dim), np.float32), np.zeros(0, np.int32), np.zeros(0, np.float32)
-        X, idx, mask = _pad(X, idx, mask, _padded_len(self.source.n_local_max))
-        return _put_rows(X, np.eye(self.k, dtype=np.float32)[idx], mask)
+        """Every row at once: X (m, d), class index (m,), mask (m,), padded with null rows to a multiple of the
+        device count and of whole chunks (under ``jax.distributed``: this process's rows, padded like every
+        other process's).  One copy: the blocks are written into place."""
+        rows = self.source.n_local_max
+        if rows >= 4 * sensitivity.CHUNK_ROWS:  # whole chunks (at most a quarter more rows): see CHUNK_ROWS
+            rows = -(-rows // sensitivity.CHUNK_ROWS) * sensitivity.CHUNK_ROWS
+        rows = _padded_len(rows)
+        X, idx, mask = None, np.zeros(rows, np.int32), np.zeros(rows, np.float32)
+        at = 0
+        for Xb, ib, mb in self.host_blocks():
+            if X is None:
+                X = np.zeros((rows, self.source.dim), Xb.dtype)
+            m = Xb.shape[0]
+            X[at:at + m], idx[at:at + m], mask[at:at + m] = Xb, ib, mb
+            at += m
+        if X is None:
+            X = np.zeros((rows, self.source.dim), np.float32)
+        return _put_rows(X, idx, mask)
 
     def device_blocks(self, desc: str | None, with_counts: bool = False):
         """Padded, sharded device blocks ``(X, idx, mask[, position of the block's first row])``.
@@ -294,20 +309,25 @@ def _double_buffered(results):
 
 @functools.partial(jax.jit, static_argnames=("clip",))
 def _row_sum_block(total, X, mask, clip, n):
-    return total + preprocess.row_sum(X, mask, clip, n)
+    return sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n), total, X, mask)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "bias_init", "fit_intercept"))
 def _class_sums_block(acc, X, idx, mask, mean, n, *, k, clip, normalize, loss, bias_init, fit_intercept):
-    return train.class_sums_update(acc, _prep(X, clip, normalize, mean), jax.nn.one_hot(idx, k), mask, clip, n,
-                                   loss=loss, bias_init=bias_init, fit_intercept=fit_intercept, bounded=normalize)
+    def update(a, x, i, m):
+        return train.class_sums_update(a, _prep(x, clip, normalize, mean), jax.nn.one_hot(i, k), m, clip, n,
+                                       loss=loss, bias_init=bias_init, fit_intercept=fit_intercept,
+                                       row_norm=clip if normalize else None)
+    return sensitivity.chunked(update, acc, X, idx, mask)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "fit_intercept"))
 def _grad_block(acc, params, X, idx, mask, mean, n, *, k, clip, normalize, loss, fit_intercept):
-    g = train.clipped_grad_sum(params, _prep(X, clip, normalize, mean), jax.nn.one_hot(idx, k), mask, clip, n,
-                               loss=loss, fit_intercept=fit_intercept, bounded=normalize)
-    return jax.tree.map(jnp.add, acc, g)
+    def update(a, x, i, m):
+        g = train.clipped_grad_sum(params, _prep(x, clip, normalize, mean), jax.nn.one_hot(i, k), m, clip, n,
+                                   loss=loss, fit_intercept=fit_intercept, row_norm=clip if normalize else None)
+        return jax.tree.map(jnp.add, a, g)
+    return sensitivity.chunked(update, acc, X, idx, mask)
 
 
 @functools.partial(jax.jit, static_argnames=("loss", "bias_init", "fit_intercept"))

@@ -68,6 +68,23 @@ def margin(n, dims: int, *, outer_dims: int = 0) -> jax.Array:
     return rounding + math.sqrt(dims) * jnp.exp2(-ba - 1) + 1.01 * math.sqrt(outer_dims) * jnp.exp2(-bb - 1)
 
 
+#: Rows per step of a long sum: every temporary (normalized rows, snapped values) stays this small instead of a
+#: copy of all rows per stage (which on a CPU costs more than the arithmetic).  Exact sums make the result the
+#: same bits whatever the chunking.
+CHUNK_ROWS = 4096
+
+
+def chunked(fn, acc, *rows):
+    """``acc = fn(acc, *chunk)`` over CHUNK_ROWS-row chunks of equally long row arrays (``lax.scan``); one call
+    when the rows are few or not a multiple of CHUNK_ROWS."""
+    m = rows[0].shape[0]
+    if m % CHUNK_ROWS or m < 2 * CHUNK_ROWS:
+        return fn(acc, *rows)
+    chunks = [r.reshape(m // CHUNK_ROWS, CHUNK_ROWS, *r.shape[1:]) for r in rows]
+    acc, _ = jax.lax.scan(lambda a, c: (fn(a, *c), None), acc, chunks)
+    return acc
+
+
 def _require_x64():
     if jnp.asarray(0.0, jnp.float64).dtype != jnp.float64:
         raise RuntimeError("privlin's exact sums need float64: trace them under privlin.sensitivity.x64()")
@@ -120,16 +137,23 @@ def outer_sum(A, B, mask, bound, n) -> jax.Array:
     return (_snap(A, ga).T @ Bq) * (ga * gb)
 
 
-def directions(X, fit_intercept: bool = False, *, bounded: bool = False) -> tuple[jax.Array, jax.Array]:
+def directions(X, fit_intercept: bool = False, *, norm: float | None = None) -> tuple[jax.Array, jax.Array]:
     """Rows (with a trailing 1 when an intercept is trained) as unit directions (m, d[+1]) and norms (m,).
 
     Any finite row has a finite direction (no overflow to inf, no underflow to 0); an all-zero row has
     direction 0.  Contributions are built as direction × clipped norm, so no row can make a released sum NaN
-    or infinite.  Float16 rows (a store's), and rows known to be ``bounded`` (normalized ones), cannot
-    overflow or underflow a float32 sum of squares; other rows are first scaled by a power of two (exact).
+    or infinite.  ``norm``: every row is already normalized to this norm (or zero), so nothing is recomputed
+    (the margin covers the float32 rounding of the normalized rows).  Float16 rows (a store's) cannot overflow
+    or underflow a float32 sum of squares; other rows are first scaled by a power of two (exact).
     """
-    safe = bounded or jnp.asarray(X).dtype == jnp.float16
+    safe = jnp.asarray(X).dtype == jnp.float16
     X = jnp.asarray(X, jnp.float32)
+    if norm is not None:
+        if fit_intercept:
+            full = math.sqrt(norm * norm + 1.0)
+            X = jnp.concatenate([X, jnp.ones((X.shape[0], 1), jnp.float32)], axis=1)
+            return X / full, jnp.full((X.shape[0],), full, jnp.float32)
+        return X / norm, jnp.full((X.shape[0],), norm, jnp.float32)
     if fit_intercept:
         X = jnp.concatenate([X, jnp.ones((X.shape[0], 1), jnp.float32)], axis=1)
     if safe:
