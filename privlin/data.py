@@ -169,7 +169,7 @@ class SplitSource(Source):
                                  "pass ledger=PrivacyLedger(path)")
             return ArraySource.ledger(self, cap=cap, ledger=ledger)
         own = ledger_path(self.url, self.split.name)
-        led = PrivacyLedger(own, cap=cap)
+        led = PrivacyLedger(own, cap=cap, anchor=_StoreAnchor(self.url, self.split.name))
         if ledger is not None and ledger.path != led.path:
             raise ValueError(f"a store split is charged on its own ledger ({own}); the ledger passed "
                              f"({ledger.where}) would bypass it")
@@ -191,6 +191,23 @@ class SplitSource(Source):
                    epsilon=float(record["epsilon"]), delta=float(record["delta"]), entry_id=entry_id,
                    params={"weights_sha256": record["weights_sha256"], "n": record["n"]},
                    neighbouring=record["neighbouring"])
+
+
+class _StoreAnchor:
+    """A split ledger's anchor: its length and head in the split's sealed metadata (``stores.anchor``)."""
+
+    def __init__(self, url: str, split: str):
+        self.url, self.split = url, split
+
+    def get(self):
+        from stores.anchor import ledger_anchor
+
+        return ledger_anchor(self.url, self.split)
+
+    def set(self, entries: int, head: str) -> None:
+        from stores.anchor import set_ledger_anchor
+
+        set_ledger_anchor(self.url, self.split, entries, head)
 
 
 def _process_count() -> int:
