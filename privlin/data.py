@@ -47,6 +47,8 @@ class Source:
 
     n_local: int
     n_local_max: int
+    #: Bytes per feature value as read (2 for float16 rows, else 4: wider rows are read as float32).
+    itemsize: int = 4
     #: Every value is finite by construction (a store's writer refuses NaN/inf): no per-block check needed.
     finite = False
 
@@ -97,6 +99,7 @@ class ArraySource(Source):
         self.X, self.y = X, y
         self.n, self.dim = X.shape
         self.n_local = self.n_local_max = self.n
+        self.itemsize = 2 if X.dtype == np.float16 else 4
 
     def labels(self) -> np.ndarray:
         return self.y
@@ -133,6 +136,7 @@ class SplitSource(Source):
         self.shards = shares[_process_index()]
         self.n_local, self.n_local_max = counts[_process_index()], max(counts)
         self._shard_rows = split.layout.shard_rows
+        self.itemsize = 2 if np.dtype(split.layout.dtype) == np.float16 else 4
 
     def labels(self) -> np.ndarray:
         return np.asarray(self.split.labels[:])[self.split.valid_mask()]

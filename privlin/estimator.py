@@ -93,7 +93,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     block_rows : int, default=65536
         Rows per block when streaming.
     memory_limit : int, default=2**30
-        Bytes of float32 rows kept in memory; larger inputs are streamed every pass.
+        Bytes the in-memory path may hold (the rows as read on host and device, their float32 and preprocessed
+        copies, the labels: :func:`privlin.runner.in_memory_bytes`); larger inputs are streamed every pass.
     verbose : bool, default=False
         Progress bars.
     budget : (float, float) or None, default=None
