@@ -22,13 +22,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from _results import write_section  # noqa: E402
 
-CASES = {  # name -> privlin.fit keyword arguments (both versions accept them)
-    "adam1 in memory": dict(method="adam1", center=False),
+CASES = {  # name -> privlin.fit keyword arguments (both versions accept them); memory_limit picks the path
+    "adam1 in memory": dict(method="adam1", center=False, memory_limit=2**34),
     "adam1 streamed": dict(method="adam1", center=False, memory_limit=0),
     "adam1 + centering, streamed": dict(method="adam1", memory_limit=0),
-    "sgd T=10 in memory": dict(method="sgd", steps=10, center=False),
+    "sgd T=10 in memory": dict(method="sgd", steps=10, center=False, memory_limit=2**34),
     "sgd T=2 streamed": dict(method="sgd", steps=2, center=False, memory_limit=0),
-    "adam1 secure_mode": dict(method="adam1", center=False, secure_mode=True),
+    "adam1 secure_mode (streamed)": dict(method="adam1", center=False, secure_mode=True),
 }
 
 SIDE = textwrap.dedent("""

@@ -114,8 +114,14 @@ def uniform(key, shape) -> jax.Array:
 
 def normal(key, shape, dtype=jnp.float32) -> jax.Array:
     """Standard normals: √2·erfinv(u) of uniforms u in the open interval (-1, 1), as ``jax.random.normal``."""
-    u = ((bits(key, shape) >> 8).astype(jnp.float32) + 0.5) * (2.0**-23) - 1.0
-    return (jnp.sqrt(2.0) * jax.lax.erf_inv(u)).astype(dtype)
+    return normal_from_bits(bits(key, shape)).astype(dtype)
+
+
+def normal_from_bits(b) -> jax.Array:
+    """The normal of uint32 random bits.  u = (b>>9 + ½)·2⁻²² − 1 lies in [−1 + 2⁻²³, 1 − 2⁻²³], every value
+    exact in float32 (b>>8 with a 2⁻²³ step would round its top value to 1.0, where erfinv is infinite)."""
+    u = ((b >> 9).astype(jnp.float32) + 0.5) * (2.0**-22) - 1.0
+    return jnp.sqrt(2.0) * jax.lax.erf_inv(u)
 
 
 def gaussian(key, shape, stddev, dtype=jnp.float32) -> jax.Array:

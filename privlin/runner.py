@@ -172,6 +172,9 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
     rest = [i for i in range(len(plans)) if out[i] is None]
     for i, released in zip(rest, _stream(rows, [plans[i] for i in rest], [keys[i] for i in rest])):
         out[i] = released
+    for r in out:  # exact sums of finite, clipped rows and finite noise: anything else is a bug, never released
+        if not (np.all(np.isfinite(np.asarray(r.W))) and np.all(np.isfinite(np.asarray(r.b)))):
+            raise RuntimeError("privlin produced non-finite weights (an internal error): nothing is released")
     return out
 
 

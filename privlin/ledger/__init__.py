@@ -59,6 +59,11 @@ def _head(previous: str, neighbouring, caps, entries) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+def _reopen(path, cap, neighbouring, anchor):
+    """The same ledger file (and anchor) in another process."""
+    return PrivacyLedger(path, cap=cap, neighbouring=neighbouring, anchor=anchor)
+
+
 def ledger_path(store_url: str, split: str) -> str:
     """Where the ledger of ``split`` of the store at ``store_url`` lives."""
     if not isinstance(split, str) or not split or "/" in split or split in (".", ".."):
@@ -399,6 +404,12 @@ class PrivacyLedger:
 
     def __repr__(self) -> str:
         return f"PrivacyLedger({self.path!r}, cap={self.cap})"
+
+    def __reduce__(self):
+        if self.path is None:
+            raise TypeError("an in-memory PrivacyLedger cannot be shared with other processes (e.g. GridSearchCV "
+                            "n_jobs > 1): use a ledger file, PrivacyLedger(path)")
+        return (_reopen, (self.path, self._requested_cap, self._requested_relation, self._anchor))
 
     def __deepcopy__(self, memo):
         # A ledger is a handle on shared state (a file, or one in-memory history):
