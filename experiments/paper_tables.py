@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Mapping, Sequence
 
-__all__ = ["find_store", "build_hint", "eval_split_of", "comparison_table", "print_report"]
+__all__ = ["find_store", "build_hint", "eval_split_of", "open_checked", "comparison_table", "print_report"]
 
 
 def find_store(path: str | None, store_dir: str, backbone: str, head: str, dataset: str) -> str | None:
@@ -29,11 +29,24 @@ def build_hint(backbone: str, head: str, dataset: str, store_dir: str, *, note: 
 
 
 def eval_split_of(store) -> str:
-    """'test' if the store has it, else 'val'/'validation' (ImageNet)."""
+    """'test' if the store has it, else 'val'/'validation' (ImageNet); a store with neither is a user error."""
+    from stores import cli
+
     for name in ("test", "val", "validation"):
         if name in store.splits:
             return name
-    raise ValueError(f"the store has no test/val split, only {list(store.splits)}")
+    raise cli.UserError(f"{store.url} has no test/val split to evaluate on, only {list(store.splits)}")
+
+
+def open_checked(path: str):
+    """The store at ``path`` with a 'train' split and an evaluation split, checked before anything is charged."""
+    import stores
+    from stores import cli
+
+    st = stores.open(path)
+    if "train" not in st.splits:
+        raise cli.UserError(f"{path} has no 'train' split to fit on, only {list(st.splits)}")
+    return st, eval_split_of(st)
 
 
 def comparison_table(rows: Sequence[Mapping]) -> str:
@@ -49,12 +62,18 @@ def comparison_table(rows: Sequence[Mapping]) -> str:
     return "\n".join(lines)
 
 
-def print_report(rows: Sequence[Mapping], missing: Sequence[str], title: str, footnote: str) -> int:
-    """Print ours beside the paper's, then how to build the stores that are missing; exit code 2 if nothing ran."""
+def print_report(rows: Sequence[Mapping], missing: Sequence[str], title: str, footnote: str,
+                 spent: Sequence[str] = ()) -> int:
+    """Print ours beside the paper's, what it cost, then how to build the stores that are missing.
+
+    Returns the exit code: 2 if nothing ran (no store: the user must build one), else 0.
+    """
     if rows:
         print(title + "\n")
         print(comparison_table(rows))
         print("\n" + footnote)
+    if spent:
+        print("privacy spent (privlin's ledger beside each store):\n" + "\n".join("  " + s for s in spent))
     if missing:
         print("\n".join(["", "Missing stores (nothing downloaded):", *missing]), file=sys.stderr if rows else sys.stdout)
     return 0 if rows else 2
