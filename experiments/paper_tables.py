@@ -10,10 +10,15 @@ __all__ = ["find_store", "build_hint", "eval_split_of", "open_checked", "compari
 
 
 def find_store(path: str | None, store_dir: str, backbone: str, head: str, dataset: str) -> str | None:
-    """The store to use: ``path`` if given, else featurize's default name under ``store_dir``; None if absent."""
+    """The store to use: ``path`` if given (it must exist), else featurize's default name under ``store_dir``
+    (None if absent: the caller says how to build it)."""
+    from stores import cli
+
     candidate = path or os.path.join(store_dir, f"{backbone}_{head}_{dataset}.zarr")
     if "://" in candidate or os.path.exists(candidate):
         return candidate
+    if path:
+        raise cli.UserError(f"--{dataset} {path}: no feature store there")
     return None
 
 

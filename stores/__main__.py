@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from . import CorruptStoreError, StoreError, cli, open as open_store
+from . import CorruptStoreError, IncompleteStoreError, StoreError, cli, open as open_store
 from .repair import repair
 
 
@@ -66,7 +66,9 @@ def main(argv=None) -> int:
         damaged = isinstance(e, CorruptStoreError)
         hint = "; `python -m stores repair` clears it, then rerun the job" if damaged and args.command == "verify" \
             else ""
-        label = ("CORRUPT" if damaged else "INCOMPLETE") if args.command == "verify" else f"{PROG}: error"
+        label = f"{PROG}: error"
+        if args.command == "verify" and isinstance(e, (CorruptStoreError, IncompleteStoreError)):
+            label = "CORRUPT" if damaged else "INCOMPLETE"
         print(f"{label}: {cli.one_line(e)}{hint}", file=sys.stderr)
         return 1
 
