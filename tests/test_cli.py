@@ -34,14 +34,20 @@ ENTRY_POINTS = {
 
 
 @pytest.fixture
-def paths(tmp_path, make_store, blobs):
-    """A small store (train/test), one without a test split, a plain file, a missing path."""
+def paths(tmp_path, make_store, blobs, request):
+    """A small store (train/test), one without a test split (each made only when the case names it), a plain
+    file, a missing path."""
     classes = {"classes": ["0", "1", "2"], "backbone": "toy", "dataset": "blobs"}
-    good = make_store({"train": blobs(60, d=8, k=3), "test": blobs(30, d=8, k=3, seed=1)}, attrs=classes)
-    no_test = make_store({"train": blobs(60, d=8, k=3)}, attrs=classes)
+    wanted = " ".join(str(v) for v in getattr(request.node, "callspec", None) and request.node.callspec.params.values()
+                      or ["STORE NOTEST"])
     (tmp_path / "a_file").write_text("x")
-    return {"STORE": good.url, "NOTEST": no_test.url, "FILE": str(tmp_path / "a_file"),
-            "MISSING": str(tmp_path / "missing.zarr"), "TMP": str(tmp_path)}
+    out = {"FILE": str(tmp_path / "a_file"), "MISSING": str(tmp_path / "missing.zarr"), "TMP": str(tmp_path)}
+    if "STORE" in wanted:
+        out["STORE"] = make_store({"train": blobs(60, d=8, k=3), "test": blobs(30, d=8, k=3, seed=1)},
+                                  attrs=classes).url
+    if "NOTEST" in wanted:
+        out["NOTEST"] = make_store({"train": blobs(60, d=8, k=3)}, attrs=classes).url
+    return out
 
 
 # (prog, argv, what the line must say, exit code); STORE, NOTEST, FILE, MISSING, TMP are replaced by paths
