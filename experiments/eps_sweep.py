@@ -17,10 +17,9 @@ import os
 import sys
 
 import stores
-from privlin.ledger import PrivacyBudgetExceeded
 from stores import cli
 
-from experiments import results
+from experiments import USER_ERRORS, results
 from experiments.spent import earlier_entries, spent_line
 
 PROG = "python -m experiments.eps_sweep"
@@ -86,7 +85,7 @@ def _check_splits(st, args) -> None:
         raise cli.UserError(f"--val-split {args.val_split!r} must be held out: not the training or evaluation split")
 
 
-@cli.entry_point(PROG, (OSError, ValueError, stores.StoreError, PrivacyBudgetExceeded))
+@cli.entry_point(PROG, USER_ERRORS)
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from privlin.selection import select_private

@@ -4,9 +4,10 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
-__all__ = ["find_store", "build_hint", "eval_split_of", "open_checked", "comparison_table", "print_report"]
+__all__ = ["find_store", "build_hint", "eval_split_of", "open_checked", "comparison_table", "print_report",
+           "add_common_arguments", "reproduce"]
 
 
 def find_store(path: str | None, store_dir: str, backbone: str, head: str, dataset: str) -> str | None:
@@ -82,3 +83,29 @@ def print_report(rows: Sequence[Mapping], missing: Sequence[str], title: str, fo
     if missing:
         print("\n".join(["", "Missing stores (nothing downloaded):", *missing]), file=sys.stderr if rows else sys.stdout)
     return 0 if rows else 2
+
+
+def add_common_arguments(p) -> None:
+    """--store-dir, --seed and --no-progress, shared by the reproduction scripts."""
+    p.add_argument("--store-dir", default="features", help="where featurize's default store names are looked for")
+    p.add_argument("--seed", type=int, default=None, help="noise seed (default: OS entropy)")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def reproduce(datasets: Sequence[tuple[str, str, str, str]], args, run_one: Callable[[str, str], tuple[list, str]],
+              title: str, footnote: str) -> int:
+    """Run ``run_one(path, dataset) -> (rows, spent line)`` on every store found; print the report.
+
+    ``datasets``: ``(dataset, backbone, head, note)``; a store named on the command line must exist, a default one
+    that is missing gets the command that builds it.  Returns the exit code (:func:`print_report`).
+    """
+    rows, missing, spent = [], [], []
+    for ds, bb, head, note in datasets:
+        path = find_store(getattr(args, ds), args.store_dir, bb, head, ds)
+        if path is None:
+            missing.append(build_hint(bb, head, ds, args.store_dir, note=note))
+            continue
+        got, cost = run_one(path, ds)
+        rows += got
+        spent.append(cost)
+    return print_report(rows, missing, title, footnote, spent)

@@ -67,9 +67,11 @@ def plot_privacy_curves(points: Iterable[Mapping], out: str | os.PathLike, *,
     ax.minorticks_off()
     ax.set_xlabel("privacy budget ε of each model (log scale)" + (f", δ = {delta:g}" if delta else ""))
     ax.set_ylabel("test accuracy (%)")
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(max(lo, -1), min(hi, 101))  # an error bar past 0 or 100 % says "spread", not a reachable value
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="best")
     if note:
         fig.text(0.01, 0.01, note, fontsize=7, ha="left", va="bottom", wrap=True)
     fig.tight_layout(rect=(0, 0.07 if note else 0, 1, 1))

@@ -32,11 +32,9 @@ import os
 import sys
 import time
 
-import stores
-from privlin.ledger import PrivacyBudgetExceeded
 from stores import cli
 
-from experiments import results
+from experiments import USER_ERRORS, results
 from experiments.plotting import plot_privacy_curves
 from experiments.spent import earlier_entries, spent_line
 
@@ -144,7 +142,7 @@ def build_parser():
     return p
 
 
-@cli.entry_point(PROG, (OSError, ValueError, stores.StoreError, PrivacyBudgetExceeded))
+@cli.entry_point(PROG, USER_ERRORS)
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     names = _check_backbones([b.strip() for b in args.backbones.split(",") if b.strip()])

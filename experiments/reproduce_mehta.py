@@ -16,9 +16,10 @@ from __future__ import annotations
 import math
 import sys
 
-import stores
-from privlin.ledger import PrivacyBudgetExceeded
 from stores import cli
+
+from experiments import USER_ERRORS
+from experiments.paper_tables import add_common_arguments, reproduce
 
 #: Table 5 of seed 003: top-1 test accuracy (%) of ViT-B/16 pretrained on ImageNet-21k.
 PAPER_TABLE5 = {
@@ -61,33 +62,19 @@ def build_parser():
     for ds in PAPER_TABLE5:
         p.add_argument(f"--{ds}", default=None, help=f"store of {ds} features (default: <store-dir>/"
                                                      f"{BACKBONE}_{HEAD}_{ds}.zarr)")
-    p.add_argument("--store-dir", default="features", help="where featurize's default store names are looked for")
-    p.add_argument("--seed", type=int, default=None, help="noise seed (default: OS entropy)")
-    p.add_argument("--no-progress", action="store_true")
+    add_common_arguments(p)
     return p
 
 
-@cli.entry_point(PROG, (OSError, ValueError, stores.StoreError, PrivacyBudgetExceeded))
+@cli.entry_point(PROG, USER_ERRORS)
 def main(argv=None) -> int:
-    from experiments.paper_tables import build_hint, find_store, print_report
-
     args = build_parser().parse_args(argv)
-    rows, missing, spent = [], [], []
-    for ds in PAPER_TABLE5:
-        path = find_store(getattr(args, ds), args.store_dir, BACKBONE, HEAD, ds)
-        if path is None:
-            missing.append(build_hint(BACKBONE, HEAD, ds, args.store_dir,
-                                      note="the paper used 256px center crops of 384px images; our registry's "
-                                           "preprocessing is recorded in the store"))
-            continue
-        got, cost = run(path, ds, seed=args.seed, progress=not args.no_progress)
-        rows += got
-        spent.append(cost)
-    return print_report(rows, missing,
-                        "Mehta et al. Table 5 (ViT-B/16, ImageNet-21k) — one full-batch DP-Adam step, lr 1e-3, C=1",
-                        "Each ε is one model's guarantee (zero-out neighbours, N public; exact GDP); the ε values were not tuned "
-                        "on the test split. The lr was fixed from the paper, whose own lr sweep is unaccounted.",
-                        spent)
+    note = "the paper used 256px center crops of 384px images; our registry's preprocessing is recorded in the store"
+    return reproduce([(ds, BACKBONE, HEAD, note) for ds in PAPER_TABLE5], args,
+                     lambda path, ds: run(path, ds, seed=args.seed, progress=not args.no_progress),
+                     "Mehta et al. Table 5 (ViT-B/16, ImageNet-21k) — one full-batch DP-Adam step, lr 1e-3, C=1",
+                     "Each ε is one model's guarantee (zero-out neighbours, N public; exact GDP); the ε values were "
+                     "not tuned on the test split. The lr was fixed from the paper, whose own lr sweep is unaccounted.")
 
 
 if __name__ == "__main__":

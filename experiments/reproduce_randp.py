@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import sys
 
-import stores
-from privlin.ledger import PrivacyBudgetExceeded
 from stores import cli
+
+from experiments import USER_ERRORS
+from experiments.paper_tables import add_common_arguments, reproduce
 
 #: Table 22: ε -> (σ, lr); 100 steps, full batch, momentum 0.9.
 CIFAR10_TABLE22 = {0.1: (339, 0.8), 0.2: (171, 2.2), 0.5: (72, 5.5), 1.0: (38, 10), 2.0: (21, 20), 3.0: (14, 40),
@@ -88,40 +89,29 @@ def run(store_path: str, dataset: str, *, seed=None, stream: bool = False,
 
 
 PROG = "python -m experiments.reproduce_randp"
+#: Why a store may differ from the paper's features, shown with the command that builds it.
+NOTES = {"cifar10": "the paper used a WRN-16-4 trained on StyleGAN-oriented images (4096-d); any backbone's store "
+                    "works, pass it with --cifar10",
+         "imagenet": "36864-d blocks features of 1.28M images: ~94 GB as float16"}
 
 
 def build_parser():
     p = cli.parser(PROG, __doc__)
     p.add_argument("--cifar10", default=None, help="store of CIFAR-10 features")
     p.add_argument("--imagenet", default=None, help="store of ImageNet syn_vip_base blocks features")
-    p.add_argument("--store-dir", default="features", help="where featurize's default store names are looked for")
-    p.add_argument("--seed", type=int, default=None, help="noise seed (default: OS entropy)")
+    add_common_arguments(p)
     p.add_argument("--stream", action="store_true", help="fit each ε with privlin.fit (bounded memory)")
-    p.add_argument("--no-progress", action="store_true")
     return p
 
 
-@cli.entry_point(PROG, (OSError, ValueError, stores.StoreError, PrivacyBudgetExceeded))
+@cli.entry_point(PROG, USER_ERRORS)
 def main(argv=None) -> int:
-    from experiments.paper_tables import build_hint, find_store, print_report
-
     args = build_parser().parse_args(argv)
-    rows, missing, spent = [], [], []
-    notes = {"cifar10": "the paper used a WRN-16-4 trained on StyleGAN-oriented images (4096-d); any backbone's "
-                        "store works, pass it with --cifar10",
-             "imagenet": "36864-d blocks features of 1.28M images: ~94 GB as float16"}
-    for ds, (bb, head) in STORES.items():
-        path = find_store(getattr(args, ds), args.store_dir, bb, head, ds)
-        if path is None:
-            missing.append(build_hint(bb, head, ds, args.store_dir, note=notes[ds]))
-            continue
-        got, cost = run(path, ds, seed=args.seed, stream=args.stream, progress=not args.no_progress)
-        rows += got
-        spent.append(cost)
-    return print_report(rows, missing,
-                        "DP-RandP private linear probing — the papers' σ, lr and steps; ε from our accountant",
-                        "ε (our accountant): exact GDP of the stated σ's (zero-out neighbours, N public). The papers' "
-                        "hyperparameters were tuned by their authors without accounting the tuning.", spent)
+    return reproduce([(ds, bb, head, NOTES[ds]) for ds, (bb, head) in STORES.items()], args,
+                     lambda path, ds: run(path, ds, seed=args.seed, stream=args.stream, progress=not args.no_progress),
+                     "DP-RandP private linear probing — the papers' σ, lr and steps; ε from our accountant",
+                     "ε (our accountant): exact GDP of the stated σ's (zero-out neighbours, N public). The papers' "
+                     "hyperparameters were tuned by their authors without accounting the tuning.")
 
 
 if __name__ == "__main__":
