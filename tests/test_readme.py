@@ -309,11 +309,11 @@ def main(argv=None) -> int:
         if b.kind in ("fast", "slow", "install") or (b.kind == "suite" and args.suite):
             print(f"\n=== {b.name}", flush=True)
             walk.run(b)
-    _expectations(walk, blocks)
     print("\nstep times (s):")
     for name, seconds in walk.times:
         print(f"{seconds:8.1f}  {name}")
-    print(f"{time.perf_counter() - t0:8.1f}  total")
+    print(f"{time.perf_counter() - t0:8.1f}  total", flush=True)
+    _expectations(walk, blocks)
     return 0
 
 
