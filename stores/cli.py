@@ -14,8 +14,9 @@ The convention
 3. :func:`entry_point` — a user mistake (:class:`UserError`, an exception type the entry point lists, a usage
    error) ends in one line on stderr and a non-zero exit, never a traceback; anything else is a bug and keeps
    its traceback.  ``PRIVLIN_TRACEBACK=1`` shows the traceback of a user error too.  ``main(argv)`` returns its
-   exit code (tests call it in-process; argparse's usage errors and ``--help`` raise ``SystemExit``).  Validate and check everything that can fail *before* charging a privacy
-   ledger or writing a file: a failure changes nothing.
+   exit code (tests call it in-process; argparse's usage errors and ``--help`` raise ``SystemExit``).  Validate
+   and check everything that can fail *before* charging a privacy ledger or writing a file: a failure changes
+   nothing.
 4. :func:`status` — progress on anything that takes more than a few seconds and has no bar of its own.  It shows
    what runs and for how long, never data values.
 
@@ -27,7 +28,7 @@ Adopting it (``backbones/mae/train.py``: five lines)::
     from stores import cli                                                       # 1
     p = cli.parser("python -m backbones.mae.train", __doc__)                     # 2: was argparse.ArgumentParser
     p.add_argument("--epsilon", type=cli.Interval(float, 0, math.inf, closed="neither"), default=8.0)  # 3
-    @cli.entry_point("python -m backbones.mae.train", errors=(ValueError, OSError))  # 4: above def main(argv=None)
+    @cli.entry_point("python -m backbones.mae.train", (ValueError, OSError))     # 4: above def main(argv=None)
     with cli.status("calibrating σ", enabled=not args.no_progress): ...           # 5: slow steps without a bar
 """
 from __future__ import annotations
