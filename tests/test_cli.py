@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 
+from backbones.mae import train as mae_train
 from experiments import eps_sweep, quickstart, reproduce_mehta, reproduce_randp
 from featurize import __main__ as featurize_main
 from privlin import audit
@@ -30,6 +31,7 @@ ENTRY_POINTS = {
     "python -m experiments.quickstart": (quickstart.main, quickstart.build_parser),
     "python -m experiments.reproduce_mehta": (reproduce_mehta.main, reproduce_mehta.build_parser),
     "python -m experiments.reproduce_randp": (reproduce_randp.main, reproduce_randp.build_parser),
+    "python -m backbones.mae.train": (mae_train.main, mae_train._parser),
 }
 
 
@@ -86,6 +88,10 @@ MISTAKES = [
     ("python -m experiments.reproduce_mehta", "--cifar10 NOTEST", "has no test/val split", 2),
     ("python -m experiments.reproduce_randp", "--imagenet NOTEST", "has no test/val split", 2),
     ("python -m experiments.reproduce_randp", "--seed x", "--seed: invalid int value: 'x'", 2),
+    ("python -m backbones.mae.train", "--data digitz --out TMP/m", "digitz", 2),
+    ("python -m backbones.mae.train", "--dp --epsilon 0 --data digits --out TMP/m", "epsilon", 2),
+    ("python -m backbones.mae.train", "--resume --out TMP/none", "no checkpoint", 2),
+    ("python -m backbones.mae.train", "--size huge", "invalid choice: 'huge'", 2),
 ]
 
 
@@ -218,7 +224,8 @@ REAL = [("featurize", "-m featurize --backbone pixels --dataset digits --batch-s
         ("python -m experiments.eps_sweep", "-m experiments.eps_sweep STORE --eps 0"),
         ("python -m experiments.quickstart", "-m experiments.quickstart --backbones nosuch"),
         ("python -m experiments.reproduce_mehta", "-m experiments.reproduce_mehta --cifar10 MISSING"),
-        ("python -m experiments.reproduce_randp", "-m experiments.reproduce_randp --imagenet MISSING")]
+        ("python -m experiments.reproduce_randp", "-m experiments.reproduce_randp --imagenet MISSING"),
+        ("python -m backbones.mae.train", "-m backbones.mae.train --resume --out MISSING")]
 
 
 @pytest.mark.slow  # eight interpreters importing torch/jax: ~60 s on a 2-core CPU

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import torch
 from privlin.events import event_from_dict, event_to_dict  # the one event codec (a ledger reads it back)
+from stores import cli
 
 from .checkpoint import export_encoder, load_checkpoint, load_mae_weights, save_checkpoint
 from .data import make_source, normalize
@@ -512,15 +513,12 @@ def run_dp_event(record):
     return event
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not the whole usage block
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+PROG = "python -m backbones.mae.train"
 
 
 def _parser() -> argparse.ArgumentParser:
     d = TrainSettings()
-    p = _Parser(prog="python -m backbones.mae.train", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = cli.parser(PROG, __doc__)  # the project's convention (stores.cli): defaults shown, one-line errors
     a = p.add_argument
     a("--size", default=d.size, choices=sorted(MAE_SIZES), help="MAE size (encoder x decoder)")
     a("--data", default=d.data, help="synthetic (public) | digits | imagefolder:PATH (private)")
@@ -563,30 +561,25 @@ _USER_ERRORS = (ValueError, KeyError, FileNotFoundError, FileExistsError, IsADir
                 UnsupportedModuleError)
 
 
+@cli.entry_point(PROG, _USER_ERRORS)
 def main(argv=None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     fields = {f.name for f in dataclasses.fields(TrainSettings)}
+    s = TrainSettings(**{k: v for k, v in vars(args).items() if k in fields})  # checks every setting first
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    if args.resume and not os.path.isfile(os.path.join(s.out, "checkpoint.pth")):
+        raise FileNotFoundError(f"--resume: no checkpoint at {os.path.join(s.out, 'checkpoint.pth')}")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun
+        torch.distributed.init_process_group("nccl" if _device(s).type == "cuda" else "gloo")
     try:
-        s = TrainSettings(**{k: v for k, v in vars(args).items() if k in fields})
-        if args.threads is not None:
-            if args.threads < 1:
-                raise ValueError(f"--threads must be >= 1, got {args.threads}")
-            torch.set_num_threads(args.threads)
-        if args.resume and not os.path.isfile(os.path.join(s.out, "checkpoint.pth")):
-            raise FileNotFoundError(f"--resume: no checkpoint at {os.path.join(s.out, 'checkpoint.pth')}")
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun
-            torch.distributed.init_process_group("nccl" if _device(s).type == "cuda" else "gloo")
-        try:
-            result = train(s, resume=args.resume, progress=not args.no_progress)
-            rank, _ = _dist_info()
-        finally:
-            if torch.distributed.is_available() and torch.distributed.is_initialized():
-                torch.distributed.destroy_process_group()
-    except _USER_ERRORS as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        print(f"{parser.prog}: error: {msg}", file=sys.stderr)
-        return 2
+        result = train(s, resume=args.resume, progress=not args.no_progress)
+        rank, _ = _dist_info()
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     if rank != 0:
         return 0
     line = f"step {result['step']}  loss {result['loss']:.4f}  checkpoint {result['checkpoint']}"
