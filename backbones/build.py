@@ -5,7 +5,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from torch import nn
 
 from .checkpoints import load_strict, read_checkpoint, resolve_weights, sha256_file, to_timm_state_dict
@@ -52,7 +51,33 @@ class Backbone:
         return {"backbone": self.config.name, "backbone_config": self.config.as_dict(), "head": self.head,
                 "dim": self.dim, "preprocessing": self.config.preprocessing.as_dict(),
                 "weights_file": self.weights_path.name if self.weights_path else None,
-                "weights_sha256": self.weights_sha256}
+                "weights_sha256": self.weights_sha256,
+                "weights_privacy": weights_privacy(self.weights_path, self.weights_sha256)}
+
+
+def weights_privacy(path, sha256: str | None) -> dict | None:
+    """The DP training record of weights trained on private data (DP-MAE's ``<stem>.json`` beside the file).
+
+    A store of features of the *same* images then carries it, and privlin charges it to that split's ledger, so
+    a private probe composes with the backbone's own training.  The record must name these weights' sha256.
+    """
+    if path is None:
+        return None
+    meta_path = Path(path).with_suffix(".json")
+    if not meta_path.exists():
+        return None
+    import json
+
+    meta = json.loads(meta_path.read_text())
+    privacy = meta.get("privacy") or {}
+    if "dp_event" not in privacy:
+        return None
+    if meta.get("sha256") != sha256:
+        raise ValueError(f"{meta_path} describes weights with sha256 {meta.get('sha256')}, not {path} ({sha256}): "
+                         "the privacy record does not belong to these weights")
+    return {"dataset": (meta.get("settings") or {}).get("data"), "n": privacy.get("n_private"),
+            "dp_event": privacy["dp_event"], "epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"),
+            "neighbouring": "replace_special", "weights_sha256": sha256}
 
 
 def load_backbone(backbone: str | BackboneConfig, *, head: str | None = None,

@@ -157,7 +157,7 @@ MEMORY_CHILD = r"""
 import json, os, resource, sys, numpy as np
 sys.path.insert(0, %(root)r)
 import privlin, stores, jax
-path, k, method = %(path)r, %(k)d, %(method)r
+path, k, method, limit = %(path)r, %(k)d, %(method)r, %(limit)d
 def rss_mb():
     with open("/proc/self/status") as f:
         for line in f:
@@ -168,7 +168,7 @@ def peak_mb():
         for line in f:
             if line.startswith("VmHWM"):
                 return int(line.split()[1]) / 1024
-kw = dict(eps=1, method=method, classes=range(k), random_state=0, memory_limit=0, block_rows=8192,
+kw = dict(epsilon=1, method=method, classes=range(k), random_state=0, memory_limit=limit, block_rows=8192,
           steps=None if method == "adam1" else 3)
 small = %(small)r
 privlin.fit(small, **kw)  # warm-up: imports, JIT compile on the same block shape
@@ -180,7 +180,9 @@ try:
 except OSError:
     pass  # then the peak includes the (smaller) warm-up fit: an over-estimate
 privlin.fit(path, **kw)
-print(json.dumps({"base_mb": base, "peak_mb": peak_mb()}))
+from privlin import data, runner
+est = runner.in_memory_bytes(data.as_source(path, "train"), k) / 2**20
+print(json.dumps({"base_mb": base, "peak_mb": peak_mb(), "estimate_mb": est}))
 """
 
 
@@ -192,7 +194,7 @@ def bench_memory(tmp, n, d, k):
     store_mb = n * d * 2 / 2**20
     rows = []
     for method in ("adam1", "sgd"):
-        code = MEMORY_CHILD % dict(root=ROOT, path=path, k=k, method=method, small=small)
+        code = MEMORY_CHILD % dict(root=ROOT, path=path, k=k, method=method, small=small, limit=0)
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
         if p.returncode != 0:
@@ -203,6 +205,20 @@ def bench_memory(tmp, n, d, k):
                     f"float16 store (n={n}, d={d}; {2 * store_mb:.0f} MiB as float32) | store {store_mb:.0f} MiB | "
                     f"+{used:.0f} MiB over {r['base_mb']:.0f} MiB after warm-up | "
                     f"**store = {store_mb / max(used, 1):.1f}× the memory used** |")
+    # the in-memory path on a quarter of the rows: its real peak against what memory_limit is compared with
+    quarter = os.path.join(tmp, "quarter.zarr")
+    build_store(quarter, n // 4, d, k)
+    code = MEMORY_CHILD % dict(root=ROOT, path=quarter, k=k, method="sgd", small=small, limit=2**40)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr[-3000:])
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    used = r["peak_mb"] - r["base_mb"]
+    rows.append(f"| in-memory fit (sgd) on {n // 4} × {d} float16 rows: measured peak vs "
+                f"`runner.in_memory_bytes` (what `memory_limit` is compared with) | estimate {r['estimate_mb']:.0f} MiB"
+                f" | +{used:.0f} MiB over {r['base_mb']:.0f} MiB | **peak = {used / r['estimate_mb']:.2f}× the "
+                f"estimate** |")
     return rows
 
 

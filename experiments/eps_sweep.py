@@ -3,44 +3,57 @@
 ::
 
     python -m experiments.eps_sweep features/vip_base_cls_cifar10.zarr --eps 0.5 1 2 4 8 --method adam1 sgd
-    python -m experiments.eps_sweep STORE --method sgd --lr 1 5 --val-split val --select-eps 0.5
+    python -m experiments.eps_sweep STORE --method sgd --lr 1 5 --val-split val --select-eps 0.5 --draws 3
 
-Each row's ε is the guarantee of that one model.  Picking the best row by its test accuracy is not private; with
-``--val-split`` the best setting is chosen privately on that split (report-noisy-max, ``--select-eps``) and only
-the chosen model's test accuracy is reported as the private result.
+Each row's ε is the guarantee of that one model; the sweep's total (every setting and draw, composed) is what
+the training split is charged, and the split's ledger total is printed after it.  Picking the best row by its
+test accuracy is not private; with ``--val-split`` the best setting is chosen privately on that split
+(report-noisy-max, ``--select-eps``) and only the chosen model's test accuracy is reported as the private result.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
 
+import stores
+from stores import cli
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.eps_sweep", description=__doc__.split("\n\n")[0])
+from experiments import USER_ERRORS, results
+from experiments.spent import earlier_entries, spent_line
+
+PROG = "python -m experiments.eps_sweep"
+POSITIVE = cli.Interval(float, 0, None, closed="neither")
+
+
+def build_parser():
+    p = cli.parser(PROG, __doc__)
     p.add_argument("store", help="store path or fsspec URL")
-    p.add_argument("--eps", type=float, nargs="+", default=[0.5, 1.0, 2.0, 4.0, 8.0])
-    p.add_argument("--delta", type=float, default=1e-5)
+    p.add_argument("--eps", type=cli.Interval(float, 0, math.inf, closed="right"), nargs="+",
+                   default=[0.5, 1.0, 2.0, 4.0, 8.0], help="target ε of each model (inf: the non-private baseline)")
+    p.add_argument("--delta", type=cli.Interval(float, 0, 1, closed="neither"), default=1e-5)
     p.add_argument("--method", nargs="+", default=["adam1"], choices=["adam1", "sgd"])
-    p.add_argument("--lr", type=float, nargs="+", default=None, help="learning rates (default: privlin's rule)")
-    p.add_argument("--steps", type=int, nargs="+", default=[100], help="sgd steps")
-    p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--lr", type=POSITIVE, nargs="+", default=None, help="learning rates (default: privlin's rule)")
+    p.add_argument("--steps", type=cli.Interval(int, 1), nargs="+", default=[100], help="sgd steps")
+    p.add_argument("--clip", type=POSITIVE, default=1.0)
     p.add_argument("--no-normalize", dest="normalize", action="store_false", help="do not scale rows to norm clip")
-    p.add_argument("--center-share", type=float, default=0.0, help="share of the budget for private centering")
-    p.add_argument("--split", default="train")
+    p.add_argument("--center-share", type=cli.Interval(float, 0, 1, closed="left"), default=0.0,
+                   help="share of the budget for private centering (0: no centering)")
+    p.add_argument("--draws", type=cli.Interval(int, 1), default=1,
+                   help="noise draws per setting (each is a fit, charged; >1 draws error bars)")
+    p.add_argument("--split", default="train", help="private training split")
     p.add_argument("--eval-split", default="test")
     p.add_argument("--val-split", default=None, help="held-out private split for private selection")
-    p.add_argument("--select-eps", type=float, default=0.5)
+    p.add_argument("--select-eps", type=POSITIVE, default=0.5, help="ε of the private selection")
     p.add_argument("--seed", type=int, default=None, help="noise seed (default: OS entropy)")
-    p.add_argument("--out", default=None, help="folder for sweep.csv and sweep.png (default: print only)")
-    args = p.parse_args(argv)
+    p.add_argument("--out", type=cli.output_folder, default=None,
+                   help="folder for sweep.csv and sweep.png (default: print only)")
+    p.add_argument("--no-progress", action="store_true")
+    return p
 
-    import stores
-    from privlin.selection import select_private
-    from privlin.sweep import sweep
 
-    st = stores.open(args.store)
+def settings(args) -> list[dict]:
+    """The estimator parameters of every setting the command line asks for (one draw each)."""
     todo = []
     for m in args.method:
         for e in args.eps:
@@ -49,31 +62,82 @@ def main(argv=None) -> int:
                     todo.append(dict(method=m, epsilon=e, delta=args.delta, learning_rate=lr, steps=t,
                                      clip=args.clip, normalize=args.normalize, center=args.center_share > 0,
                                      **({"center_share": args.center_share} if args.center_share > 0 else {})))
-    res = sweep(st, settings=todo, split=args.split, eval_split=args.eval_split, random_state=args.seed,
-                progress=True)
+    return todo
+
+
+def line_label(record: dict, args) -> str:
+    """The curve a record belongs to: its method, plus lr / steps only when the command line varies them."""
+    label = record["method"]
+    if args.lr and len(args.lr) > 1:
+        label += f" lr={record['learning_rate']:.3g}"
+    if record["method"] == "sgd" and len(args.steps) > 1:
+        label += f" T={record['steps']}"
+    return label
+
+
+def _check_splits(st, args) -> None:
+    """Every split named exists and the validation split is not the training split: before anything is charged."""
+    named = {"--split": args.split, "--eval-split": args.eval_split, "--val-split": args.val_split}
+    for flag, name in named.items():
+        if name is not None and name not in st.splits:
+            raise cli.UserError(f"{flag} {name!r}: no such split in {args.store}; its splits: {st.splits}")
+    if args.val_split is not None and args.val_split in (args.split, args.eval_split):
+        raise cli.UserError(f"--val-split {args.val_split!r} must be held out: not the training or evaluation split")
+
+
+@cli.entry_point(PROG, USER_ERRORS)
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    from privlin.selection import select_private
+    from privlin.sweep import sweep
+
+    st = stores.open(args.store)
+    _check_splits(st, args)
+    todo = settings(args)
+    progress = not args.no_progress
+    earlier_entries(args.store, args.split)
+    n_fits = len(todo) * args.draws
+    with cli.status(f"sweeping {n_fits} private fits on [{args.split}]", enabled=progress):
+        res = sweep(st, settings=todo * args.draws, split=args.split, eval_split=args.eval_split,
+                    random_state=args.seed, progress=progress)
     print(res.table())
+    spent = [spent_line(args.store, args.split, res.total_epsilon, res.total_delta,
+                        f"{n_fits} private fits composed", progress=progress)]
     if args.val_split:
         sel = select_private(res, st[args.val_split], epsilon=args.select_eps, delta=args.delta,
                              split=args.val_split, random_state=args.seed)
         r = sel.record
-        print(f"\nprivately selected on '{args.val_split}' (ε_select={args.select_eps:g}): {r['method']} ε={r['epsilon']:g}"
-              f" lr={r['learning_rate']:.3g} steps={r['steps']} -> {args.eval_split} accuracy "
-              f"{100 * r['accuracy']:.2f}%; training rows pay ε={res.total_epsilon:.3f} (all settings), "
-              f"validation rows ε={args.select_eps:g}")
+        print(f"\nprivately selected on '{args.val_split}' (ε_select={sel.epsilon:g}): {r['method']} "
+              f"ε={r['epsilon']:g} lr={r['learning_rate']:.3g} steps={r['steps']} -> {args.eval_split} accuracy "
+              f"{100 * r['accuracy']:.2f}%; training rows pay ε={sel.training_epsilon:.3f} (all settings), "
+              f"validation rows ε={sel.epsilon:g}")
+        spent.append(spent_line(args.store, args.val_split, sel.epsilon, sel.delta, "private selection",
+                                progress=progress))
     else:
         print("\n(best-of-table numbers are tuned on the evaluation split: not private; use --val-split)")
+    print("privacy spent:\n" + "\n".join("  " + s for s in spent))
     if args.out:
-        os.makedirs(args.out, exist_ok=True)
-        res.to_csv(os.path.join(args.out, "sweep.csv"), extra={"store": args.store})
-        from experiments.plotting import plot_privacy_curves
-
-        rows = [{**r, "label": f"{r['method']} lr={r['learning_rate']:.3g}" + (f" T={r['steps']}" if r["method"] == "sgd"
-                                                                               else "")}
-                for r in res.records if r["epsilon"] is not None and math.isfinite(r["epsilon"])]
-        png = plot_privacy_curves(rows, os.path.join(args.out, "sweep.png"), delta=args.delta,
-                                  title=f"{st.attrs.get('backbone', '?')} on {st.attrs.get('dataset', '?')}")
-        print(f"wrote {args.out}/sweep.csv and {png}")
+        _write(args, st, res)
     return 0
+
+
+def _write(args, st, res) -> None:
+    """sweep.csv (mean ± sd over draws, accuracy in %) and sweep.png (one connected curve per method)."""
+    from experiments.plotting import plot_privacy_curves
+
+    os.makedirs(args.out, exist_ok=True)
+    rows = [{**r, "label": line_label(r, args)} for r in res.records]
+    summary = results.summarize(rows, by=("label", "method", "epsilon"),
+                                keep=("achieved_epsilon", "delta", "noise_multiplier", "learning_rate", "steps",
+                                      "clip", "center_share"))
+    csv_path = results.write_csv([{"store": args.store, **s} for s in summary], os.path.join(args.out, "sweep.csv"))
+    finite = [s for s in summary if math.isfinite(s["epsilon"])]
+    draws = f" (mean ± sd of {args.draws} noise draws)" if args.draws > 1 else ""
+    note = (f"Producing this figure cost ε = {res.total_epsilon:.4g} at δ = {res.total_delta:g} on [{args.split}] "
+            f"({len(res.records)} fits composed); each point's ε is one model's.")
+    png = plot_privacy_curves(finite, os.path.join(args.out, "sweep.png"), delta=args.delta, note=note,
+                              title=f"{st.attrs.get('backbone', '?')} on {st.attrs.get('dataset', '?')}{draws}")
+    print(f"wrote {csv_path} and {png}")
 
 
 if __name__ == "__main__":

@@ -14,22 +14,31 @@ What it does, and what is private:
    Settings are fixed in advance, not tuned on digits' accuracy: ``DPLinearClassifier``'s defaults for
    ``adam1`` and ``sgd`` (the plan's rules, :mod:`privlin.plan`), rows normalized to norm 1 = the clip norm and
    privately centered with 10% of the budget (:data:`CENTER_SHARE`); δ = 1e-5; zero-out neighbours (N public).
-   Each point is the mean over ``--seeds`` noise draws from OS entropy.  Every fit is charged to the ledger
+   Each point is the mean ± sd over ``--seeds`` noise draws from OS entropy.  Every fit is charged to the ledger
    beside the store.
 3. The dashed lines are non-private references: k-NN accuracy (faiss, cosine, k=10) on the same features.
+4. What it cost: each point's ε is one model's guarantee; producing the whole figure cost the composition of
+   every fit on the store (privlin's sweep total, printed and written on the figure), and the ledger beside each
+   store keeps the running total (printed): rerunning charges the stores again.  The k-NN reference is a
+   non-private release on the train split, so that ledger's total is ∞.
 
 The class list (the digits 0–9) is public; accuracies are on the test split, which is only evaluated, never used
 to choose anything.
 """
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import os
 import sys
 import time
 
-import numpy as np
+from stores import cli
 
+from experiments import USER_ERRORS, results
+from experiments.plotting import plot_privacy_curves
+from experiments.spent import earlier_entries, spent_line
+
+PROG = "python -m experiments.quickstart"
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
 DELTA = 1e-5
 BACKBONES = ("vip_toy", "pixels")
@@ -55,8 +64,19 @@ def build_store(backbone: str, out_dir: str, *, progress: bool = True) -> str:
     return path
 
 
-def run_store(path: str, label: str, *, seeds: int = 3, progress: bool = False) -> tuple[list[dict], float]:
-    """Sweep the fixed settings on one store (``seeds`` noise draws); returns (rows, k-NN reference accuracy)."""
+@dataclasses.dataclass
+class StoreRun:
+    """One store's part of the quickstart: per-draw rows, the k-NN reference, and what the fits were charged."""
+
+    rows: list[dict]
+    knn: float
+    epsilon: float  #: the composition of every private fit (privlin.sweep's total_epsilon): what was charged
+    delta: float
+    fits: int
+
+
+def run_store(path: str, label: str, *, seeds: int = 3, progress: bool = False) -> StoreRun:
+    """Sweep the fixed settings on one store (``seeds`` noise draws) and compute the k-NN reference."""
     import stores
     from privlin.knn import knn_accuracy
     from privlin.sweep import sweep
@@ -64,92 +84,111 @@ def run_store(path: str, label: str, *, seeds: int = 3, progress: bool = False) 
     st = stores.open(path)  # its published class list (the digits 0-9) is the public class list
     base = fixed_settings()
     # every noise draw is its own setting with its own key: one sweep, shared passes, all charged together
-    res = sweep(st, settings=base * seeds, progress=progress)
+    with cli.status(f"[{label}] {len(base) * seeds} private fits (one sweep)", enabled=progress):
+        res = sweep(st, settings=base * seeds, progress=progress)
     rows = []
     for i, r in enumerate(res.records):
         rows.append({"backbone": label, "method": r["method"], "label": f"{label} / {r['method']}",
                      "draw": i // len(base), **{k: r[k] for k in ("epsilon", "achieved_epsilon", "delta",
                                                                   "noise_multiplier", "center_noise_multiplier",
                                                                   "learning_rate", "steps", "clip", "accuracy")}})
-    knn = knn_accuracy(st["train"], st["test"], k=10)
-    return rows, knn.accuracy
+    with cli.status(f"[{label}] k-NN reference (non-private)", enabled=progress):
+        knn = knn_accuracy(st["train"], st["test"], k=10)
+    return StoreRun(rows, knn.accuracy, res.total_epsilon, res.total_delta, len(res.records))
 
 
 def summarize(rows: list[dict]) -> list[dict]:
-    """Mean and std of accuracy over seeds per (backbone, method, ε)."""
-    groups: dict[tuple, list[float]] = {}
-    for r in rows:
-        groups.setdefault((r["backbone"], r["method"], r["epsilon"]), []).append(r["accuracy"])
-    return [{"backbone": b, "method": m, "epsilon": e, "accuracy": float(np.mean(a)), "std": float(np.std(a)),
-             "seeds": len(a)} for (b, m, e), a in sorted(groups.items())]
+    """Accuracy (%) mean ± sd over the noise draws per (backbone, method, ε)."""
+    return results.summarize(rows, by=("backbone", "method", "epsilon"), keep=("label", "achieved_epsilon", "delta"))
 
 
 def format_table(summary: list[dict], knn: dict[str, float]) -> str:
-    """Accuracy (%) per (backbone, method) row and ε column, plus the non-private k-NN column."""
+    """Accuracy (%, mean ± sd over draws) per (backbone, method) row and ε column, plus the non-private k-NN."""
     lines = ["| features / method | " + " | ".join(f"ε={e:g}" for e in EPSILONS) + " | k-NN (non-private) |",
              "|---|" + "---:|" * (len(EPSILONS) + 1)]
     by = {(s["backbone"], s["method"], s["epsilon"]): s for s in summary}
     for b in dict.fromkeys(s["backbone"] for s in summary):
         for m in dict.fromkeys(s["method"] for s in summary if s["backbone"] == b):
-            cells = [f"{100 * by[(b, m, e)]['accuracy']:.1f}" for e in EPSILONS]
+            cells = [_cell(by[(b, m, e)]) for e in EPSILONS]
             lines.append(f"| {b} / {m} | " + " | ".join(cells) + f" | {100 * knn[b]:.1f} |")
     return "\n".join(lines)
 
 
-def write_csv(rows: list[dict], path: str) -> None:
-    import csv
-
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
+def _cell(s: dict) -> str:
+    return f"{s['accuracy_pct']:.1f}" + ("" if s["sd_pct"] is None else f" ± {s['sd_pct']:.1f}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.quickstart", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=os.path.join("runs", "quickstart"), help="output folder (default runs/quickstart)")
+def _check_backbones(names: list[str]) -> list[str]:
+    """Every backbone known and its weights present, before anything is featurized or charged."""
+    import backbones
+
+    if not names:
+        raise cli.UserError("--backbones names no backbone")
+    for name in names:
+        try:
+            backbones.resolve_weights(backbones.get_config(name))
+        except KeyError:
+            raise cli.UserError(f"unknown backbone {name!r}; known: {backbones.list_backbones()}") from None
+    return names
+
+
+def build_parser():
+    p = cli.parser(PROG, __doc__)
+    p.add_argument("--out", type=cli.output_folder, default=os.path.join("runs", "quickstart"), help="output folder")
     p.add_argument("--backbones", default=",".join(BACKBONES), help="comma-separated registry names")
-    p.add_argument("--seeds", type=int, default=3, help="noise draws per point (default 3)")
-    p.add_argument("--docs", action="store_true", help="also copy the PNG to docs/quickstart.png")
+    p.add_argument("--seeds", type=cli.Interval(int, 1), default=3, help="noise draws per point")
+    p.add_argument("--docs", action="store_true", help="also copy the PNG and the CSV to docs/")
     p.add_argument("--no-progress", action="store_true")
-    args = p.parse_args(argv)
-    if args.seeds < 1:
-        p.error("--seeds must be >= 1")
+    return p
+
+
+@cli.entry_point(PROG, USER_ERRORS)
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    names = _check_backbones([b.strip() for b in args.backbones.split(",") if b.strip()])
+    progress = not args.no_progress
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
-    all_rows, knn = [], {}
-    for bb in [b.strip() for b in args.backbones.split(",") if b.strip()]:
+    all_rows, knn, spent = [], {}, []
+    for bb in names:
         t = time.time()
-        try:
-            path = build_store(bb, args.out, progress=not args.no_progress)
-        except Exception as e:  # noqa: BLE001 - say which backbone and why, keep going with the others
-            print(f"quickstart: skipping {bb}: {type(e).__name__}: {e}", file=sys.stderr)
-            continue
+        path = build_store(bb, args.out, progress=progress)
         t_feat = time.time() - t
-        rows, knn[bb] = run_store(path, bb, seeds=args.seeds)
-        all_rows += rows
-        print(f"[{bb}] features {t_feat:.1f} s, {len(rows)} private fits {time.time() - t - t_feat:.1f} s -> {path}",
-              file=sys.stderr)
-    if not all_rows:
-        print("quickstart: no backbone could be featurized", file=sys.stderr)
-        return 1
+        spent_before = earlier_entries(path, "train")
+        run = run_store(path, bb, seeds=args.seeds, progress=progress)
+        all_rows += run.rows
+        knn[bb] = run.knn
+        spent.append((bb, path, run, spent_before))
+        print(f"[{bb}] features {t_feat:.1f} s, {run.fits} private fits + k-NN {time.time() - t - t_feat:.1f} s "
+              f"-> {path}", file=sys.stderr)
     summary = summarize(all_rows)
-    csv_path = os.path.join(args.out, "quickstart.csv")
-    write_csv(summary, csv_path)
-    write_csv(all_rows, os.path.join(args.out, "quickstart_runs.csv"))
-    from experiments.plotting import plot_privacy_curves
-
-    png = plot_privacy_curves([{**s, "label": f"{s['backbone']} / {s['method']}"} for s in summary],
-                              os.path.join(args.out, "quickstart.png"),
-                              references={f"{b} k-NN (non-private)": a for b, a in knn.items()},
-                              title=f"digits: private linear probes (mean of {args.seeds} noise draws)", delta=DELTA)
+    csv_path = results.write_csv(summary, os.path.join(args.out, "quickstart.csv"))
+    results.write_csv([{**{k: v for k, v in r.items() if k != "accuracy"}, "accuracy_pct": 100 * r["accuracy"]}
+                       for r in all_rows], os.path.join(args.out, "quickstart_runs.csv"))
+    lines = [spent_line(path, "train", run.epsilon, run.delta,
+                        f"{run.fits} private fits composed, plus the non-private k-NN reference", progress=progress)
+             for _, path, run, _ in spent]
+    per_store = sorted({f"{run.epsilon:.4g}" for _, _, run, _ in spent})
+    note = (f"Producing this figure cost ε = {' / '.join(per_store)} at δ = {DELTA:g} on each store's train split "
+            f"({spent[0][2].fits} private fits composed); each point's ε is one model's. The k-NN lines are "
+            f"non-private.")
+    png = plot_privacy_curves(summary, os.path.join(args.out, "quickstart.png"),
+                              references={f"{b} k-NN (non-private)": 100 * a for b, a in knn.items()},
+                              title=f"digits: private linear probes (mean ± sd of {args.seeds} noise draws)",
+                              delta=DELTA, note=note)
     if args.docs:
         import shutil
         os.makedirs("docs", exist_ok=True)
         shutil.copyfile(png, os.path.join("docs", "quickstart.png"))
+        shutil.copyfile(csv_path, os.path.join("docs", "quickstart.csv"))
     print(format_table(summary, knn))
-    print(f"\nδ = {DELTA:g}, zero-out neighbours (N public); each ε is one model's guarantee (every fit is in the "
-          f"ledger beside its store).\nwrote {csv_path} and {png} in {time.time() - t0:.0f} s")
+    print(f"\nAccuracy in %, mean ± sd of {args.seeds} noise draws. δ = {DELTA:g}, zero-out neighbours (N public); "
+          f"each ε is one model's guarantee.\nPrivacy spent (privlin's ledger beside each store):")
+    for line in lines:
+        print("  " + line)
+    if any(before for *_, before in spent):
+        print("  (rerunning the quickstart charges its stores again: the totals above include earlier runs)")
+    print(f"wrote {csv_path} and {png} in {time.time() - t0:.0f} s")
     return 0
 
 

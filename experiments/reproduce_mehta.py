@@ -13,9 +13,13 @@ Every ε draws fresh noise in one shared pass (privlin.sweep); "non-private" is 
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
+
+from stores import cli
+
+from experiments import USER_ERRORS
+from experiments.paper_tables import add_common_arguments, reproduce
 
 #: Table 5 of seed 003: top-1 test accuracy (%) of ViT-B/16 pretrained on ImageNet-21k.
 PAPER_TABLE5 = {
@@ -34,41 +38,43 @@ def settings(epsilons=(0.5, 1.0, 2.0, 4.0, 8.0), non_private: bool = True):
     return [dict(epsilon=e, **RECIPE) for e in eps]
 
 
-def run(store_path: str, dataset: str, *, seed=None) -> list[dict]:
-    """Run the recipe on one store; rows for :func:`experiments.paper_tables.comparison_table`."""
-    import stores
-    from experiments.paper_tables import eval_split_of
+def run(store_path: str, dataset: str, *, seed=None, progress: bool = True) -> tuple[list[dict], str]:
+    """Run the recipe on one store: rows for :func:`experiments.paper_tables.comparison_table` and what it cost."""
+    from experiments.paper_tables import open_checked
+    from experiments.spent import earlier_entries, spent_line
     from privlin.sweep import sweep
 
-    st = stores.open(store_path)
-    res = sweep(st, settings=settings(), split="train", eval_split=eval_split_of(st), random_state=seed)
-    return [{"dataset": dataset, "epsilon": r["epsilon"], "achieved": r["achieved_epsilon"], "delta": r["delta"],
+    st, split = open_checked(store_path)
+    earlier_entries(store_path, "train")
+    with cli.status(f"{dataset}: {len(settings())} fits (one sweep)", enabled=progress):
+        res = sweep(st, settings=settings(), split="train", eval_split=split, random_state=seed, progress=progress)
+    rows = [{"dataset": dataset, "epsilon": r["epsilon"], "achieved": r["achieved_epsilon"], "delta": r["delta"],
              "paper": PAPER_TABLE5[dataset].get(r["epsilon"]), "ours": r["accuracy"]} for r in res.records]
+    return rows, spent_line(store_path, "train", res.total_epsilon, res.total_delta,
+                            f"{len(res.records)} fits composed, one of them non-private", progress=progress)
 
 
-def main(argv=None) -> int:
-    from experiments.paper_tables import build_hint, find_store, print_report
+PROG = "python -m experiments.reproduce_mehta"
 
-    p = argparse.ArgumentParser(prog="python -m experiments.reproduce_mehta", description=__doc__.split("\n\n")[0])
+
+def build_parser():
+    p = cli.parser(PROG, __doc__)
     for ds in PAPER_TABLE5:
         p.add_argument(f"--{ds}", default=None, help=f"store of {ds} features (default: <store-dir>/"
                                                      f"{BACKBONE}_{HEAD}_{ds}.zarr)")
-    p.add_argument("--store-dir", default="features")
-    p.add_argument("--seed", type=int, default=None, help="noise seed (default: OS entropy)")
-    args = p.parse_args(argv)
-    rows, missing = [], []
-    for ds in PAPER_TABLE5:
-        path = find_store(getattr(args, ds), args.store_dir, BACKBONE, HEAD, ds)
-        if path is None:
-            missing.append(build_hint(BACKBONE, HEAD, ds, args.store_dir,
-                                      note="the paper used 256px center crops of 384px images; our registry's "
-                                           "preprocessing is recorded in the store"))
-            continue
-        rows += run(path, ds, seed=args.seed)
-    return print_report(rows, missing,
-                        "Mehta et al. Table 5 (ViT-B/16, ImageNet-21k) — one full-batch DP-Adam step, lr 1e-3, C=1",
-                        "Each ε is one model's guarantee (add/remove-one, exact GDP); the ε values were not tuned "
-                        "on the test split. The lr was fixed from the paper, whose own lr sweep is unaccounted.")
+    add_common_arguments(p)
+    return p
+
+
+@cli.entry_point(PROG, USER_ERRORS)
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    note = "the paper used 256px center crops of 384px images; our registry's preprocessing is recorded in the store"
+    return reproduce([(ds, BACKBONE, HEAD, note) for ds in PAPER_TABLE5], args,
+                     lambda path, ds: run(path, ds, seed=args.seed, progress=not args.no_progress),
+                     "Mehta et al. Table 5 (ViT-B/16, ImageNet-21k) — one full-batch DP-Adam step, lr 1e-3, C=1",
+                     "Each ε is one model's guarantee (zero-out neighbours, N public; exact GDP); the ε values were "
+                     "not tuned on the test split. The lr was fixed from the paper, whose own lr sweep is unaccounted.")
 
 
 if __name__ == "__main__":

@@ -18,8 +18,12 @@ Recipes, with the papers' noise multipliers used as given (our accountant then r
 """
 from __future__ import annotations
 
-import argparse
 import sys
+
+from stores import cli
+
+from experiments import USER_ERRORS
+from experiments.paper_tables import add_common_arguments, reproduce
 
 #: Table 22: ε -> (σ, lr); 100 steps, full batch, momentum 0.9.
 CIFAR10_TABLE22 = {0.1: (339, 0.8), 0.2: (171, 2.2), 0.5: (72, 5.5), 1.0: (38, 10), 2.0: (21, 20), 3.0: (14, 40),
@@ -53,53 +57,61 @@ def _paper(dataset: str):
     return list(IMAGENET_TABLE23), IMAGENET_TABLE5
 
 
-def run(store_path: str, dataset: str, *, seed=None, stream: bool = False) -> list[dict]:
-    import stores
-    from experiments.paper_tables import eval_split_of
-    from privlin.sweep import sweep
+def run(store_path: str, dataset: str, *, seed=None, stream: bool = False,
+        progress: bool = True) -> tuple[list[dict], str]:
+    """Run the recipe on one store: comparison rows and what it cost (privlin's totals)."""
+    from experiments.paper_tables import open_checked
+    from experiments.spent import earlier_entries, spent_line
 
-    st = stores.open(store_path)
+    st, split = open_checked(store_path)
     todo = cifar10_settings() if dataset == "cifar10" else imagenet_settings()
     eps_paper, acc_paper = _paper(dataset)
-    split = eval_split_of(st)
+    earlier_entries(store_path, "train")
     if not stream:
-        res = sweep(st, settings=todo, split="train", eval_split=split, random_state=seed)
-        return [{"dataset": dataset, "epsilon": e, "achieved": r["achieved_epsilon"], "delta": r["delta"],
+        from privlin.sweep import sweep
+
+        with cli.status(f"{dataset}: {len(todo)} fits (one sweep)", enabled=progress):
+            res = sweep(st, settings=todo, split="train", eval_split=split, random_state=seed, progress=progress)
+        rows = [{"dataset": dataset, "epsilon": e, "achieved": r["achieved_epsilon"], "delta": r["delta"],
                  "paper": acc_paper.get(e), "ours": r["accuracy"]} for e, r in zip(eps_paper, res.records)]
+        return rows, spent_line(store_path, "train", res.total_epsilon, res.total_delta,
+                                f"{len(todo)} fits composed", progress=progress)
     import privlin
 
     rows = []
     for e, s in zip(eps_paper, todo):  # the same parameters, one streamed fit each (bounded memory)
-        model = privlin.fit(st, split="train", random_state=seed, verbose=True, **s)
+        model = privlin.fit(st, split="train", random_state=seed, verbose=progress, **s)
         rows.append({"dataset": dataset, "epsilon": e, "achieved": model.privacy_.epsilon, "delta": s["delta"],
                      "paper": acc_paper.get(e), "ours": privlin.evaluate(model, st, split=split)})
-    return rows
+    eps, delta = model.privacy_.ledger_spent
+    return rows, (f"{store_path} [train]: {len(todo)} streamed fits; ledger total ε={eps:.4g} at δ={delta:g} "
+                  f"(privacy_.ledger_spent of the last fit)")
 
 
-def main(argv=None) -> int:
-    from experiments.paper_tables import build_hint, find_store, print_report
+PROG = "python -m experiments.reproduce_randp"
+#: Why a store may differ from the paper's features, shown with the command that builds it.
+NOTES = {"cifar10": "the paper used a WRN-16-4 trained on StyleGAN-oriented images (4096-d); any backbone's store "
+                    "works, pass it with --cifar10",
+         "imagenet": "36864-d blocks features of 1.28M images: ~94 GB as float16"}
 
-    p = argparse.ArgumentParser(prog="python -m experiments.reproduce_randp", description=__doc__.split("\n\n")[0])
+
+def build_parser():
+    p = cli.parser(PROG, __doc__)
     p.add_argument("--cifar10", default=None, help="store of CIFAR-10 features")
     p.add_argument("--imagenet", default=None, help="store of ImageNet syn_vip_base blocks features")
-    p.add_argument("--store-dir", default="features")
-    p.add_argument("--seed", type=int, default=None)
+    add_common_arguments(p)
     p.add_argument("--stream", action="store_true", help="fit each ε with privlin.fit (bounded memory)")
-    args = p.parse_args(argv)
-    rows, missing = [], []
-    notes = {"cifar10": "the paper used a WRN-16-4 trained on StyleGAN-oriented images (4096-d); any backbone's "
-                        "store works, pass it with --cifar10",
-             "imagenet": "36864-d blocks features of 1.28M images: ~94 GB as float16"}
-    for ds, (bb, head) in STORES.items():
-        path = find_store(getattr(args, ds), args.store_dir, bb, head, ds)
-        if path is None:
-            missing.append(build_hint(bb, head, ds, args.store_dir, note=notes[ds]))
-            continue
-        rows += run(path, ds, seed=args.seed, stream=args.stream)
-    return print_report(rows, missing,
-                        "DP-RandP private linear probing — the papers' σ, lr and steps; ε from our accountant",
-                        "ε (our accountant): exact GDP of the stated σ's (add/remove-one). The papers' "
-                        "hyperparameters were tuned by their authors without accounting the tuning.")
+    return p
+
+
+@cli.entry_point(PROG, USER_ERRORS)
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return reproduce([(ds, bb, head, NOTES[ds]) for ds, (bb, head) in STORES.items()], args,
+                     lambda path, ds: run(path, ds, seed=args.seed, stream=args.stream, progress=not args.no_progress),
+                     "DP-RandP private linear probing — the papers' σ, lr and steps; ε from our accountant",
+                     "ε (our accountant): exact GDP of the stated σ's (zero-out neighbours, N public). The papers' "
+                     "hyperparameters were tuned by their authors without accounting the tuning.")
 
 
 if __name__ == "__main__":

@@ -11,30 +11,24 @@ Rerunning the same command resumes a killed job; ``--shard i/n`` (or torchrun) s
 """
 from __future__ import annotations
 
-import argparse
 import pickle
 import sys
 
 import backbones
 import stores
+from stores import cli
 
 from .datasets import DatasetError
 from .job import CorruptImageError, extract
 
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Shows each option's default, except None and False (their help says what happens)."""
-
-    def _get_help_string(self, action):
-        if action.default in (None, False):
-            return action.help
-        return super()._get_help_string(action)
+PROG = "featurize"
+#: The mistakes a user can make here (a dataset, a backbone's weights, the output store, an argument's value).
+USER_ERRORS = (DatasetError, CorruptImageError, backbones.WeightsNotFoundError, backbones.CheckpointMismatchError,
+               stores.StoreError, KeyError, ValueError, pickle.UnpicklingError, OSError)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="featurize", description=__doc__.split("\n\n")[0],
-                                formatter_class=_HelpFormatter,
-                                epilog="Backbones: " + ", ".join(backbones.list_backbones()))
+def build_parser():
+    p = cli.parser(PROG, __doc__, epilog="Backbones: " + ", ".join(backbones.list_backbones()))
     p.add_argument("--backbone", required=True, help="registry name, e.g. vip_base, vit_b16_in21k, vip_toy, pixels")
     p.add_argument("--dataset", required=True, help="imagenet, cifar10, cifar100, digits or imagefolder:PATH")
     p.add_argument("--data-dir", default=None, help="root of imagenet / the CIFAR python release")
@@ -44,32 +38,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="store path or fsspec URL (default features/<bb>_<head>_<ds>.zarr)")
     p.add_argument("--weights", default=None,
                    help=f"weights file (default ${backbones.WEIGHTS_DIR_ENV}/<registry file name>)")
-    p.add_argument("--batch-size", type=int, default=256, help="images per forward pass")
-    p.add_argument("--num-workers", type=int, default=None, help="decoding processes (default min(8, cpus))")
+    p.add_argument("--batch-size", type=cli.Interval(int, 1), default=256, help="images per forward pass")
+    p.add_argument("--num-workers", type=cli.Interval(int, 0), default=None,
+                   help="decoding processes (default min(8, cpus))")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--dtype", default="float16", choices=("float16", "float32"), help="stored feature dtype")
     p.add_argument("--shard", default=None, help="i/n: write every n-th store shard starting at i "
                                                  "(default: torchrun RANK/WORLD_SIZE, else 0/1)")
-    p.add_argument("--shard-rows", type=int, default=None, help="rows per store shard (default ~16 MiB shards)")
+    p.add_argument("--shard-rows", type=cli.Interval(int, 1), default=None,
+                   help="rows per store shard (default ~16 MiB shards)")
     p.add_argument("--skip-bad", action="store_true", help="record undecodable images as skipped rows")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
+@cli.entry_point(PROG, USER_ERRORS)
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        result = extract(args.backbone, args.dataset, splits=args.split.split(",") if args.split else None,
-                         out=args.out, head=args.head, data_dir=args.data_dir, weights=args.weights,
-                         batch_size=args.batch_size, num_workers=args.num_workers, device=args.device,
-                         dtype=args.dtype, shard=args.shard, shard_rows=args.shard_rows, skip_bad=args.skip_bad,
-                         progress=not args.no_progress)
-    except (DatasetError, CorruptImageError, backbones.WeightsNotFoundError, backbones.CheckpointMismatchError,
-            stores.StoreError, KeyError, ValueError, pickle.UnpicklingError, OSError) as e:
-        # user errors: one line, no traceback (anything else is a bug and keeps its traceback)
-        text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
-        print(f"featurize: error: {' '.join(text.split())}", file=sys.stderr)
-        return 2
+    result = extract(args.backbone, args.dataset, splits=args.split.split(",") if args.split else None,
+                     out=args.out, head=args.head, data_dir=args.data_dir, weights=args.weights,
+                     batch_size=args.batch_size, num_workers=args.num_workers, device=args.device,
+                     dtype=args.dtype, shard=args.shard, shard_rows=args.shard_rows, skip_bad=args.skip_bad,
+                     progress=not args.no_progress)
     for s in result["splits"]:
         rate = s["rows"] / s["seconds"] if s["seconds"] > 0 else 0.0
         state = "complete" if s["complete"] else "waiting for other writers' shards"

@@ -98,6 +98,8 @@ def compose_epsilon(events: Iterable[_ev.DpEvent], delta: float, *, neighbouring
     ``inf`` when an event is non-private (``NonPrivateDpEvent``); 0 for no events.
     """
     events = list(events)
+    if any(_non_private(e) for e in events):
+        return math.inf
     sigmas = _flatten_gaussians(_ev.ComposedDpEvent(events))
     if sigmas is not None:
         sigmas = [s for s in sigmas if np.isfinite(s)]
@@ -240,6 +242,16 @@ def dp_event(noise_multiplier: float, *, steps: int = 1, sample_rate: float = 1.
     train = _ev.SelfComposedDpEvent(step, steps) if steps > 1 else step
     events = [_ev.GaussianDpEvent(float(s)) for s in extra_noise_multipliers if np.isfinite(s)]
     return _ev.ComposedDpEvent(events + [train]) if events else train
+
+
+def _non_private(event) -> bool:
+    """Whether an event (or one inside it) releases without noise: the total is then ∞, no accountant needed."""
+    if isinstance(event, _ev.NonPrivateDpEvent):
+        return True
+    inner = getattr(event, "event", None)
+    if inner is not None and _non_private(inner):
+        return True
+    return any(_non_private(e) for e in getattr(event, "events", ()) or ())
 
 
 def _flatten_gaussians(event: _ev.DpEvent, count: int = 1) -> list[float] | None:

@@ -121,6 +121,10 @@ class AuditResult:
     confidence, delta : float
     details : dict
         Counts (fp, fn, runs) or (m, r, v) behind the bound.
+    ceiling : float
+        The largest lower bound these run counts could certify (a perfect attack: no error).  A claim above
+        the ceiling cannot be refuted by this audit, whatever the code does: an audit row means something
+        only for ε below its ceiling.
     """
 
     epsilon_lb: float
@@ -129,6 +133,7 @@ class AuditResult:
     confidence: float = 0.95
     delta: float = 0.0
     details: dict = field(default_factory=dict)
+    ceiling: float = math.nan
 
     @property
     def violated(self) -> bool:
@@ -139,9 +144,12 @@ class AuditResult:
         return asdict(self)
 
     def __str__(self) -> str:
-        verdict = "VIOLATED" if self.violated else "consistent"
+        verdict = ("VIOLATED" if self.violated else
+                   "consistent (claim above this audit's ceiling: not testable)" if self.epsilon_claimed > self.ceiling
+                   else "consistent")
         return (f"claimed ε={self.epsilon_claimed:.3g}  audited lower bound ε≥{self.epsilon_lb:.3f} "
-                f"({self.confidence:.0%} confidence, δ={self.delta:g})  attack: {self.attack}  -> {verdict}")
+                f"(ceiling {self.ceiling:.2f}; {self.confidence:.0%} confidence, δ={self.delta:g})  "
+                f"attack: {self.attack}  -> {verdict}")
 
 
 def _best_threshold(s_in: np.ndarray, s_out: np.ndarray, delta: float, alpha: float = 0.05):
@@ -219,6 +227,7 @@ def threshold_audit(
     lb = epsilon_lower_bound(fp, b.size, fn, a.size, delta, confidence)
     return AuditResult(
         epsilon_lb=lb, epsilon_claimed=float(epsilon_claimed), attack=name, confidence=confidence, delta=delta,
+        ceiling=epsilon_lower_bound(0, b.size, 0, a.size, delta, confidence),
         details={"fp": fp, "n_out": int(b.size), "fn": fn, "n_in": int(a.size), "threshold": thr * sign,
                  "direction": "score >= t means in" if sign > 0 else "score <= t means in",
                  "selection_runs": k_in + k_out},
@@ -309,8 +318,11 @@ def one_run_audit(
         if eps > best[0] or best[1] == 0:
             best = (eps, 2 * k, v, k)
     eps, r, v, k = best
+    ceiling = max(one_run_epsilon(m, 2 * int(min(g, m // 2)), 2 * int(min(g, m // 2)), delta, conf_each)
+                  for g in guesses if min(g, m // 2) >= 1)
     return AuditResult(epsilon_lb=eps, epsilon_claimed=float(epsilon_claimed), attack=f"one-run top/bottom-{k}",
-                       confidence=confidence, delta=delta, details={"m": m, "r": r, "v": v, "k": k})
+                       confidence=confidence, delta=delta, details={"m": m, "r": r, "v": v, "k": k},
+                       ceiling=ceiling)
 
 
 # --------------------------------------------------------------------------- running trainers
@@ -601,35 +613,92 @@ def _digits():
     return X.astype(np.float32), y.astype(np.int32)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m privlin.audit --method NAME --epsilon E [E ...] --runs R``."""
-    import argparse
-    import json
+AUDIT_PROG = "python -m privlin.audit"
 
-    p = argparse.ArgumentParser(prog="python -m privlin.audit",
-                                description="Empirically lower-bound the ε of a privlin trainer on digits.")
-    p.add_argument("--method", default="gaussian_sum", help=f"one of {sorted(METHODS)} or 'all'")
-    p.add_argument("--epsilon", type=float, nargs="+", default=[1.0])
-    p.add_argument("--delta", type=float, default=1e-5)
-    p.add_argument("--runs", type=int, default=1000)
-    p.add_argument("--confidence", type=float, default=0.95)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
-    methods = sorted(METHODS) if args.method == "all" else [args.method]
-    bad = [m for m in methods if m not in METHODS]
-    if bad:
-        p.error(f"unknown method {bad[0]!r}; choose from {sorted(METHODS)} or 'all'")
-    violated = False
-    for m in methods:
-        for eps in args.epsilon:
-            res = audit_method(m, eps, delta=args.delta, runs=args.runs, seed=args.seed, confidence=args.confidence)
+
+def _audit_parser():
+    """The command line of :func:`main` (limits as data: ``stores.cli``)."""
+    from stores import cli
+
+    from privlin.plan import METHODS as ESTIMATOR_METHODS
+
+    p = cli.parser(AUDIT_PROG, "Empirically lower-bound the ε of a privlin trainer on digits (rows at unit norm).",
+                   epilog="Exit status: 0 every claim consistent, 3 an audit proved a claim false, 2 a usage error.")
+    p.add_argument("--method", default="gaussian_sum", choices=sorted({*METHODS, *ESTIMATOR_METHODS, "all"}),
+                   help=f"canary audit: one of {sorted(METHODS)}; with --one-run: one of "
+                        f"{list(ESTIMATOR_METHODS)} (DPLinearClassifier with its defaults); 'all': every one")
+    p.add_argument("--epsilon", type=cli.Interval(float, 0, math.inf, closed="neither"), nargs="+", default=[1.0],
+                   help="claimed ε values to audit")
+    p.add_argument("--delta", type=cli.Interval(float, 0, 1, closed="neither"), default=1e-5)
+    p.add_argument("--runs", type=cli.Interval(int, 16), default=1000,
+                   help="canary audit: training runs, half with the canary")
+    p.add_argument("--one-run", action="store_true",
+                   help="one-run audit (Steinke, Nasr & Jagielski 2023): one fit of the shipped estimator with "
+                        "--canaries Dirac canaries, each included with probability 1/2")
+    p.add_argument("--canaries", type=cli.Interval(int, 2), default=1000, help="one-run audit: canaries")
+    p.add_argument("--path", choices=("in-memory", "streamed", "secure"), default="in-memory",
+                   help="one-run audit: the estimator's path (streamed: memory_limit=0; secure: secure_mode)")
+    p.add_argument("--confidence", type=cli.Interval(float, 0, 1, closed="neither"), default=0.95)
+    p.add_argument("--seed", type=int, default=0, help="seeds the audit's runs, canaries and split (reproducible)")
+    p.add_argument("--json", action="store_true", help="one JSON object per audit instead of a table")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines")
+    return p
+
+
+def _audit_tasks(args) -> list[tuple[str, float]]:
+    """(method, ε) pairs to audit; a method the chosen audit cannot run is a usage error."""
+    from stores import cli
+
+    from privlin.plan import METHODS as ESTIMATOR_METHODS
+
+    known = list(ESTIMATOR_METHODS) if args.one_run else sorted(METHODS)
+    methods = known if args.method == "all" else [args.method]
+    if methods[0] not in known:
+        other = "the canary audit (without --one-run)" if args.one_run else "--one-run"
+        raise cli.UserError(f"--method {args.method} is for {other}; here choose from {known} or 'all'")
+    return [(m, eps) for m in methods for eps in args.epsilon]
+
+
+def _audit_one(args, method: str, epsilon: float) -> AuditResult:
+    if not args.one_run:
+        return audit_method(method, epsilon, delta=args.delta, runs=args.runs, seed=args.seed,
+                            confidence=args.confidence)
+    X, y = _digits()
+    params = {"method": method, "epsilon": epsilon, "delta": args.delta,
+              **{"in-memory": {}, "streamed": {"memory_limit": 0}, "secure": {"secure_mode": True}}[args.path]}
+    return one_run_estimator_audit(params, X, y, canaries=args.canaries, seed=args.seed, delta=args.delta,
+                                   confidence=args.confidence)
+
+
+def _audit_row(method: str, res: AuditResult, ceiling) -> str:
+    top = "" if ceiling is None else f"  ceiling ε≤{ceiling:.3f}"
+    verdict = "VIOLATED" if res.violated else "consistent"
+    return (f"{method:<15s} claimed ε={res.epsilon_claimed:.3g}  audited lower bound ε≥{res.epsilon_lb:.3f}{top}  "
+            f"({res.confidence:.0%} confidence, δ={res.delta:g})  attack: {res.attack}  -> {verdict}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m privlin.audit --method NAME --epsilon E [E ...] (--runs R | --one-run [--canaries M])``."""
+    from stores import cli
+
+    @cli.entry_point(AUDIT_PROG, (ValueError,))
+    def run(argv):
+        import json
+
+        args = _audit_parser().parse_args(argv)
+        tasks = _audit_tasks(args)
+        kind = f"one-run audit, {args.canaries} canaries" if args.one_run else f"canary audit, {args.runs} runs"
+        violated = False
+        for i, (m, eps) in enumerate(tasks):
+            with cli.status(f"[{i + 1}/{len(tasks)}] {m} at ε={eps:g} ({kind})", enabled=not args.no_progress):
+                res = _audit_one(args, m, eps)
+            ceiling = getattr(res, "ceiling", None)  # the largest ε this many runs can certify (when known)
             violated |= res.violated
-            if args.json:
-                print(json.dumps({"method": m, **res.as_dict()}))
-            else:
-                print(f"{m:<16s} {res}")
-    return 2 if violated else 0
+            print(json.dumps({"method": m, **res.as_dict(), "ceiling": ceiling}) if args.json
+                  else _audit_row(m, res, ceiling), flush=True)
+        return 3 if violated else 0
+
+    return run(argv)
 
 
 if __name__ == "__main__":  # pragma: no cover

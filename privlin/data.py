@@ -29,7 +29,10 @@ class Source:
     Attributes
     ----------
     n : int
-        Rows (public under the neighbouring relation).
+        Rows (public under the neighbouring relation), all processes together.
+    n_local, n_local_max : int
+        Rows this process reads, and the most any process reads (public: from the store's layout).  Under
+        ``jax.distributed`` each process reads its own share; otherwise both equal ``n``.
     dim : int
     in_memory : bool
         The rows are already in memory (arrays).
@@ -42,9 +45,24 @@ class Source:
     in_memory: bool
     description: str
 
+    n_local: int
+    n_local_max: int
+    #: Bytes per feature value as read (2 for float16 rows, else 4: wider rows are read as float32).
+    itemsize: int = 4
+    #: Every value is finite by construction (a store's writer refuses NaN/inf): no per-block check needed.
+    finite = False
+
     def blocks(self, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """``(X (b, dim), y (b,))`` in row order, X as stored."""
+        """``(X (b, dim), y (b,))`` of this process's rows in row order, X as stored."""
         raise NotImplementedError
+
+    def block_count(self, rows: int) -> int:
+        """How many blocks :meth:`blocks` yields on the process that yields the most (public)."""
+        return -(-self.n_local_max // rows) if self.n_local_max else 0
+
+    def block_size(self, rows: int) -> int:
+        """The most rows one block of :meth:`blocks` holds."""
+        return int(rows)
 
     def labels(self) -> np.ndarray:
         """All labels (n,): private, read only by the class-list fallback."""
@@ -75,8 +93,13 @@ class ArraySource(Source):
             raise ValueError(f"X must be (n, d) and y (n,), got {X.shape} and {y.shape}")
         if not np.issubdtype(X.dtype, np.floating):
             X = X.astype(np.float32)
+        if _process_count() > 1:
+            raise ValueError("under jax.distributed each process reads its share of a store split; pass the store "
+                             "(arrays would be fitted once per process)")
         self.X, self.y = X, y
         self.n, self.dim = X.shape
+        self.n_local = self.n_local_max = self.n
+        self.itemsize = 2 if X.dtype == np.float16 else 4
 
     def labels(self) -> np.ndarray:
         return self.y
@@ -99,18 +122,37 @@ class SplitSource(Source):
 
     in_memory = False
 
+    finite = True
+
     def __init__(self, split, store=None):
         self.split, self.store = split, store
         self.n = len(split)
         self.dim = int(split.dim)
         self.url = _split_url(split)
         self.description = f"store {self.url or '(no path)'}, split {split.name!r}"
+        shares = _shard_shares(split.layout.n_shards, _process_count())
+        valid = split.valid_mask()
+        counts = [int(valid[s.start * split.layout.shard_rows:s.stop * split.layout.shard_rows].sum()) for s in shares]
+        self.shards = shares[_process_index()]
+        self.n_local, self.n_local_max = counts[_process_index()], max(counts)
+        self._shard_rows = split.layout.shard_rows
+        self.itemsize = 2 if np.dtype(split.layout.dtype) == np.float16 else 4
 
     def labels(self) -> np.ndarray:
         return np.asarray(self.split.labels[:])[self.split.valid_mask()]
 
     def blocks(self, rows: int):
-        yield from self.split.blocks(rows=rows)
+        yield from self.split.blocks(rows=rows, shards=self.shards)
+
+    def block_size(self, rows: int) -> int:
+        """Blocks are whole shards."""
+        return -(-int(rows) // self._shard_rows) * self._shard_rows
+
+    def block_count(self, rows: int) -> int:
+        """Blocks are whole shards: the process with the most shards yields the most blocks."""
+        per_block = -(-int(rows) // self._shard_rows)
+        most = max(len(s) for s in _shard_shares(self.split.layout.n_shards, _process_count()))
+        return -(-most // per_block)
 
     def ids(self) -> np.ndarray:
         return np.asarray(self.split.ids[:])[self.split.valid_mask()]
@@ -131,10 +173,63 @@ class SplitSource(Source):
                                  "pass ledger=PrivacyLedger(path)")
             return ArraySource.ledger(self, cap=cap, ledger=ledger)
         own = ledger_path(self.url, self.split.name)
-        if ledger is not None and ledger.path != own:
+        led = PrivacyLedger(own, cap=cap, anchor=_StoreAnchor(self.url, self.split.name))
+        if ledger is not None and ledger.path != led.path:
             raise ValueError(f"a store split is charged on its own ledger ({own}); the ledger passed "
                              f"({ledger.where}) would bypass it")
-        return PrivacyLedger(own, cap=cap)
+        self._record_backbone_training(led)
+        return led
+
+    def _record_backbone_training(self, led) -> None:
+        """Charge, once, the DP training of the backbone on these very rows (featurize records it in the store)."""
+        from .events import event_from_dict
+
+        record = (self.store.attrs if self.store is not None else self.split.attrs).get("weights_privacy")
+        dataset = (self.store.attrs if self.store is not None else self.split.attrs).get("dataset")
+        if not record or record.get("dataset") != dataset or self.split.name != "train" or record.get("n") != self.n:
+            return
+        entry_id = "backbone-" + str(record["weights_sha256"])[:32]
+        if any(e.id == entry_id for e in led.entries):
+            return
+        led.charge(event_from_dict(record["dp_event"]), mechanism="backbone DP training (DP-MAE)",
+                   epsilon=float(record["epsilon"]), delta=float(record["delta"]), entry_id=entry_id,
+                   params={"weights_sha256": record["weights_sha256"], "n": record["n"]},
+                   neighbouring=record["neighbouring"])
+
+
+class _StoreAnchor:
+    """A split ledger's anchor: its length and head in the split's sealed metadata (``stores.anchor``)."""
+
+    def __init__(self, url: str, split: str):
+        self.url, self.split = url, split
+
+    def get(self):
+        from stores.anchor import ledger_anchor
+
+        return ledger_anchor(self.url, self.split)
+
+    def set(self, entries: int, head: str) -> None:
+        from stores.anchor import set_ledger_anchor
+
+        set_ledger_anchor(self.url, self.split, entries, head)
+
+
+def _process_count() -> int:
+    import jax
+
+    return jax.process_count()
+
+
+def _process_index() -> int:
+    import jax
+
+    return jax.process_index()
+
+
+def _shard_shares(n_shards: int, processes: int) -> list[range]:
+    """Contiguous, as-equal-as-possible ranges of shards, one per process (row order is kept across processes)."""
+    cuts = [round(i * n_shards / processes) for i in range(processes + 1)]
+    return [range(cuts[i], cuts[i + 1]) for i in range(processes)]
 
 
 def _split_url(split) -> str | None:

@@ -18,7 +18,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from . import accounting, data, noise, runner, train
+from . import accounting, data, noise, runner, secure_noise, train
 from .plan import DEFAULT_EPSILON, METHODS, Plan, make_plan
 from .report import PrivacyReport, setting_leaks
 
@@ -103,7 +103,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     block_rows : int, default=65536
         Rows per block when streaming.
     memory_limit : int, default=2**30
-        Bytes of float32 rows kept in memory; larger inputs are streamed every pass.
+        Bytes the in-memory path may hold (the rows as read on host and device, their float32 and preprocessed
+        copies, the labels: :func:`privlin.runner.in_memory_bytes`); larger inputs are streamed every pass.
     verbose : bool, default=False
         Progress bars.
     budget : (float, float) or None, default=None
@@ -287,6 +288,17 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         return self
 
 
+def _secure_checks(plans) -> None:
+    """secure_mode's exact grid holds every released statistic (bounded by N·C, public) with room for its noise;
+    its host-side noise is drawn on one process only."""
+    for p in plans:
+        if p.secure_mode and jax.process_count() > 1:
+            raise ValueError("secure_mode draws its noise on the host from os.urandom: run it in one process")
+        if p.secure_mode and p.private:
+            for std, _, bound in runner.secure_releases(p).values():
+                secure_noise.check_plan(std, bound)
+
+
 def plans_for(source: data.Source, params_list, *, classes, budget, ledger, charge, stacklevel: int = 6):
     """Plans for ``source``, charged before any private row is read: ``(classes, plans, leaks, ledger)``.
 
@@ -300,6 +312,7 @@ def plans_for(source: data.Source, params_list, *, classes, budget, ledger, char
     plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=None if cls_ is None else cls_.size)
              for p in params_list]
     leaks += _public_setting_leaks(plans, stacklevel)
+    _secure_checks(plans)
     led = source.ledger(cap=budget, ledger=ledger)
     if led is not None:
         charge(led, plans)

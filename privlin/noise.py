@@ -11,7 +11,8 @@ XORs the random bits of the two streams: recovering the noise needs both halves,
 ``seeded``: whoever knows the seed can subtract the noise).  Threefry is counter-based and vmap-invariant, so
 a setting trained inside a vmapped sweep draws exactly the noise it draws alone.
 
-``secure_mode`` does not use these keys at all: its noise comes from ``os.urandom`` directly
+Under ``jax.distributed`` the key of process 0 is broadcast to the others, so every noise draw is made once,
+for the global sum, and is the same on every process.  ``secure_mode`` does not use these keys at all: its noise comes from ``os.urandom`` directly
 (:mod:`privlin.secure_noise`).
 """
 from __future__ import annotations
@@ -52,6 +53,10 @@ def make_key(random_state=None) -> KeyInfo:
     """
     if random_state is None:
         words = np.frombuffer(os.urandom(KEY_BITS // 8), dtype=np.uint32).reshape(2, 2)
+        if jax.process_count() > 1:  # one noise draw for all processes: process 0's key, sent to the others
+            from jax.experimental import multihost_utils
+
+            words = np.asarray(multihost_utils.broadcast_one_to_all(words), np.uint32)
         return KeyInfo(jax.random.wrap_key_data(words), False)
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
         if random_state < 0:
@@ -109,8 +114,14 @@ def uniform(key, shape) -> jax.Array:
 
 def normal(key, shape, dtype=jnp.float32) -> jax.Array:
     """Standard normals: √2·erfinv(u) of uniforms u in the open interval (-1, 1), as ``jax.random.normal``."""
-    u = ((bits(key, shape) >> 8).astype(jnp.float32) + 0.5) * (2.0**-23) - 1.0
-    return (jnp.sqrt(2.0) * jax.lax.erf_inv(u)).astype(dtype)
+    return normal_from_bits(bits(key, shape)).astype(dtype)
+
+
+def normal_from_bits(b) -> jax.Array:
+    """The normal of uint32 random bits.  u = (b>>9 + ½)·2⁻²² − 1 lies in [−1 + 2⁻²³, 1 − 2⁻²³], every value
+    exact in float32 (b>>8 with a 2⁻²³ step would round its top value to 1.0, where erfinv is infinite)."""
+    u = ((b >> 9).astype(jnp.float32) + 0.5) * (2.0**-22) - 1.0
+    return jnp.sqrt(2.0) * jax.lax.erf_inv(u)
 
 
 def gaussian(key, shape, stddev, dtype=jnp.float32) -> jax.Array:

@@ -34,7 +34,7 @@ from .plan import Plan
 __all__ = ["Released", "train_rows", "run", "stage_keys", "TAIL_ROWS"]
 
 #: A short last block is padded to a multiple of this many rows (not to a full block): a few compiled shapes
-#: instead of up to one block of zero rows computed for nothing.
+#: instead of up to one block of zero rows computed for nothing.  A multiple of CHUNK_ROWS.
 TAIL_ROWS = 8192
 
 
@@ -76,25 +76,30 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
     X = jnp.asarray(X, jnp.float32)
     mean = scl = None
     if centered:
-        mean = preprocess.private_mean(preprocess.row_sum(X, mask, clip, n), n, k_center, sigma_center, clip)
+        total = sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n),
+                                    jnp.zeros(X.shape[1], jnp.float64), X, mask)
+        mean = preprocess.private_mean(total, n, k_center, sigma_center, clip)
     if scale is not None:  # ---- the scaling stage (privlin.scaling), on the centered rows
         ratio_m, ratio_w = scale
-        scl = scaling.fit(_prep(X, 1.0, normalize, mean), mask, n, k_scale, sigma_center * ratio_m,
-                          sigma_center * (ratio_w or 0.0), ratio_w is not None)
-    Xp = _prep(X, clip, normalize, mean, scl)
+        scl = _scaling_in_memory(X, mask, n, k_scale, mean, normalize, sigma_center * ratio_m,
+                                 None if ratio_w is None else sigma_center * ratio_w)
     if method == "adam1":
-        sums = train.class_sums_update(train.class_sums_init(X.shape[1], Y.shape[1]), Xp, Y, mask, clip, n,
-                                       loss=loss, bias_init=bias_init, fit_intercept=fit_intercept)
+        def add(acc, x, y, m):
+            return train.class_sums_update(acc, _prep(x, clip, normalize, mean, scl), y, m, clip, n, loss=loss,
+                                           bias_init=bias_init, fit_intercept=fit_intercept, row_norm=clip if normalize else None)
+        sums = sensitivity.chunked(add, train.class_sums_init(X.shape[1], Y.shape[1]), X, Y, mask)
         params = train.adam1_step(sums, n, k_train, sigma, learning_rate, clip=clip, loss=loss, bias_init=bias_init,
                                   fit_intercept=fit_intercept)
     elif method == "sgd":
+        Xp = _prep(X, clip, normalize, mean, scl)
         params = train.fit_full_batch(Xp, Y, mask, n, k_train, sigma, learning_rate, steps=steps, clip=clip,
                                       loss=loss, optimizer=optimizer, momentum=momentum,
-                                      fit_intercept=fit_intercept, bias_init=bias_init)
+                                      fit_intercept=fit_intercept, bias_init=bias_init, row_norm=clip if normalize else None)
     else:
+        Xp = _prep(X, clip, normalize, mean, scl)
         params = train.fit_minibatch(Xp, Y, mask, n, k_train, sigma, learning_rate, steps=steps, sample_rate=q,
                                      clip=clip, loss=loss, optimizer=optimizer, momentum=momentum,
-                                     fit_intercept=fit_intercept, bias_init=bias_init)
+                                     fit_intercept=fit_intercept, bias_init=bias_init, row_norm=clip if normalize else None)
     return Released(params.W, params.b, mean, scl)
 
 
@@ -116,9 +121,10 @@ def preprocess_rows(plan: Plan, X, mean, scl=None) -> jax.Array:
 _prep_jit = jax.jit(_prep, static_argnames=("clip", "normalize"))
 
 
-@functools.partial(jax.jit, static_argnames=("static",))
-def _train_many(static, X, Y, mask, n, keys, sigmas, sigmas_center, lrs):
+@functools.partial(jax.jit, static_argnames=("static", "k"))
+def _train_many(static, X, idx, mask, n, keys, sigmas, sigmas_center, lrs, *, k):
     """:func:`train_rows` for S plans of one static form at once; the rows are shared (not batched)."""
+    Y = jax.nn.one_hot(idx, k, dtype=jnp.float32)
     return jax.vmap(train_rows, in_axes=(None, None, None, None, None, 0, 0, 0, 0))(
         static, X, Y, mask, n, keys, sigmas, sigmas_center, lrs)
 
@@ -155,28 +161,41 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
                              f"d={source.dim}, k={len(classes)}")
     rows = _Rows(source, classes, block_rows, verbose)
     out: list[Optional[Released]] = [None] * len(plans)
-    fits = source.in_memory or source.n * source.dim * 4 <= memory_limit
+    fits = in_memory_bytes(source, len(classes)) <= memory_limit
     groups: dict[tuple, list[int]] = {}
     for i, p in enumerate(plans):
         if p.secure_mode or not fits:
             continue
         groups.setdefault(p.static(), []).append(i)
     if groups:
-        X, Y, mask = rows.load()
+        X, labels, mask = rows.load()
+        spare = max(0, memory_limit - in_memory_bytes(source, len(classes)))
         for static, idx in groups.items():
             per_plan = X.size * 4 if static[5] else 0  # a centered plan holds its own centered copy
-            chunk = max(1, int(memory_limit // per_plan)) if per_plan else len(idx)
+            chunk = max(1, int(spare // per_plan)) if per_plan else len(idx)
             for a in range(0, len(idx), chunk):
                 sel = idx[a:a + chunk]
-                got = _train_many(static, X, Y, mask, float(source.n), jnp.stack([keys[i] for i in sel]),
-                                  *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in _dynamic(plans)))
+                got = _train_many(static, X, labels, mask, float(source.n), jnp.stack([keys[i] for i in sel]),
+                                  *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in _dynamic(plans)),
+                                  k=len(classes))
                 for j, i in enumerate(sel):
                     out[i] = Released(got.W[j], got.b[j], None if got.mean is None else got.mean[j],
                                       None if got.scaling is None else jax.tree.map(lambda a: a[j], got.scaling))
     rest = [i for i in range(len(plans)) if out[i] is None]
     for i, released in zip(rest, _stream(rows, [plans[i] for i in rest], [keys[i] for i in rest])):
         out[i] = released
+    for r in out:  # exact sums of finite, clipped rows and finite noise: anything else is a bug, never released
+        if not (np.all(np.isfinite(np.asarray(r.W))) and np.all(np.isfinite(np.asarray(r.b)))):
+            raise RuntimeError("privlin produced non-finite weights (an internal error): nothing is released")
     return out
+
+
+def in_memory_bytes(source: Source, k: int) -> int:
+    """What the in-memory path holds for one plan: the rows as read, on the host and on the device, their float32
+    and preprocessed copies, and labels, one-hot labels and mask — what ``memory_limit`` is compared with
+    (BENCHMARKS.md compares it with the measured peak)."""
+    rows = _padded_len(-(-source.n_local_max // sensitivity.CHUNK_ROWS) * sensitivity.CHUNK_ROWS)
+    return rows * source.dim * (2 * source.itemsize + 8) + rows * (k + 2) * 4
 
 
 def _dynamic(plans):
@@ -208,7 +227,8 @@ def _put_rows(*arrays):
 
 
 def _padded_len(n: int) -> int:
-    nd = jax.device_count()
+    """Rows this process holds once padded: a multiple of its devices (of all devices on one process)."""
+    nd = jax.local_device_count() if jax.process_count() > 1 else jax.device_count()
     return -(-n // nd) * nd
 
 
@@ -235,30 +255,64 @@ class _Rows:
             idx, known = label_index(self.classes, y)
             if X.dtype not in (np.float16, np.float32):
                 X = np.asarray(X, np.float32)
-            finite = np.isfinite(X).all(axis=1)
-            ok = known & finite
-            if not finite.all():
-                X = np.where(finite[:, None], X, 0).astype(X.dtype)
-            yield X, idx, ok.astype(np.float32)  # float16 stays float16 until the device: half the copy
+            if not self.source.finite:  # a store's writer refuses NaN/inf: only arrays need the pass
+                finite = np.isfinite(X).all(axis=1)
+                known = known & finite
+                if not finite.all():
+                    X = np.where(finite[:, None], X, 0).astype(X.dtype)
+            yield X, idx, known.astype(np.float32)  # float16 stays float16 until the device: half the copy
 
     def load(self):
-        """Every row at once: X (m, d), one-hot Y (m, k), mask (m,), padded to a multiple of the device count."""
-        Xs, idxs, masks = zip(*self.host_blocks()) if self.source.n else ((), (), ())
-        X, idx, mask = (np.concatenate(a) for a in (Xs, idxs, masks))
-        X, idx, mask = _pad(X, idx, mask, _padded_len(X.shape[0]))
-        return _put_rows(X, np.eye(self.k, dtype=np.float32)[idx], mask)
+        """Every row at once: X (m, d), class index (m,), mask (m,), padded with null rows to a multiple of the
+        device count and of whole chunks (under ``jax.distributed``: this process's rows, padded like every
+        other process's).  One copy: the blocks are written into place."""
+        rows = self.source.n_local_max
+        if rows >= 4 * sensitivity.CHUNK_ROWS:  # whole chunks (at most a quarter more rows): see CHUNK_ROWS
+            rows = -(-rows // sensitivity.CHUNK_ROWS) * sensitivity.CHUNK_ROWS
+        rows = _padded_len(rows)
+        X, idx, mask = None, np.zeros(rows, np.int32), np.zeros(rows, np.float32)
+        at = 0
+        for Xb, ib, mb in self.host_blocks():
+            if X is None:
+                X = np.zeros((rows, self.source.dim), Xb.dtype)
+            m = Xb.shape[0]
+            X[at:at + m], idx[at:at + m], mask[at:at + m] = Xb, ib, mb
+            at += m
+        if X is None:
+            X = np.zeros((rows, self.source.dim), np.float32)
+        return _put_rows(X, idx, mask)
 
     def device_blocks(self, desc: str | None, with_counts: bool = False):
-        """Padded, sharded device blocks ``(X, idx, mask[, rows before padding])``; a short last block is padded
-        to TAIL_ROWS multiples."""
-        size = None
-        for X, idx, mask in tqdm(self.host_blocks(), desc=desc, disable=not self.verbose or desc is None,
-                                 leave=False):
-            size = size or _padded_len(X.shape[0])
+        """Padded, sharded device blocks ``(X, idx, mask[, position of the block's first row])``.
+
+        One process: a short last block is padded to TAIL_ROWS multiples, and positions count real rows (so a
+        streamed Poisson sample equals the in-memory one).  Several processes: every process yields the same
+        number of blocks of the same shape (empty ones where it has no more rows), and positions count the
+        global padded stream.
+        """
+        multi = jax.process_count() > 1
+        count = self.source.block_count(self.block_rows) if multi else None
+        size = _padded_len(self.source.block_size(self.block_rows)) if multi else None
+        position = 0
+        for X, idx, mask in tqdm(self._host_blocks_padded_to(count), desc=desc,
+                                 disable=not self.verbose or desc is None, leave=False):
             m = X.shape[0]
-            to = size if m >= size else min(size, -(-m // TAIL_ROWS) * TAIL_ROWS)
-            block = _put_rows(*_pad(X, idx, mask, _padded_len(to)))
-            yield (*block, m) if with_counts else block
+            if not multi:
+                size = size or _padded_len(m)
+            to = size if multi or m >= size else min(size, _padded_len(-(-m // TAIL_ROWS) * TAIL_ROWS))
+            block = _put_rows(*_pad(X, idx, mask, to))
+            yield (*block, position) if with_counts else block
+            position += to * jax.process_count() if multi else m
+
+    def _host_blocks_padded_to(self, count):
+        """Host blocks, then empty ones up to ``count`` (None: as many as there are)."""
+        produced = 0
+        for block in self.host_blocks():
+            produced += 1
+            yield block
+        while count is not None and produced < count:
+            produced += 1
+            yield (np.zeros((0, self.source.dim), np.float32), np.zeros(0, np.int32), np.zeros(0, np.float32))
 
 
 def _double_buffered(results):
@@ -279,20 +333,25 @@ def _double_buffered(results):
 
 @functools.partial(jax.jit, static_argnames=("clip",))
 def _row_sum_block(total, X, mask, clip, n):
-    return total + preprocess.row_sum(X, mask, clip, n)
+    return sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n), total, X, mask)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "bias_init", "fit_intercept"))
 def _class_sums_block(acc, X, idx, mask, mean, scl, n, *, k, clip, normalize, loss, bias_init, fit_intercept):
-    return train.class_sums_update(acc, _prep(X, clip, normalize, mean, scl), jax.nn.one_hot(idx, k), mask, clip,
-                                   n, loss=loss, bias_init=bias_init, fit_intercept=fit_intercept)
+    def update(a, x, i, m):
+        return train.class_sums_update(a, _prep(x, clip, normalize, mean, scl), jax.nn.one_hot(i, k), m, clip, n,
+                                       loss=loss, bias_init=bias_init, fit_intercept=fit_intercept,
+                                       row_norm=clip if normalize else None)
+    return sensitivity.chunked(update, acc, X, idx, mask)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "fit_intercept"))
 def _grad_block(acc, params, X, idx, mask, mean, scl, n, *, k, clip, normalize, loss, fit_intercept):
-    g = train.clipped_grad_sum(params, _prep(X, clip, normalize, mean, scl), jax.nn.one_hot(idx, k), mask, clip,
-                               n, loss=loss, fit_intercept=fit_intercept)
-    return jax.tree.map(jnp.add, acc, g)
+    def update(a, x, i, m):
+        g = train.clipped_grad_sum(params, _prep(x, clip, normalize, mean, scl), jax.nn.one_hot(i, k), m, clip, n,
+                                   loss=loss, fit_intercept=fit_intercept, row_norm=clip if normalize else None)
+        return jax.tree.map(jnp.add, a, g)
+    return sensitivity.chunked(update, acc, X, idx, mask)
 
 
 @functools.partial(jax.jit, static_argnames=("loss", "bias_init", "fit_intercept"))
@@ -370,35 +429,64 @@ def _centering(rows: _Rows, plans: list[Plan], keys: list) -> list:
             totals[p.clip] = _double_buffered(sums())
         total = totals[p.clip]
         if p.secure_mode:
-            means[i] = jnp.asarray(secure_noise.secure_gaussian_release(total, p.sigma_center * p.clip, p.clip)
-                                   / p.n, jnp.float32)
+            std, sens, bound = secure_releases(p)["center"]
+            means[i] = jnp.asarray(secure_noise.secure_gaussian_release(total, std, sens, bound=bound) / p.n,
+                                   jnp.float32)
         else:
             k_center = stage_keys(keys[i])[0]
             means[i] = preprocess.private_mean(total, p.n, k_center, p.sigma_center, p.clip)
     return means
 
 
-# ---- the scaling stage (privlin.scaling), streamed: one pass for the moments, one for the whitening sum
+# ---- the scaling stage (privlin.scaling): one pass for the moments, one for the whitening sum
 
-@functools.partial(jax.jit, static_argnames=("normalize",))
-def _moments_block(total, X, mask, mean, n, *, normalize):
+def _moments_add(total, X, mask, mean, n, normalize):
     return total + scaling.moment_sums(_prep(X, 1.0, normalize, mean), mask, n)
 
 
-@functools.partial(jax.jit, static_argnames=("normalize",))
-def _second_moment_block(total, X, mask, mean, shift, scale, n, *, normalize):
-    B = scaling.scaled_rows(_prep(X, 1.0, normalize, mean), shift, scale)
-    return total + scaling.second_moment_sum(B, mask, n)
+def _second_moment_add(total, X, mask, mean, shift, scale, n, normalize):
+    return total + scaling.second_moment_sum(scaling.scaled_rows(_prep(X, 1.0, normalize, mean), shift, scale),
+                                             mask, n)
+
+
+_moments_block = jax.jit(_moments_add, static_argnames=("normalize",))
+_second_moment_block = jax.jit(_second_moment_add, static_argnames=("normalize",))
+
+
+def secure_releases(p: Plan) -> dict:
+    """``{mechanism: (noise std, L2 sensitivity, public bound on every entry)}`` of a plan's releases, as secure
+    mode draws them (``secure_noise.check_plan`` refuses impossible ones before the charge)."""
+    out = {"center": (p.sigma_center * p.clip, p.clip, p.n * p.clip),
+           "scale": (np.sqrt(2.0) * p.sigma_scale, np.sqrt(2.0), float(p.n)),  # Σz and Σz⊙z released together
+           "whiten": (p.sigma_whiten, 1.0, float(p.n)),
+           "step": (p.sigma * p.clip, p.clip, p.n * p.clip)}
+    return {name: out[name] for name in p.noise_multipliers()}
+
+
+def _scaling_in_memory(X, mask, n, key, mean, normalize, sigma_m, sigma_w):
+    """The stage's releases on in-memory rows (traced inside :func:`train_rows`; 4096-row chunks)."""
+    k_moments, k_rotate = noise.split(key)
+    sums = sensitivity.chunked(lambda t, x, m: _moments_add(t, x, m, mean, n, normalize),
+                               jnp.zeros((2, X.shape[1]), jnp.float64), X, mask)
+    shift, scale = scaling.release_moments(sums, n, k_moments, sigma_m)
+    rotate = None
+    if sigma_w is not None:
+        M = sensitivity.chunked(lambda t, x, m: _second_moment_add(t, x, m, mean, shift, scale, n, normalize),
+                                jnp.zeros((X.shape[1],) * 2, jnp.float64), X, mask)
+        rotate = scaling.release_rotation(M, n, k_rotate, sigma_w)
+    return scaling.Scaling(shift, scale, rotate)
 
 
 def _scaling(rows: _Rows, plans: list[Plan], keys: list, means: list) -> list:
-    """The released scaling map of every scaled plan (two passes each: its rows depend on its own noisy mean)."""
+    """The released scaling map of every scaled plan, streamed (two passes each: its rows depend on its own noisy
+    mean); the same releases as :func:`_scaling_in_memory`, with the same key split."""
     out: list = [None] * len(plans)
     for i, p in enumerate(plans):
         if not p.scaled:
             continue
-        k_moments, k_rotate = noise.split(stage_keys(keys[i])[1])  # as scaling.fit splits it
+        k_moments, k_rotate = noise.split(stage_keys(keys[i])[1])
         n = float(p.n)
+        secure = secure_releases(p) if p.secure_mode else {}
 
         def passes(block_fn, total, *args):
             def sums(total=total):
@@ -407,18 +495,18 @@ def _scaling(rows: _Rows, plans: list[Plan], keys: list, means: list) -> list:
                     yield total
             return _double_buffered(sums())
 
+        def host_noise(name, value):  # secure mode: the discrete Gaussian on the host
+            if name not in secure:
+                return None
+            std, sens, bound = secure[name]
+            return secure_noise.secure_gaussian_release(value, std, sens, bound=bound)
+
         sums = passes(_moments_block, jnp.zeros((2, p.dim), jnp.float64), means[i])
-        noisy = None
-        if p.secure_mode:  # both sums at once: L2 sensitivity √2, std √2·σ
-            noisy = secure_noise.secure_gaussian_release(sums, np.sqrt(2.0) * p.sigma_scale, np.sqrt(2.0))
-        shift, scale = scaling.release_moments(sums, n, k_moments, p.sigma_scale, noisy)
+        shift, scale = scaling.release_moments(sums, n, k_moments, p.sigma_scale, host_noise("scale", sums))
         rotate = None
         if p.whitened:
             M = passes(_second_moment_block, jnp.zeros((p.dim, p.dim), jnp.float64), means[i], shift, scale)
-            noisy = None
-            if p.secure_mode:
-                noisy = secure_noise.secure_gaussian_release(scaling.upper(M), p.sigma_whiten, 1.0)
-            rotate = scaling.release_rotation(M, n, k_rotate, p.sigma_whiten, noisy)
+            rotate = scaling.release_rotation(M, n, k_rotate, p.sigma_whiten, host_noise("whiten", scaling.upper(M)))
         out[i] = scaling.Scaling(shift, scale, rotate)
     return out
 
@@ -451,11 +539,9 @@ def _stream_steps(rows: _Rows, p: Plan, key, mean, scl=None):
 
         def grad_sums():
             nonlocal g
-            start = 0
-            for X, idx, mask, real in rows.device_blocks(None, with_counts=True):
-                if q < 1.0:  # the same sample as train.fit_minibatch: a function of the row's global index
+            for X, idx, mask, start in rows.device_blocks(None, with_counts=True):
+                if q < 1.0:  # the same sample as train.fit_minibatch: a function of the row's global position
                     mask = mask * _sample(k_sample, q, start, mask.shape[0])
-                start += real
                 g = _grad_block(g, state.params, X, idx, mask, mean, scl, float(p.n), k=p.n_classes, clip=p.clip,
                                 normalize=p.normalize, loss=p.loss, fit_intercept=p.fit_intercept)
                 yield g
@@ -473,6 +559,7 @@ def _secure_release(g: train.LinearParams, p: Plan) -> train.LinearParams:
     """A clipped gradient sum released with the discrete Gaussian (W and b as one vector when b is trained)."""
     W, b = np.asarray(g.W, np.float64), np.asarray(g.b, np.float64)
     flat = np.concatenate([W.ravel(), b]) if p.fit_intercept else W.ravel()
-    noisy = secure_noise.secure_gaussian_release(flat, p.sigma * p.clip, p.clip)
+    std, sens, bound = secure_releases(p)["step"]
+    noisy = secure_noise.secure_gaussian_release(flat, std, sens, bound=bound)
     return train.LinearParams(jnp.asarray(noisy[:W.size].reshape(W.shape), jnp.float32),
                               jnp.asarray(noisy[W.size:], jnp.float32) if p.fit_intercept else g.b)

@@ -31,7 +31,8 @@ identity when whitening is off).  Every sum is exact (:mod:`privlin.sensitivity`
 ``sensitivity.x64()``).  Whether each release is worth its share is decided by the plan from public facts only
 (:func:`moments_resolve`, :func:`whitening_resolves`); the budget split is in :mod:`privlin.plan`.
 
-All functions are pure and jittable; noise only through :mod:`privlin.noise` with the key given.
+All functions are pure and jittable; noise only through :mod:`privlin.noise` with the key given.  The runner
+(:mod:`privlin.runner`) makes the two passes, in memory or streamed.
 """
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ import jax.numpy as jnp
 from . import noise, preprocess, sensitivity
 
 __all__ = ["Scaling", "shrink", "moment_sums", "second_moment_sum", "release_moments", "release_rotation", "scaled_rows",
-           "apply", "fit", "moment_noise_level", "rotation_noise_level", "moments_resolve", "whitening_resolves",
+           "apply", "moment_noise_level", "rotation_noise_level", "moments_resolve", "whitening_resolves",
            "WHITEN_MAX_DIM", "WHITEN_MAX_WORK"]
 
 #: Whitening needs a (d, d) float64 sum and its eigendecomposition; above this dimension only the diagonal is used.
@@ -181,16 +182,3 @@ def apply(Z, s: Scaling, norm: float = 1.0):
     if s.rotate is not None:
         B = preprocess.normalize_rows(B @ s.rotate)
     return B * norm
-
-
-def fit(Z, mask, n, key, sigma_m, sigma_w, whiten: bool) -> Scaling:
-    """Both releases on in-memory rows (pure, jittable): moments, then (``whiten``) the rotation.
-
-    ``key`` is split once, one key per release; ``sigma_w`` is ignored without whitening.
-    """
-    k_moments, k_rotate = noise.split(key)
-    shift, scale = release_moments(moment_sums(Z, mask, n), n, k_moments, sigma_m)
-    if not whiten:
-        return Scaling(shift, scale, None)
-    B = scaled_rows(Z, shift, scale)
-    return Scaling(shift, scale, release_rotation(second_moment_sum(B, mask, n), n, k_rotate, sigma_w))

@@ -129,11 +129,28 @@ def discrete_gaussian(
     raise RuntimeError("discrete_gaussian: rejection sampling did not finish")  # pragma: no cover
 
 
-def grid_for(std: float) -> float:
-    """The grid γ for noise of standard deviation ``std``: a power of two ≈ std·2⁻³⁰."""
+#: The discrete Gaussian must have at least this many grid points per standard deviation.
+_MIN_RESOLUTION = 2.0**8
+
+
+def grid_for(std: float, bound: float = 0.0) -> float:
+    """The grid γ for noise of standard deviation ``std``: a power of two ≈ std·2⁻³⁰, coarser if needed so that
+    any statistic of magnitude ≤ ``bound`` (a public bound, e.g. N·C) plus the noise stays an integer < 2⁵²
+    of grid steps."""
     if not (std > 0 and math.isfinite(std)):
         raise ValueError(f"noise std must be positive and finite, got {std}")
-    return 2.0 ** (math.floor(math.log2(std)) - _GRID_BITS)
+    fine = math.floor(math.log2(std)) - _GRID_BITS
+    coarse = math.ceil(math.log2((float(bound) + 64.0 * std) * 2.0**-51))
+    return 2.0 ** max(fine, coarse)
+
+
+def check_plan(std: float, bound: float) -> float:
+    """Refuse, before anything is read, a release whose grid would be too coarse for its noise; returns γ."""
+    gamma = grid_for(std, bound)
+    if std / gamma < _MIN_RESOLUTION:
+        raise ValueError(f"secure_mode cannot release a statistic bounded by {bound:.3g} with noise std {std:.3g}: "
+                         f"its exact grid would be coarser than std/{_MIN_RESOLUTION:g}")
+    return gamma
 
 
 class SecureRelease:
@@ -163,6 +180,7 @@ def secure_gaussian_release(
     sensitivity: float,
     rng: np.random.Generator | None = None,
     *,
+    bound: float | None = None,
     return_info: bool = False,
 ):
     """Release ``value + noise`` with discrete Gaussian noise on a power-of-two grid.
@@ -175,6 +193,10 @@ def secure_gaussian_release(
         Standard deviation the accountant assumed (``σ · sensitivity``).
     sensitivity : float
         L2 sensitivity of ``value`` under the neighbouring relation (e.g. ``C``).
+    bound : float, optional
+        A public bound on every |value| entry (N·C for a sum of N clipped contributions): the grid is chosen
+        from it, so the release can never fail on the data (:func:`check_plan` refuses impossible plans first).
+        None: the grid is chosen from the noise scale alone and a too-large value is refused.
     rng : numpy.random.Generator, optional
         ``None`` (secure) draws from the OS CSPRNG; a generator is for tests.
     return_info : bool
@@ -190,11 +212,11 @@ def secure_gaussian_release(
         raise ValueError("secure_gaussian_release: the statistic has non-finite entries")
     if not sensitivity > 0:
         raise ValueError(f"sensitivity must be > 0, got {sensitivity}")
-    gamma = grid_for(std)
+    gamma = grid_for(std, bound or 0.0)
     inflation = 1.0 + gamma * math.sqrt(max(x.size, 1)) / sensitivity
     std_used = std * inflation
     snapped = np.rint(x / gamma)
-    if snapped.size and np.max(np.abs(snapped)) + 64 * std_used / gamma >= 2.0**52:
+    if snapped.size and np.max(np.abs(snapped)) + 64 * std_used / gamma >= 2.0**52:  # unreachable within `bound`
         raise ValueError(
             "secure_gaussian_release: the statistic is too large for an exact grid at this noise scale "
             f"(max |value| = {np.max(np.abs(x)):.3g}, grid {gamma:.3g})"

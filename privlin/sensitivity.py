@@ -6,10 +6,11 @@ inside it grows like N·2⁻²⁴, and one crafted row can move a blocked float3
 
 1. each contribution is computed in float32 and clipped to ``C·(1 − η)`` — ``η`` (:func:`margin`) covers the
    worst-case rounding of its norm and of step 2, so the contribution *as summed* has norm ≤ C;
-2. it is snapped to a power-of-two grid fine enough that N of them sum to integers below 2⁵² (the grid
-   depends on the public N only, :func:`grid_bits`);
+2. it is snapped to a power-of-two grid: a vector contribution to integers of at most 2²² steps (rounded in
+   float32, where they are exact), the two factors of an outer product to grids fine enough that N of their
+   products sum to integers below 2⁵² (:func:`grid_bits`, from the public N only);
 3. the snapped values are summed in float64, where every partial sum is such an integer: the result is exact
-   in any order — streamed, blocked, sharded over devices or hosts, vmapped.
+   in any order — streamed, blocked, sharded over devices or hosts, vmapped (N ≤ 2³⁰, checked).
 
 So one row moves a released sum by at most C, exactly as accounted, and the same rows give bitwise the same
 sum on every path.  Products for the gradient of a linear model (a row direction ⊗ a clipped residual) are
@@ -40,9 +41,15 @@ def x64():
 
 def grid_bits(n) -> jax.Array:
     """Bits of grid resolution per snapped value so that n values of magnitude ≤ 1 sum below 2⁵² in any order."""
-    if jnp.asarray(0.0, jnp.float64).dtype != jnp.float64:
-        raise RuntimeError("privlin's exact sums need float64: trace them under privlin.sensitivity.x64()")
+    _require_x64()
     return _F64_BITS - 1 - jnp.ceil(jnp.log2(jnp.maximum(jnp.asarray(n, jnp.float64), 2.0)))
+
+
+#: Grid steps per unit of bound for a snapped vector contribution: |q| ≤ 2²² + 1 is an integer float32 holds
+#: exactly, and 2³⁰ of them sum below 2⁵², exactly, in float64.
+VECTOR_BITS = 22
+#: The most rows an exact vector sum holds (public check before any charge).
+MAX_ROWS = 2**30
 
 
 def margin(n, dims: int, *, outer_dims: int = 0) -> jax.Array:
@@ -53,12 +60,34 @@ def margin(n, dims: int, *, outer_dims: int = 0) -> jax.Array:
     of the products that form the contribution, ``(dims + outer_dims + 16)·2⁻²⁴``, and the snapping,
     ``√dims·2^-(b+1)`` (+ ``√outer_dims·2^-(b'+1)`` for the other factor).
     """
-    bits = grid_bits(n)
     rounding = (dims + outer_dims + 16) * U32
     if not outer_dims:
-        return rounding + math.sqrt(dims) * jnp.exp2(-bits - 1)
+        return rounding + math.sqrt(dims) * 2.0**-VECTOR_BITS  # floor(x + ½) is within one step of x
+    bits = grid_bits(n)
     ba, bb = _split_bits(bits, dims, outer_dims)
     return rounding + math.sqrt(dims) * jnp.exp2(-ba - 1) + 1.01 * math.sqrt(outer_dims) * jnp.exp2(-bb - 1)
+
+
+#: Rows per step of a long sum: every temporary (normalized rows, snapped values) stays this small instead of a
+#: copy of all rows per stage (which on a CPU costs more than the arithmetic).  Exact sums make the result the
+#: same bits whatever the chunking.
+CHUNK_ROWS = 4096
+
+
+def chunked(fn, acc, *rows):
+    """``acc = fn(acc, *chunk)`` over CHUNK_ROWS-row chunks of equally long row arrays (``lax.scan``); one call
+    when the rows are few or not a multiple of CHUNK_ROWS."""
+    m = rows[0].shape[0]
+    if m % CHUNK_ROWS or m < 2 * CHUNK_ROWS:
+        return fn(acc, *rows)
+    chunks = [r.reshape(m // CHUNK_ROWS, CHUNK_ROWS, *r.shape[1:]) for r in rows]
+    acc, _ = jax.lax.scan(lambda a, c: (fn(a, *c), None), acc, chunks)
+    return acc
+
+
+def _require_x64():
+    if jnp.asarray(0.0, jnp.float64).dtype != jnp.float64:
+        raise RuntimeError("privlin's exact sums need float64: trace them under privlin.sensitivity.x64()")
 
 
 def _split_bits(bits, dims: int, outer_dims: int):
@@ -74,17 +103,27 @@ def _snap(x, grid):
     return jnp.round(jnp.asarray(x, jnp.float64) / grid)
 
 
+def _snap_vector(V, mask, bound):
+    """Rows of norm ≤ bound as integer multiples of bound·2⁻²² (float64 holding integers ≤ 2²² + 1).
+
+    ``floor(x + ½)`` in float32 lands within one grid step of x (the margin counts one full step); it is an
+    elementwise op XLA fuses into the sum that consumes it, so no snapped copy of the rows is materialized.
+    """
+    _require_x64()
+    x = jnp.asarray(V, jnp.float32) * jnp.float32(2.0**VECTOR_BITS / bound)
+    q = jnp.floor(x + jnp.float32(0.5))
+    return (q * jnp.asarray(mask, jnp.float32)[:, None]).astype(jnp.float64)
+
+
 def vector_sum(V, mask, bound, n) -> jax.Array:
-    """Σ_i mask_i · V_i exactly, for rows of norm ≤ ``bound``; float64 (m, d) -> (d,)."""
-    grid = bound * jnp.exp2(-grid_bits(n))
-    return (jnp.asarray(mask, jnp.float64) @ _snap(V, grid)) * grid
+    """Σ_i mask_i · V_i exactly, for rows of norm ≤ ``bound``: (m, d) -> (d,) float64."""
+    return jnp.sum(_snap_vector(V, mask, bound), axis=0) * (bound * 2.0**-VECTOR_BITS)
 
 
 def segment_sum(V, segments, k: int, mask, bound, n) -> jax.Array:
-    """Per-segment sums (k, d) of ``mask_i · V_i`` exactly, for rows of norm ≤ ``bound``."""
-    grid = bound * jnp.exp2(-grid_bits(n))
-    q = _snap(V, grid) * jnp.asarray(mask, jnp.float64)[:, None]
-    return jax.ops.segment_sum(q, segments, num_segments=k) * grid
+    """Per-segment sums (k, d) of ``mask_i · V_i`` exactly, for rows of norm ≤ ``bound``; float64."""
+    q = jax.ops.segment_sum(_snap_vector(V, mask, bound), segments, num_segments=k)
+    return q * (bound * 2.0**-VECTOR_BITS)
 
 
 def outer_sum(A, B, mask, bound, n) -> jax.Array:
@@ -98,16 +137,28 @@ def outer_sum(A, B, mask, bound, n) -> jax.Array:
     return (_snap(A, ga).T @ Bq) * (ga * gb)
 
 
-def directions(X, fit_intercept: bool = False) -> tuple[jax.Array, jax.Array]:
+def directions(X, fit_intercept: bool = False, *, norm: float | None = None) -> tuple[jax.Array, jax.Array]:
     """Rows (with a trailing 1 when an intercept is trained) as unit directions (m, d[+1]) and norms (m,).
 
-    A row is scaled by a power of two before squaring (exact), so any finite row has a finite direction (no
-    overflow to inf, no underflow to 0); an all-zero row has direction 0.  Contributions are built as
-    direction × clipped norm, so no row can make a released sum NaN or infinite.
+    Any finite row has a finite direction (no overflow to inf, no underflow to 0); an all-zero row has
+    direction 0.  Contributions are built as direction × clipped norm, so no row can make a released sum NaN
+    or infinite.  ``norm``: every row is already normalized to this norm (or zero), so nothing is recomputed
+    (the margin covers the float32 rounding of the normalized rows).  Float16 rows (a store's) cannot overflow
+    or underflow a float32 sum of squares; other rows are first scaled by a power of two (exact).
     """
+    safe = jnp.asarray(X).dtype == jnp.float16
     X = jnp.asarray(X, jnp.float32)
+    if norm is not None:
+        if fit_intercept:
+            full = math.sqrt(norm * norm + 1.0)
+            X = jnp.concatenate([X, jnp.ones((X.shape[0], 1), jnp.float32)], axis=1)
+            return X / full, jnp.full((X.shape[0],), full, jnp.float32)
+        return X / norm, jnp.full((X.shape[0],), norm, jnp.float32)
     if fit_intercept:
         X = jnp.concatenate([X, jnp.ones((X.shape[0], 1), jnp.float32)], axis=1)
+    if safe:
+        n2 = jnp.sqrt(jnp.sum(X * X, axis=1, keepdims=True))
+        return X / jnp.maximum(n2, 1e-30), n2[:, 0]
     m = jnp.max(jnp.abs(X), axis=1, keepdims=True)
     scale = jnp.where(m > 0, jnp.exp2(-jnp.ceil(jnp.log2(jnp.where(m > 0, m, 1.0)))), 1.0)
     Xs = X * scale

@@ -107,23 +107,28 @@ def logits_of(params: LinearParams, A, norms, fit_intercept: bool) -> jax.Array:
 
 
 def clipped_grad_sum(params: LinearParams, X, Y, mask, clip, n, *, loss: str = "softmax",
-                     fit_intercept: bool = False) -> LinearParams:
+                     fit_intercept: bool = False, row_norm: float | None = None) -> LinearParams:
     """Σ_i mask_i · clip_C(∇_θ ℓ(θ; x_i, y_i)) exactly (float64), without per-example gradients.
 
     ``n`` is the public N (it sets the exact-sum grid and the clip margin, :mod:`privlin.sensitivity`).
+    ``row_norm``: every row is normalized to this norm (nothing to recompute).
 
     Returns
     -------
     LinearParams
         ``W`` (d, k) and ``b`` (k,) sums, float64 (``b`` is zero when ``fit_intercept`` is False).
     """
-    A, norms = sensitivity.directions(X, fit_intercept)
-    R = residuals(logits_of(params, A, norms, fit_intercept), Y, loss)
-    d1, k = A.shape[1], Y.shape[1]
+    d1, k = X.shape[1] + (1 if fit_intercept else 0), Y.shape[1]
     c_eff = clip * (1.0 - sensitivity.margin(n, d1, outer_dims=k))
-    r_norm = jnp.sqrt(jnp.sum(R * R, axis=1))
-    magnitude = jnp.minimum(norms, c_eff / jnp.maximum(r_norm, _TINY))  # c_i ||x_i||, the clipped norm
-    G = sensitivity.outer_sum(A, R * magnitude[:, None], mask, clip, n)
+
+    def add(G, X, Y, mask):
+        A, norms = sensitivity.directions(X, fit_intercept, norm=row_norm)
+        R = residuals(logits_of(params, A, norms, fit_intercept), Y, loss)
+        r_norm = jnp.sqrt(jnp.sum(R * R, axis=1))
+        magnitude = jnp.minimum(norms, c_eff / jnp.maximum(r_norm, _TINY))  # c_i ||x_i||, the clipped norm
+        return G + sensitivity.outer_sum(A, R * magnitude[:, None], mask, clip, n)
+
+    G = sensitivity.chunked(add, jnp.zeros((d1, k), jnp.float64), X, Y, mask)
     if fit_intercept:
         return LinearParams(G[:-1], G[-1])
     return LinearParams(G, jnp.zeros((k,), G.dtype))
@@ -176,7 +181,7 @@ def noisy_update(state: TrainState, grad_sum: LinearParams, key, sigma, denom, o
 
 def fit_full_batch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, clip: float = 1.0,
                    loss: str = "softmax", optimizer: str = "sgd", momentum: float = 0.9, fit_intercept: bool = False,
-                   bias_init: float = 0.0) -> LinearParams:
+                   bias_init: float = 0.0, row_norm: float | None = None) -> LinearParams:
     """Full-batch DP-SGD (DP-RandP) for ``steps`` steps on in-memory rows; pure, jittable, vmappable.
 
     Parameters
@@ -191,7 +196,8 @@ def fit_full_batch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, clip
     state = init_state(X.shape[1], Y.shape[1], opt, bias_init)
 
     def step(state, k):
-        g = clipped_grad_sum(state.params, X, Y, mask, clip, n, loss=loss, fit_intercept=fit_intercept)
+        g = clipped_grad_sum(state.params, X, Y, mask, clip, n, loss=loss, fit_intercept=fit_intercept,
+                             row_norm=row_norm)
         return noisy_update(state, g, k, sigma, n, opt, clip=clip, fit_intercept=fit_intercept), None
 
     state, _ = jax.lax.scan(step, state, noise.split(key, steps))
@@ -217,7 +223,7 @@ def poisson_mask(key, sample_rate, start, length: int) -> jax.Array:
 
 def fit_minibatch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, sample_rate: float, clip: float = 1.0,
                   loss: str = "softmax", optimizer: str = "sgd", momentum: float = 0.9, fit_intercept: bool = False,
-                  bias_init: float = 0.0) -> LinearParams:
+                  bias_init: float = 0.0, row_norm: float | None = None) -> LinearParams:
     """Poisson-subsampled DP-SGD / DP-Adam / DP-LAMB on in-memory rows; pure, jittable, vmappable.
 
     Each step includes every row independently with probability ``sample_rate`` (the
@@ -232,7 +238,8 @@ def fit_minibatch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, sampl
     def step(state, k):
         k_sample, k_noise = noise.split(k)
         take = poisson_mask(k_sample, sample_rate, 0, mask.shape[0]) * mask
-        g = clipped_grad_sum(state.params, X, Y, take, clip, n, loss=loss, fit_intercept=fit_intercept)
+        g = clipped_grad_sum(state.params, X, Y, take, clip, n, loss=loss, fit_intercept=fit_intercept,
+                             row_norm=row_norm)
         return noisy_update(state, g, k_noise, sigma, denom, opt, clip=clip, fit_intercept=fit_intercept), None
 
     state, _ = jax.lax.scan(step, state, noise.split(key, steps))
@@ -257,14 +264,14 @@ def class_sums_init(d: int, k: int) -> ClassSums:
 
 
 def class_sums_update(acc: ClassSums, X, Y, mask, clip, n, *, loss: str = "sigmoid", bias_init: float = -10.0,
-                      fit_intercept: bool = False) -> ClassSums:
+                      fit_intercept: bool = False, row_norm: float | None = None) -> ClassSums:
     """Add one block of rows to the ``adam1`` statistics exactly (stage 1; one streaming pass).
 
     At zero init every residual has the same norm r, so the clip factor is ``min(1, C / (||x_i|| r))``
     and the class sums of ``c_i [x_i, 1]`` determine the whole clipped gradient (:func:`adam1_gradient`).
     """
     k = Y.shape[1]
-    A, norms = sensitivity.directions(X, fit_intercept)
+    A, norms = sensitivity.directions(X, fit_intercept, norm=row_norm)
     d1 = A.shape[1]
     r = zero_init_residual_norm(k, loss, bias_init)
     # the margin also covers r's rounding and the float64 rounding of adam1_gradient's p·Σ_j S_j (≤ (k+2)·N·2⁻⁵²)

@@ -4,11 +4,10 @@ Every problem is one line on stderr naming the split, shard and file, with a non
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
-from . import CorruptStoreError, StoreError, open as open_store
+from . import CorruptStoreError, IncompleteStoreError, StoreError, cli, open as open_store
 from .repair import repair
 
 
@@ -34,7 +33,8 @@ def _info(path: str) -> int:
 
 
 def _verify(path: str) -> int:
-    open_store(path).verify()
+    with cli.status(f"verifying every shard of {path}"):
+        open_store(path).verify()
     print(f"ok: every shard done, every manifest, checksum and metadata seal matches ({path})")
     return 0
 
@@ -45,30 +45,32 @@ def _repair(path: str) -> int:
     return 0
 
 
+PROG = "python -m stores"
+
+
+def build_parser():
+    p = cli.parser(PROG, __doc__)
+    p.add_argument("command", choices=["info", "verify", "repair"],
+                   help="info: provenance and progress; verify: read and check everything; repair: clear "
+                        "damaged shards so the job redoes them (no writer may be running)")
+    p.add_argument("path", help="local path or fsspec URL of the store")
+    return p
+
+
+@cli.entry_point(PROG, (OSError,))
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stores", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("command", choices=["info", "verify", "repair"],
-                        help="info: provenance and progress; verify: read and check everything; repair: clear "
-                             "damaged shards so the job redoes them (no writer may be running)")
-    parser.add_argument("path", help="local path or fsspec URL of the store")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         return {"info": _info, "verify": _verify, "repair": _repair}[args.command](args.path)
-    except StoreError as e:
+    except StoreError as e:  # the store is damaged or unfinished: the command worked and found it (exit 1)
         damaged = isinstance(e, CorruptStoreError)
         hint = "; `python -m stores repair` clears it, then rerun the job" if damaged and args.command == "verify" \
             else ""
-        label = ("CORRUPT" if damaged else "INCOMPLETE") if args.command == "verify" else "error"
-        print(f"{label}: {_one_line(e)}{hint}", file=sys.stderr)
+        label = f"{PROG}: error"
+        if args.command == "verify" and isinstance(e, (CorruptStoreError, IncompleteStoreError)):
+            label = "CORRUPT" if damaged else "INCOMPLETE"
+        print(f"{label}: {cli.one_line(e)}{hint}", file=sys.stderr)
         return 1
-    except (FileNotFoundError, OSError) as e:
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        return 2
-
-
-def _one_line(e: Exception) -> str:
-    return " ".join(str(e).split())
 
 
 if __name__ == "__main__":

@@ -313,7 +313,7 @@ class Split:
     def __len__(self) -> int:
         return int(self.valid_mask().sum())
 
-    def blocks(self, rows: int = 65536, dtype=None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def blocks(self, rows: int = 65536, dtype=None, shards: range | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Yield ``(X, y)`` NumPy blocks of the valid rows in row order without loading the split.
 
         Parameters
@@ -323,6 +323,8 @@ class Split:
         dtype : numpy dtype, optional
             Cast features to this dtype. Default: as stored (float16 stays float16, no conversion, for callers
             that convert on their device).
+        shards : range, optional
+            Only these shards (a contiguous range, e.g. one process's share of a split); default all.
 
         Yields
         ------
@@ -341,9 +343,13 @@ class Split:
         self._require_done()
         valid = self.valid_mask()
         lay = self.layout
+        shards = range(lay.n_shards) if shards is None else shards
+        if shards.step != 1 or shards.start < 0 or shards.stop > lay.n_shards:
+            raise ValueError(f"shards must be a contiguous range within 0..{lay.n_shards}, got {shards}")
         step = -(-int(rows) // lay.shard_rows) * lay.shard_rows
-        for start in range(0, lay.n_rows, step):
-            X, y = self._block(start, min(start + step, lay.n_rows), valid, dtype, self._buffers)
+        first, last = shards.start * lay.shard_rows, min(shards.stop * lay.shard_rows, lay.n_rows)
+        for start in range(first, last, step):
+            X, y = self._block(start, min(start + step, last), valid, dtype, self._buffers)
             yield X, y
             del X, y  # so the buffer can be reused if the caller let go of it too
 

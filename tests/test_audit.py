@@ -12,7 +12,7 @@ from scipy import stats
 
 from privlin import accounting
 from privlin import audit as A
-from privlin import noise
+from privlin import noise, sensitivity
 from privlin.noise import make_key
 
 DELTA = 1e-5
@@ -235,7 +235,8 @@ def test_the_estimator_trainer_is_the_estimators_fit(digits_all):
     X, y = X[:300], y[:300]
     for method in ("adam1", "sgd"):
         trainer = A.METHODS[method](epsilon=2.0, delta=DELTA, n_classes=10, n=len(y), dim=X.shape[1])
-        out = jax.jit(trainer)(jnp.asarray(X), jnp.asarray(y), make_key(4).key)
+        with sensitivity.x64():  # how the runner traces it: the released sums are exact float64
+            out = jax.jit(trainer)(jnp.asarray(X), jnp.asarray(y), make_key(4).key)
         est = DPLinearClassifier(epsilon=2.0, method=method, steps=trainer.plan.steps, classes=range(10),
                                  random_state=make_key(4).key).fit(X, y)
         np.testing.assert_allclose(np.asarray(out["coef"]), est.coef_, rtol=1e-5, atol=1e-6)
@@ -261,3 +262,16 @@ def test_cli_reports_claim_bound_and_attack(capsys):
     assert A.main(["--method", "adam1", "--epsilon", "2", "--runs", "200"]) == 0
     out = capsys.readouterr().out
     assert "claimed ε=2" in out and "audited lower bound" in out and "attack:" in out
+
+
+def test_every_audit_states_its_ceiling():
+    """The ceiling is the bound of a perfect attack with these run counts: no claim above it can be refuted."""
+    rng = np.random.default_rng(0)
+    perfect = A.threshold_audit({"s": np.ones(500)}, {"s": np.zeros(500)}, delta=DELTA, epsilon_claimed=50.0)
+    assert perfect.epsilon_lb == pytest.approx(perfect.ceiling) and not perfect.violated
+    assert "not testable" in str(perfect) and 3.0 < perfect.ceiling < 7.0  # 500 runs: far below ε = 50
+    more = A.threshold_audit({"s": np.ones(5000)}, {"s": np.zeros(5000)}, delta=DELTA)
+    assert more.ceiling > perfect.ceiling
+    inc = rng.random(1000) < 0.5
+    one = A.one_run_audit(np.where(inc, 1.0, 0.0) + 1e-3 * rng.random(1000), inc, delta=DELTA, epsilon_claimed=1.0)
+    assert one.violated and one.ceiling * 0.8 < one.epsilon_lb <= one.ceiling

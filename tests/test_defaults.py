@@ -17,7 +17,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from scipy import optimize
 from scipy.stats import norm
 
-from privlin import DPLinearClassifier, scaling, sensitivity
+from privlin import DPLinearClassifier, runner, scaling, sensitivity
 from privlin.plan import make_plan
 from privlin.sweep import sweep
 
@@ -133,7 +133,8 @@ def test_without_noise_the_map_whitens():
     Z = (rng.normal(size=(4000, 6)) @ A).astype(np.float32)
     Z /= np.linalg.norm(Z, axis=1, keepdims=True)
     with sensitivity.x64():
-        s = scaling.fit(jnp.asarray(Z), jnp.ones(len(Z)), len(Z), jax.random.split(jax.random.key(0)), 0.0, 0.0, True)
+        s = runner._scaling_in_memory(jnp.asarray(Z), jnp.ones(len(Z)), len(Z), jax.random.key(0), None, True,
+                                      0.0, 0.0)
     assert np.allclose(np.linalg.norm(np.asarray(scaling.apply(Z, s)), axis=1), 1.0, atol=1e-5)
     S = np.asarray(scaling.scaled_rows(Z, s.shift, s.scale), np.float64)
     W = S @ np.asarray(s.rotate, np.float64)

@@ -1,11 +1,15 @@
 """experiments: reproduction scripts on tiny synthetic stores (tables beside the papers'), their build hints
 without data, the ε-sweep CLI and the quickstart's pieces (no featurization: that runs in CI's install step)."""
+import csv
 import os
+import statistics
 
+import numpy as np
 import pytest
 
 from experiments import eps_sweep, quickstart, reproduce_mehta, reproduce_randp
 from experiments.plotting import plot_privacy_curves
+from privlin.ledger import PrivacyLedger
 
 
 @pytest.fixture
@@ -59,27 +63,102 @@ def test_randp_cifar10_recipe_lands_on_table22_epsilons():
         assert 0.8 * eps <= achieved <= eps
 
 
-def test_eps_sweep_cli_with_private_selection_writes_csv_and_png(tmp_path, capsys, store):
+@pytest.fixture
+def figures(monkeypatch):
+    """Every matplotlib figure saved during the test (to look at what was drawn, not only that a PNG exists)."""
+    from matplotlib.figure import Figure
+
+    saved, original = [], Figure.savefig
+
+    def keep(self, *a, **kw):
+        saved.append(self)
+        return original(self, *a, **kw)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return saved
+
+
+def _curves(fig):
+    """{legend label: (x, y, yerr or None)} of the error-bar lines of a privacy curve figure."""
+    from matplotlib.container import ErrorbarContainer
+
+    ax = fig.axes[0]
+    out = {}
+    for c in ax.containers:
+        if isinstance(c, ErrorbarContainer):
+            line, _, bars = c.lines
+            x, y = (np.asarray(v, float) for v in line.get_data())
+            err = None
+            if bars:
+                segs = bars[0].get_segments()
+                err = np.asarray([(s[1][1] - s[0][1]) / 2 for s in segs])
+            out[c.get_label()] = (x, y, err)
+    return out
+
+
+def test_eps_sweep_cli_with_private_selection_writes_csv_and_png(tmp_path, capsys, store, figures):
     path = store(splits=("train", "test", "val"), n=(120, 60, 40))
     out = tmp_path / "out"
     assert eps_sweep.main([path, "--eps", "1", "8", "--method", "adam1", "sgd", "--steps", "5", "--lr", "0.5",
-                           "--val-split", "val", "--seed", "0", "--out", str(out)]) == 0
+                           "--val-split", "val", "--seed", "0", "--out", str(out), "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "privately selected on 'val'" in text and "releasing all 4 settings" in text
     assert (out / "sweep.csv").read_text().count("\n") == 5 and (out / "sweep.png").stat().st_size > 10_000
+    # what it cost, from the ledgers: training split (the sweep) and validation split (the selection)
+    led = PrivacyLedger.for_split(path, "train")
+    eps, delta = led.spent()
+    assert f"ledger total ε={eps:.4g} at δ={delta:g} over 1 entries" in text
+    assert "[val]: this run ε=0.5" in text
 
 
-def test_quickstart_pieces_on_a_tiny_store(tmp_path, store):
+def test_eps_sweep_plot_connects_each_method_and_csv_is_in_percent(tmp_path, capsys, store, figures):
+    """The learning-rate rule gives every ε its own lr: still one curve per method, and the CSV in the table's %."""
+    path = store()
+    out = tmp_path / "out"
+    assert eps_sweep.main([path, "--eps", "0.5", "2", "8", "--method", "adam1", "sgd", "--steps", "5",
+                           "--draws", "3", "--seed", "1", "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    curves = _curves(figures[-1])
+    assert sorted(curves) == ["adam1", "sgd"]
+    for x, y, err in curves.values():
+        assert list(x) == [0.5, 2, 8] and err is not None and err.shape == (3,)  # connected, with error bars
+    table = [ln.split() for ln in text.splitlines() if ln.startswith(("adam1 ", "sgd "))]
+    assert len(table) == 18  # 2 methods x 3 ε x 3 draws, each its own fit
+    rows = list(csv.DictReader(open(out / "sweep.csv")))
+    assert len(rows) == 6 and {r["draws"] for r in rows} == {"3"}
+    for r in rows:  # the CSV's mean and sd are those of the table's own % column, in %
+        accs = [float(t[-1].rstrip("%")) for t in table if t[0] == r["method"] and float(t[1]) == float(r["epsilon"])]
+        assert float(r["accuracy_pct"]) == pytest.approx(statistics.mean(accs), abs=0.01)
+        assert float(r["sd_pct"]) == pytest.approx(statistics.stdev(accs), abs=0.02)
+        x, y, err = curves[r["method"]]
+        i = list(x).index(float(r["epsilon"]))
+        assert y[i] == pytest.approx(float(r["accuracy_pct"])) and err[i] == pytest.approx(float(r["sd_pct"]))
+
+
+def test_quickstart_pieces_on_a_tiny_store(tmp_path, store, capsys, figures):
     path = store(k=10, n=(200, 60))
-    rows, knn = quickstart.run_store(path, "toy", seeds=2)
-    assert len(rows) == 2 * 2 * len(quickstart.EPSILONS) and knn > 0.9  # separable blobs
-    summary = quickstart.summarize(rows)
-    assert {s["seeds"] for s in summary} == {2} and len(summary) == 10
-    table = quickstart.format_table(summary, {"toy": knn})
-    assert table.count("\n") == 3 and "| toy / sgd |" in table
-    png = plot_privacy_curves([{**s, "label": f"{s['backbone']} / {s['method']}"} for s in summary],
-                              tmp_path / "q.png", references={"toy k-NN (non-private)": knn}, delta=1e-5)
+    assert quickstart.earlier_entries(path, "train") == 0
+    run = quickstart.run_store(path, "toy", seeds=2)
+    assert len(run.rows) == 2 * 2 * len(quickstart.EPSILONS) and run.knn > 0.9  # separable blobs
+    # what the run says it spent is what the ledger was charged: the sweep's composition, then the k-NN release
+    entries = PrivacyLedger.for_split(path, "train").entries
+    assert [e.mechanism for e in entries] == ["privlin.sweep/adam1+sgd", "privlin.knn/accuracy"]
+    assert run.epsilon == entries[0].epsilon and run.fits == 20
+    assert quickstart.earlier_entries(path, "train") == 2 and "already has 2 ledger entries" in capsys.readouterr().err
+    summary = quickstart.summarize(run.rows)
+    assert {s["draws"] for s in summary} == {2} and len(summary) == 10
+    for s in summary:
+        accs = [100 * r["accuracy"] for r in run.rows if (r["method"], r["epsilon"]) == (s["method"], s["epsilon"])]
+        assert s["accuracy_pct"] == pytest.approx(statistics.mean(accs))
+        assert s["sd_pct"] == pytest.approx(statistics.stdev(accs))
+    table = quickstart.format_table(summary, {"toy": run.knn})
+    assert table.count("\n") == 3 and "| toy / sgd |" in table and " ± " in table
+    png = plot_privacy_curves(summary, tmp_path / "q.png", references={"toy k-NN (non-private)": 100 * run.knn},
+                              delta=1e-5, note="cost")
     assert os.path.getsize(png) > 10_000
+    curves = _curves(figures[-1])
+    assert sorted(curves) == ["toy / adam1", "toy / sgd"]
+    assert all(len(x) == len(quickstart.EPSILONS) and err is not None for x, _, err in curves.values())
     for s in quickstart.fixed_settings():  # fixed in advance: the settings do not depend on data
         assert s["epsilon"] in quickstart.EPSILONS and s["delta"] == quickstart.DELTA
         assert set(s) == {"method", "epsilon", "delta", "center_share"}  # everything else: the plan's defaults

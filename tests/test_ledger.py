@@ -342,3 +342,43 @@ def test_non_private_releases_are_charged_and_refused_under_a_cap(store):
     with pytest.raises(L.PrivacyBudgetExceeded):
         knn_accuracy(store["test"], store["train"], budget=(100.0, 1e-5))
     assert len(_ledger(store, "test")) == 0
+
+
+def test_a_probe_on_features_of_the_dp_trained_backbones_own_images_composes_with_its_training(tmp_path):
+    """vip_toy_dp was DP-trained on digits/train: a store of digits/train features from it carries that run's
+    dp_event, and the split's ledger charges it (once) before the first probe, so the total covers both."""
+    import featurize
+    from dp_accounting.rdp import rdp_privacy_accountant
+    from privlin.data import as_source
+    from privlin.events import event_from_dict
+
+    weights = os.path.join(ROOT, "backbones", "weights", "vip_toy_dp.pth")
+    out = str(tmp_path / "dp.zarr")
+    featurize.extract("vip_toy", "digits", splits=["train"], out=out, weights=weights, device="cpu", num_workers=0,
+                      progress=False)
+    meta = json.load(open(os.path.join(ROOT, "backbones", "weights", "vip_toy_dp.json")))
+    backbone_event = event_from_dict(meta["privacy"]["dp_event"])
+    m = privlin.fit(out, epsilon=1.0, random_state=0)
+    led = as_source(out, "train").ledger()
+    assert [e.mechanism for e in led.entries] == ["backbone DP training (DP-MAE)", "DPLinearClassifier/sgd"]
+    privlin.fit(out, epsilon=1.0, random_state=1)
+    assert [e.mechanism for e in led.entries].count("backbone DP training (DP-MAE)") == 1  # charged once
+    acc = pld_privacy_accountant.PLDAccountant(NeighboringRelation.REPLACE_SPECIAL)
+    for e in (backbone_event, m.privacy_.dp_event, m.privacy_.dp_event):
+        acc.compose(e)
+    assert led.spent(1e-5)[0] == pytest.approx(acc.get_epsilon(1e-5), rel=2e-3)
+    rdp = rdp_privacy_accountant.RdpAccountant(neighboring_relation=NeighboringRelation.REPLACE_SPECIAL)
+    assert meta["privacy"]["epsilon"] == pytest.approx(rdp.compose(backbone_event).get_epsilon(1e-5), rel=1e-9)
+
+
+def test_a_privacy_record_of_other_weights_is_refused(tmp_path):
+    import shutil
+
+    from backbones.build import weights_privacy
+
+    src = os.path.join(ROOT, "backbones", "weights")
+    shutil.copy(os.path.join(src, "vip_toy.pth"), tmp_path / "w.pth")
+    shutil.copy(os.path.join(src, "vip_toy_dp.json"), tmp_path / "w.json")  # the record of other weights
+    with pytest.raises(ValueError, match="does not belong to these weights"):
+        weights_privacy(tmp_path / "w.pth", "0" * 64)
+    assert weights_privacy(os.path.join(src, "vip_toy.pth"), "x") is None  # non-private weights: nothing to charge

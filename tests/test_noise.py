@@ -77,3 +77,13 @@ def test_seeded_keys_are_reproducible_and_say_so():
         noise.make_key(-1)
     with pytest.raises(ValueError, match="pair"):
         noise.make_key(jax.random.split(jax.random.key(0), 3))
+
+
+def test_extreme_bits_give_finite_normals():
+    """Every uint32 pattern maps to a finite normal (the top 24-bit value once mapped to u = 1.0: erfinv = inf)."""
+    edges = np.array([0, 1, 255, 256, 511, 512, 2**31, 2**32 - 513, 2**32 - 512, 2**32 - 257, 2**32 - 256,
+                      2**32 - 1], np.uint32)
+    z = np.asarray(noise.normal_from_bits(jnp.asarray(edges)))
+    assert np.all(np.isfinite(z)) and z[0] < -5 and z[-1] > 5 and abs(z[6]) < 1e-3
+    top = np.arange(2**32 - 2**12, 2**32, dtype=np.uint64).astype(np.uint32)  # the whole top of the range
+    assert np.all(np.isfinite(np.asarray(noise.normal_from_bits(jnp.asarray(top)))))

@@ -132,3 +132,20 @@ def test_estimator_secure_mode_fits_and_reports_it():
     for method in ("sgd", "minibatch"):  # multi-step: every step's gradient sum released securely
         m = DPLinearClassifier(epsilon=8.0, method=method, steps=20, classes=range(10), secure_mode=True).fit(X, y)
         assert m.privacy_.secure_mode and m.score(X, y) > 0.8
+
+
+def test_the_grid_comes_from_the_public_bound_and_the_release_cannot_fail_on_data():
+    """A statistic as large as its public bound N·C is released exactly; a plan whose grid would be too coarse for
+    its noise is refused before anything is read (a data-dependent failure after the charge would leak)."""
+    from privlin.secure_noise import check_plan, grid_for, secure_gaussian_release
+
+    bound = 2.0**30 * 0.5  # N = 2^30 rows at C = 0.5: the largest any sum can be
+    value = np.full(8, bound)
+    out, info = secure_gaussian_release(value, 1.0, 0.5, bound=bound, return_info=True)
+    assert np.all(np.isfinite(out)) and info.grid == grid_for(1.0, bound) > grid_for(1.0)
+    assert np.all(np.abs(out - value) < 20)  # noise std 1: the value survived the grid
+    with pytest.raises(ValueError, match="too large"):
+        secure_gaussian_release(value, 1.0, 0.5)  # without the bound: the old grid cannot hold it
+    with pytest.raises(ValueError, match="coarser"):
+        check_plan(1e-6, 2.0**45)
+    assert check_plan(2.0, 1e6) == grid_for(2.0, 1e6)

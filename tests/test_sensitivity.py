@@ -104,3 +104,13 @@ def test_the_margin_is_small_where_it_matters():
         assert float(sensitivity.margin(1e6, 768, outer_dims=100)) < 1e-3
         assert float(sensitivity.margin(1.4e7, 36865, outer_dims=1000)) < 1e-2
         assert float(sensitivity.margin(1e3, 64)) < 1e-5
+
+
+def test_snapping_lands_on_integers_within_one_step():
+    """A snapped vector entry is an integer number of grid steps, within one step of the value (the margin
+    counts one step), for every magnitude up to 2^22 steps (XLA must not simplify the rounding away)."""
+    x = np.concatenate([np.linspace(-2**22, 2**22, 100_001), [0.5, 1.5, 2.5, -0.5, 2**22 - 0.5, 3.49999]])
+    with sensitivity.x64():
+        q = np.asarray(jax.jit(lambda v: sensitivity._snap_vector(v[:, None], jnp.ones(v.shape[0]), 2.0**22))(
+            jnp.asarray(x, jnp.float32)))[:, 0]
+    assert np.all(q == np.round(q)) and np.all(np.abs(q - np.asarray(x, np.float32)) <= 1.0)

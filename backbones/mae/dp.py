@@ -11,8 +11,8 @@ Privacy guarantee of :func:`backbones.mae.train.train` with ``dp=True``:
   mask row: one image moves a logical step's clipped sum by at most C. For
   the Poisson-subsampled Gaussian, dp-accounting gives the same epsilon for
   REPLACE_SPECIAL as for ADD_OR_REMOVE_ONE; the numbers are computed by
-  ``privlin.accounting`` (add/remove), and a test checks them against
-  dp-accounting called with REPLACE_SPECIAL;
+  ``privlin.accounting`` under ``replace_special``, and a test checks them
+  against dp-accounting called directly;
 * mechanism: T steps of the Poisson-subsampled Gaussian mechanism, sampling
   rate q, each image's gradient clipped to L2 norm C (after its own random
   mask), Gaussian noise N(0, sigma^2 C^2 I) added ONCE to the sum of the
@@ -54,8 +54,6 @@ __all__ = [
     "epsilon_spent",
     "default_delta",
     "dp_event",
-    "event_to_json",
-    "event_from_json",
     "PrivacyLeakWarning",
 ]
 
@@ -262,32 +260,3 @@ def dp_event(noise_multiplier: float, sample_rate: float, steps: int):
     return accounting.dp_event(noise_multiplier, steps=steps, sample_rate=sample_rate)
 
 
-def event_to_json(event) -> dict:
-    """A dp-accounting event as JSON data: its ``to_named_tuple()`` form, nested tuples as dicts.
-
-    ``{"module_name": "dp_accounting.dp_event", "class_name": ..., <fields>}``.
-    """
-    def plain(v):
-        if hasattr(v, "_asdict"):
-            return {k: plain(x) for k, x in v._asdict().items()}
-        if isinstance(v, (list, tuple)):
-            return [plain(x) for x in v]
-        return v
-
-    return plain(event.to_named_tuple())
-
-
-def event_from_json(data: dict):
-    """Rebuild :func:`event_to_json` output. Only ``dp_accounting.dp_event`` classes are admitted (data, not code)."""
-    from dp_accounting import dp_event as ev
-
-    if isinstance(data, list):
-        return [event_from_json(x) for x in data]
-    if not isinstance(data, dict):
-        return data
-    if data.get("module_name") != ev.__name__:
-        raise ValueError(f"not a dp-accounting event: module {data.get('module_name')!r}")
-    cls = getattr(ev, str(data.get("class_name")), None)
-    if not (isinstance(cls, type) and issubclass(cls, ev.DpEvent)):
-        raise ValueError(f"unknown dp-accounting event class {data.get('class_name')!r}")
-    return cls(**{k: event_from_json(v) for k, v in data.items() if k not in ("module_name", "class_name")})

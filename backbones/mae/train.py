@@ -37,11 +37,13 @@ import warnings
 from dataclasses import dataclass
 
 import torch
+from privlin.events import event_from_dict, event_to_dict  # the one event codec (a ledger reads it back)
+from stores import cli
 
 from .checkpoint import export_encoder, load_checkpoint, load_mae_weights, save_checkpoint
 from .data import make_source, normalize
 from .dp import (DPAccountantState, PrivacyLeakWarning, SecretStream, broadcast_stream, calibrate_sigma,
-                 default_delta, event_from_json, event_to_json, poisson_sample, reduce_and_privatize)
+                 default_delta, poisson_sample, reduce_and_privatize)
 from .model import MAE_SIZES, MaskedAutoencoder, build_mae
 from .ghost import UnsupportedModuleError, check_supported
 from .per_example import METHODS, clipped_grad_sum, split_params
@@ -436,9 +438,8 @@ def _provenance(s: TrainSettings, result: dict) -> dict:
                                                    "neighboring_relation", "neighbouring", "n_private")}
         seeded = result["seeded"]
         prov["privacy"].update(
-            clip=s.clip, steps=result["dp_steps"], dp_event=event_to_json(result["dp_event"]),
-            accounted_as="privlin.accounting, ADD_OR_REMOVE_ONE (dp-accounting gives REPLACE_SPECIAL the same "
-                         "epsilon for the Poisson-subsampled Gaussian)",
+            clip=s.clip, steps=result["dp_steps"], dp_event=event_to_dict(result["dp_event"]),
+            accounted_as="privlin.accounting under dp-accounting's REPLACE_SPECIAL (zero-out)",
             seeded=any(seeded.values()),
             randomness={k: (f"SEEDED by the user (--{k}-seed): the guarantee does not hold against anyone who knows "
                             f"the seed" if seeded[k] else "secret: Philox keyed from 256 bits of os.urandom, not "
@@ -505,22 +506,19 @@ def run_dp_event(record):
     privacy = record.get("privacy", record)
     if "dp_event" not in privacy:
         raise ValueError("the record holds no dp_event (not a DP-MAE run, or written before events were recorded)")
-    event = event_from_json(privacy["dp_event"])
+    event = event_from_dict(privacy["dp_event"])
     expected = dp_event(privacy["noise_multiplier"], privacy["sample_rate"], privacy["steps"])
     if event != expected:
         raise ValueError(f"the record's dp_event {event} disagrees with its sigma, q and steps ({expected}): damaged")
     return event
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not the whole usage block
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+PROG = "python -m backbones.mae.train"
 
 
 def _parser() -> argparse.ArgumentParser:
     d = TrainSettings()
-    p = _Parser(prog="python -m backbones.mae.train", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = cli.parser(PROG, __doc__)  # the project's convention (stores.cli): defaults shown, one-line errors
     a = p.add_argument
     a("--size", default=d.size, choices=sorted(MAE_SIZES), help="MAE size (encoder x decoder)")
     a("--data", default=d.data, help="synthetic (public) | digits | imagefolder:PATH (private)")
@@ -563,30 +561,25 @@ _USER_ERRORS = (ValueError, KeyError, FileNotFoundError, FileExistsError, IsADir
                 UnsupportedModuleError)
 
 
+@cli.entry_point(PROG, _USER_ERRORS)
 def main(argv=None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     fields = {f.name for f in dataclasses.fields(TrainSettings)}
+    s = TrainSettings(**{k: v for k, v in vars(args).items() if k in fields})  # checks every setting first
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    if args.resume and not os.path.isfile(os.path.join(s.out, "checkpoint.pth")):
+        raise FileNotFoundError(f"--resume: no checkpoint at {os.path.join(s.out, 'checkpoint.pth')}")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun
+        torch.distributed.init_process_group("nccl" if _device(s).type == "cuda" else "gloo")
     try:
-        s = TrainSettings(**{k: v for k, v in vars(args).items() if k in fields})
-        if args.threads is not None:
-            if args.threads < 1:
-                raise ValueError(f"--threads must be >= 1, got {args.threads}")
-            torch.set_num_threads(args.threads)
-        if args.resume and not os.path.isfile(os.path.join(s.out, "checkpoint.pth")):
-            raise FileNotFoundError(f"--resume: no checkpoint at {os.path.join(s.out, 'checkpoint.pth')}")
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun
-            torch.distributed.init_process_group("nccl" if _device(s).type == "cuda" else "gloo")
-        try:
-            result = train(s, resume=args.resume, progress=not args.no_progress)
-            rank, _ = _dist_info()
-        finally:
-            if torch.distributed.is_available() and torch.distributed.is_initialized():
-                torch.distributed.destroy_process_group()
-    except _USER_ERRORS as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        print(f"{parser.prog}: error: {msg}", file=sys.stderr)
-        return 2
+        result = train(s, resume=args.resume, progress=not args.no_progress)
+        rank, _ = _dist_info()
+    finally:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     if rank != 0:
         return 0
     line = f"step {result['step']}  loss {result['loss']:.4f}  checkpoint {result['checkpoint']}"

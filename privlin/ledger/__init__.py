@@ -12,12 +12,19 @@ Where it lives: ``<store>/<split>/privacy_ledger.json`` beside a store split (:f
 an in-memory ledger unless one is given.  Storage: :mod:`privlin.ledger.storage`; command line:
 ``python -m privlin.ledger PATH``.
 
-What it protects against: mistakes (a forgotten earlier fit, a second notebook, a rerun).  Not against
-someone with write access to the files, who can rewrite them.
+Tamper-evident: every state of the document carries the sha256 of its entries, caps and relation, chained to
+the state before (:func:`_head`); a store split's ledger is anchored in the split's sealed metadata
+(``stores.anchor``), so a deleted, emptied, truncated or edited ledger fails closed
+(:class:`LedgerDamaged`) instead of resetting the split's budget.
+
+What it protects against: mistakes (a forgotten earlier fit, a second notebook, a rerun, a cleanup that
+deleted a file).  Not against someone who rewrites the store's metadata and the ledger together.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import json
 import math
 import os
 from typing import Iterable, Mapping, Sequence
@@ -29,7 +36,8 @@ from ..events import describe
 from . import storage
 from .entry import LedgerEntry, jsonable
 
-__all__ = ["LEDGER_FILENAME", "PrivacyBudgetExceeded", "LedgerEntry", "PrivacyLedger", "ledger_path"]
+__all__ = ["LEDGER_FILENAME", "PrivacyBudgetExceeded", "LedgerDamaged", "LedgerEntry", "PrivacyLedger",
+           "ledger_path"]
 
 LEDGER_FILENAME = "privacy_ledger.json"
 FORMAT = "privlin.ledger/2"
@@ -37,6 +45,23 @@ FORMAT = "privlin.ledger/2"
 
 class PrivacyBudgetExceeded(RuntimeError):
     """A mechanism would push a split's total ε past its cap; nothing was read."""
+
+
+class LedgerDamaged(ValueError):
+    """The ledger does not match its hash chain or its anchor in the store: nothing is charged or read."""
+
+
+def _head(previous: str, neighbouring, caps, entries) -> str:
+    """sha256 of a ledger state (relation, caps, entries), chained to the state before."""
+    body = json.dumps({"previous": previous, "neighbouring": neighbouring, "caps": caps,
+                       "entries": [e.to_dict() for e in entries]}, sort_keys=True, separators=(",", ":"),
+                      allow_nan=False)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _reopen(path, cap, neighbouring, anchor):
+    """The same ledger file (and anchor) in another process."""
+    return PrivacyLedger(path, cap=cap, neighbouring=neighbouring, anchor=anchor)
 
 
 def ledger_path(store_url: str, split: str) -> str:
@@ -68,21 +93,32 @@ class _Document:
     def __init__(self, data: dict | None, where: str):
         self.where = where
         if data is None:
-            self.neighbouring, self.caps, self.entries = None, [], []
+            self.neighbouring, self.caps, self.entries, self.head, self.previous = None, [], [], "", ""
             return
         if not isinstance(data, Mapping) or data.get("format") != FORMAT or not isinstance(data.get("entries"), list):
-            raise ValueError(f"{where} is not a privlin ledger (format {FORMAT})")
-        self.neighbouring = accounting.relation_name(data.get("neighbouring"))
-        self.caps = list(data.get("caps") or [])
-        self.entries = [LedgerEntry.from_dict(d) for d in data["entries"]]
+            raise LedgerDamaged(f"{where} is not a privlin ledger (format {FORMAT}): damaged or replaced")
+        try:
+            self.neighbouring = accounting.relation_name(data.get("neighbouring"))
+            self.caps = list(data.get("caps") or [])
+            self.entries = [LedgerEntry.from_dict(d) for d in data["entries"]]
+        except (ValueError, TypeError) as e:
+            if "unknown DpEvent type" in str(e):
+                raise
+            raise LedgerDamaged(f"privacy ledger {where} is damaged: {e}") from None
+        self.previous, self.head = str(data.get("previous", "")), str(data.get("head", ""))
+        if self.head != _head(self.previous, self.neighbouring, self.caps, self.entries):
+            raise LedgerDamaged(f"privacy ledger {where} does not match its checksum: edited or damaged "
+                                f"({len(self.entries)} entries)")
 
     @property
     def cap(self) -> tuple[float, float] | None:
         return _check_cap((self.caps[-1]["epsilon"], self.caps[-1]["delta"])) if self.caps else None
 
     def to_dict(self) -> dict:
+        """The document of this state, chained to the one it was read as."""
+        head = _head(self.head, self.neighbouring, self.caps, self.entries)
         return {"format": FORMAT, "neighbouring": self.neighbouring, "caps": self.caps,
-                "entries": [e.to_dict() for e in self.entries]}
+                "entries": [e.to_dict() for e in self.entries], "previous": self.head, "head": head}
 
 
 class PrivacyLedger:
@@ -108,11 +144,12 @@ class PrivacyLedger:
     """
 
     def __init__(self, path: str | os.PathLike | None = None, *, cap=None, neighbouring=None,
-                 lock_timeout: float = 60.0):
+                 lock_timeout: float = 60.0, anchor=None):
         self.path = None if path is None else storage.canonical(path)
         self._requested_cap = _check_cap(cap)
         self._requested_relation = None if neighbouring is None else accounting.relation_name(neighbouring)
         self._backend = storage.backend(self.path, lock_timeout)
+        self._anchor = anchor  # (get() -> {"entries", "head"} | None, set(entries, head)), e.g. a store split's
 
     # -- construction -----------------------------------------------------------------
     @classmethod
@@ -141,7 +178,21 @@ class PrivacyLedger:
 
     # -- reading ----------------------------------------------------------------------
     def _doc(self) -> _Document:
-        return _Document(self._backend.read(), self.path or "in-memory ledger")
+        doc = _Document(self._backend.read(), self.path or "in-memory ledger")
+        if self._anchor is not None:
+            recorded = self._anchor.get()
+            if recorded and recorded["head"] not in (doc.head, doc.previous):  # previous: a crash between writes
+                raise LedgerDamaged(
+                    f"privacy ledger {self.where} is {'missing' if not doc.head else 'not the one'} the store "
+                    f"records ({recorded['entries']} entries, head {recorded['head'][:12]}): deleted, replaced or "
+                    f"edited; the split's budget cannot be read (restore the file from a backup)")
+        return doc
+
+    def _write(self, doc: _Document) -> None:
+        data = doc.to_dict()
+        self._backend.write(data)
+        if self._anchor is not None:
+            self._anchor.set(len(doc.entries), data["head"])
 
     @property
     def where(self) -> str:
@@ -241,7 +292,7 @@ class PrivacyLedger:
 
     # -- writing ----------------------------------------------------------------------
     def charge(self, event: _ev.DpEvent, *, mechanism: str, epsilon: float, delta: float,
-               params: Mapping | None = None, neighbouring=None) -> LedgerEntry:
+               params: Mapping | None = None, neighbouring=None, entry_id: str | None = None) -> LedgerEntry:
         """Check the stored cap and record ``event`` in one locked step.  Call it *before* reading private rows.
 
         Parameters
@@ -256,6 +307,8 @@ class PrivacyLedger:
             JSON metadata kept with the entry (never a key or seed).
         neighbouring : str, optional
             The relation the mechanism's guarantee is under; refused unless it is the ledger's.
+        entry_id : str, optional
+            A stable id for a mechanism that must be recorded once only (charging it again records nothing).
 
         Raises
         ------
@@ -271,16 +324,26 @@ class PrivacyLedger:
                     raise ValueError(f"{self.where} is a ledger under {rel!r}; this mechanism is under {other!r}: "
                                      "they do not compose")
             entry = LedgerEntry(mechanism=str(mechanism), event=event, epsilon=float(epsilon), delta=float(delta),
-                                neighbouring=rel, params=jsonable(dict(params or {})))
+                                neighbouring=rel, params=jsonable(dict(params or {})),
+                                **({"id": entry_id} if entry_id else {}))
+            if entry_id and any(e.id == entry_id for e in doc.entries):
+                return next(e for e in doc.entries if e.id == entry_id)
             entry.to_dict()  # validate before writing
             cap = self._cap_after(doc)
             if cap is not None:
-                self._check(doc.entries, event, entry.mechanism, cap, rel)
+                try:
+                    self._check(doc.entries, event, entry.mechanism, cap, rel)
+                except PrivacyBudgetExceeded:
+                    if cap != doc.cap:  # the budget asked for is policy from now on, even for a refused charge
+                        doc.caps.append({"epsilon": cap[0], "delta": cap[1], "time": _now(), "note": "set by a charge"})
+                        doc.neighbouring = rel
+                        self._write(doc)
+                    raise
             if cap != doc.cap:
                 doc.caps.append({"epsilon": cap[0], "delta": cap[1], "time": _now(), "note": "set by a charge"})
             doc.neighbouring = rel
             doc.entries.append(entry)
-            self._backend.write(doc.to_dict())
+            self._write(doc)
         return entry
 
     def set_cap(self, epsilon: float, delta: float, *, note: str = "") -> None:
@@ -290,7 +353,7 @@ class PrivacyLedger:
             doc = self._doc()
             doc.neighbouring = self._relation_of(doc)
             doc.caps.append({"epsilon": cap[0], "delta": cap[1], "time": _now(), "note": str(note)})
-            self._backend.write(doc.to_dict())
+            self._write(doc)
         self._requested_cap = None
 
     def extend(self, entries: Iterable[LedgerEntry]) -> None:
@@ -306,7 +369,7 @@ class PrivacyLedger:
                 self._check(doc.entries, _ev.ComposedDpEvent([e.event for e in new]), "merged entries", cap, rel)
             doc.neighbouring = rel
             doc.entries += new
-            self._backend.write(doc.to_dict())
+            self._write(doc)
 
     def save(self, path: str | os.PathLike) -> "PrivacyLedger":
         """Append this ledger's entries to the ledger file at ``path``; returns that ledger."""
@@ -341,6 +404,12 @@ class PrivacyLedger:
 
     def __repr__(self) -> str:
         return f"PrivacyLedger({self.path!r}, cap={self.cap})"
+
+    def __reduce__(self):
+        if self.path is None:
+            raise TypeError("an in-memory PrivacyLedger cannot be shared with other processes (e.g. GridSearchCV "
+                            "n_jobs > 1): use a ledger file, PrivacyLedger(path)")
+        return (_reopen, (self.path, self._requested_cap, self._requested_relation, self._anchor))
 
     def __deepcopy__(self, memo):
         # A ledger is a handle on shared state (a file, or one in-memory history):

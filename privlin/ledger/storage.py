@@ -1,8 +1,8 @@
 """Where a ledger document lives: a local file, an fsspec URL, or memory.
 
 Local files are replaced atomically (temporary file, fsync, ``os.replace``) under an exclusive ``flock`` on
-``<file>.lock``, so concurrent writers lose no entry and a crash leaves the old or the new file, never half
-of one.  fsspec URLs are written whole, serialised within this process only.
+the folder that holds them (not on a lock file, which a cleanup could delete mid-charge), so concurrent
+writers lose no entry and a crash leaves the old or the new file, never half of one.  fsspec URLs are written whole, serialised within this process only.
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ class LocalFile:
     def locked(self) -> Iterator[None]:
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         with _process_lock(self.path):
-            fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(os.path.dirname(self.path), os.O_RDONLY)
             try:
                 _flock(fd, self.timeout, self.path)
                 yield

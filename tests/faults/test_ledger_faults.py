@@ -1,0 +1,141 @@
+"""The ledger is evidence: a deleted, emptied, truncated or edited ledger fails closed with a named error (it never
+resets a split's budget); a deleted lock loses no entry; a crash between the ledger and its anchor is recovered;
+one total, with its δ, everywhere."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import privlin
+from privlin.data import as_source
+from privlin.ledger import LEDGER_FILENAME, LedgerDamaged, PrivacyBudgetExceeded
+
+from .inject import write_store
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def charged(tmp_path):
+    """A store whose train split has been charged twice (classes: the store's published list)."""
+    url = str(tmp_path / "s.zarr")
+    write_store(url)
+    for seed in (0, 1):
+        privlin.fit(url, epsilon=1.0, method="adam1", random_state=seed)
+    return url, os.path.join(url, "train", LEDGER_FILENAME)
+
+
+def _fit(url):
+    return privlin.fit(url, epsilon=1.0, method="adam1", random_state=2)
+
+
+def _edit(path, fn):
+    doc = json.load(open(path))
+    fn(doc)
+    json.dump(doc, open(path, "w"))
+
+
+@pytest.mark.parametrize("damage", ["delete", "null", "empty list", "drop last entry", "NoOp event", "sigma bit",
+                                    "raise cap", "truncate", "swap for another split's"])
+def test_a_damaged_ledger_fails_closed_and_names_itself(charged, tmp_path, damage):
+    url, path = charged
+    if damage == "delete":
+        os.remove(path)
+    elif damage == "null":
+        open(path, "w").write("null")
+    elif damage == "empty list":
+        _edit(path, lambda d: d["entries"].clear())
+    elif damage == "drop last entry":
+        _edit(path, lambda d: d["entries"].pop())
+    elif damage == "NoOp event":
+        _edit(path, lambda d: d["entries"][0].__setitem__("event", {"type": "NoOpDpEvent"}))
+    elif damage == "sigma bit":  # one flipped bit in a recorded σ (the spend under-counted)
+        def flip(node):
+            if "noise_multiplier" in node:
+                node["noise_multiplier"] = float(np.nextafter(node["noise_multiplier"], np.inf))
+                return True
+            return any(flip(v) for v in node.values() if isinstance(v, dict)) or any(
+                flip(v) for lst in node.values() if isinstance(lst, list) for v in lst if isinstance(v, dict))
+        _edit(path, lambda d: flip(d["entries"][0]["event"]))
+    elif damage == "raise cap":
+        _edit(path, lambda d: d["caps"].append({"epsilon": 1e9, "delta": 0.1, "time": "", "note": "edited"}))
+    elif damage == "truncate":
+        data = open(path).read()
+        open(path, "w").write(data[: len(data) // 2])
+    elif damage == "swap for another split's":
+        other = str(tmp_path / "o.zarr")
+        write_store(other)
+        privlin.fit(other, epsilon=1.0, method="adam1", random_state=0)
+        os.replace(os.path.join(other, "train", LEDGER_FILENAME), path)
+    with pytest.raises((LedgerDamaged, ValueError)) as e:
+        _fit(url)
+    assert str(e.value).count("\n") == 0 and ("ledger" in str(e.value))
+    assert path in str(e.value) or os.path.realpath(path) in str(e.value)
+
+
+def test_a_crash_between_the_ledger_and_its_anchor_is_recovered(charged, monkeypatch):
+    url, path = charged
+    import stores.anchor
+
+    real = stores.anchor.set_ledger_anchor
+
+    def crash(*a, **k):
+        raise OSError("killed between the two writes")
+
+    monkeypatch.setattr(stores.anchor, "set_ledger_anchor", crash)
+    with pytest.raises(OSError):
+        _fit(url)  # the ledger file has the new entry; the store still records the one before
+    monkeypatch.setattr(stores.anchor, "set_ledger_anchor", real)
+    led = as_source(url, "train").ledger()
+    assert len(led) == 3  # the charge stands (its noise may have been released): the safe side
+    _fit(url)
+    assert len(as_source(url, "train").ledger()) == 4 and stores.anchor.ledger_anchor(url, "train")["entries"] == 4
+
+
+def test_a_deleted_lock_loses_no_entry(tmp_path):
+    """Four processes charge one split while a fifth deletes every lock file it can find: no entry is lost (the
+    lock is the split's folder itself)."""
+    url = str(tmp_path / "s.zarr")
+    write_store(url)
+    worker = textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {ROOT!r})
+        from dp_accounting import dp_event as ev
+        from privlin.data import as_source
+        led = as_source({url!r}, "train").ledger()
+        for i in range(6):
+            led.charge(ev.GaussianDpEvent(50.0), mechanism=f"w{{sys.argv[1]}}-{{i}}", epsilon=0.1, delta=1e-9)
+    """)
+    deleter = textwrap.dedent(f"""
+        import glob, os, time
+        end = time.time() + 20
+        while time.time() < end:
+            for f in glob.glob({os.path.join(url, '**', '*.lock')!r}, recursive=True):
+                try: os.remove(f)
+                except OSError: pass
+    """)
+    d = subprocess.Popen([sys.executable, "-c", deleter])
+    procs = [subprocess.Popen([sys.executable, "-c", worker, str(k)]) for k in range(4)]
+    assert [p.wait(timeout=300) for p in procs] == [0] * 4
+    d.kill()
+    entries = as_source(url, "train").ledger().entries
+    assert sorted(e.mechanism for e in entries) == sorted(f"w{k}-{i}" for k in range(4) for i in range(6))
+
+
+def test_one_total_with_its_delta_everywhere(charged, capsys):
+    url, path = charged
+    with pytest.raises(PrivacyBudgetExceeded) as e:
+        privlin.fit(url, epsilon=1.0, method="adam1", budget=(1.5, 1e-5))
+    led = as_source(url, "train").ledger()
+    eps, delta = led.spent()
+    assert delta == 1e-5 and f"spent ε={eps:.4g} at δ=1e-05" in str(e.value)
+    from privlin.ledger.__main__ import main
+
+    assert main([path, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["epsilon"] == pytest.approx(eps) and out["delta"] == 1e-5
+    m = privlin.fit(url, epsilon=0.1, method="adam1", random_state=0)
+    assert m.privacy_.ledger_spent == led.spent()
