@@ -14,7 +14,7 @@ from dp_accounting import NeighboringRelation
 from dp_accounting import dp_event as ev
 from dp_accounting.pld import pld_privacy_accountant as pld
 
-from privlin import train
+from privlin import sensitivity, train
 from privlin.ledger import PrivacyBudgetExceeded, PrivacyLedger
 from privlin.sweep import PrivacyLeakWarning, sweep
 from privlin import noise
@@ -89,7 +89,8 @@ def test_noise_of_different_settings_is_independent_and_has_the_stated_scale():
     K, D, S = 10, 2000, 5
     keys = noise.split(make_key(11).key, S)
     sig = jnp.asarray([0.5, 1.0, 2.0, 4.0, 8.0])
-    g0 = train.adam1_gradient(train.class_sums_init(D, K))
+    with sensitivity.x64():  # class sums are float64, as in the runner
+        g0 = train.adam1_gradient(train.class_sums_init(D, K))
     g = np.asarray(jax.vmap(lambda k, s: train.privatize(g0, k, s, 2.0).W)(keys, sig))
     Z = (g / (2.0 * np.asarray(sig))[:, None, None]).reshape(S, -1)
     m = Z.shape[1]
