@@ -15,7 +15,6 @@ import argparse
 import os
 import sys
 import time
-import warnings
 
 import numpy as np
 from sklearn.datasets import load_digits
@@ -23,7 +22,8 @@ from sklearn.model_selection import train_test_split
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import privlin  # noqa: E402
-from _results import write_section  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script)
+import _opacus  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script)
+from _results import write_section  # noqa: E402
 
 
 def digits():
@@ -39,39 +39,9 @@ def privlin_acc(method, eps, seeds, Xtr, Xte, ytr, yte):
 
 
 def opacus_acc(eps, seeds, Xtr, Xte, ytr, yte, steps=200, batch=256):
-    import torch
-    from opacus import PrivacyEngine
-    from torch.utils.data import DataLoader, TensorDataset
-
-    accs = []
-    n = len(ytr)
-    for s in range(seeds):
-        torch.manual_seed(s)
-        model = torch.nn.Linear(Xtr.shape[1], 10, bias=False)
-        torch.nn.init.zeros_(model.weight)
-        ds = TensorDataset(torch.from_numpy(Xtr), torch.from_numpy(ytr).long())
-        loader = DataLoader(ds, batch_size=batch)
-        epochs = max(1, round(steps * batch / n))
-        opt = torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.9)
-        engine = PrivacyEngine(accountant="prv")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            model, opt, loader = engine.make_private_with_epsilon(
-                module=model, optimizer=opt, data_loader=loader, target_epsilon=eps, target_delta=1e-5,
-                epochs=epochs, max_grad_norm=1.0, poisson_sampling=True)
-        for g in opt.param_groups:
-            g["lr"] = 0.008 * batch / opt.noise_multiplier
-        loss_fn = torch.nn.CrossEntropyLoss()
-        for _ in range(epochs):
-            for xb, yb in loader:
-                if len(xb) == 0:
-                    continue
-                opt.zero_grad()
-                loss_fn(model(xb), yb).backward()
-                opt.step()
-        with torch.no_grad():
-            pred = model(torch.from_numpy(Xte)).argmax(1).numpy()
-        accs.append(float((pred == yte).mean()))
+    epochs = max(1, round(steps * batch / len(ytr)))
+    accs = [_opacus.linear_accuracy(Xtr, ytr, Xte, yte, 10, eps=eps, delta=1e-5, lr=lambda s: 0.008 * batch / s,
+                                    seed=s, batch=batch, epochs=epochs, bias=False) for s in range(seeds)]
     return np.mean(accs), np.std(accs)
 
 
