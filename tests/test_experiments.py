@@ -161,4 +161,4 @@ def test_quickstart_pieces_on_a_tiny_store(tmp_path, store, capsys, figures):
     assert all(len(x) == len(quickstart.EPSILONS) and err is not None for x, _, err in curves.values())
     for s in quickstart.fixed_settings():  # fixed in advance: the settings do not depend on data
         assert s["epsilon"] in quickstart.EPSILONS and s["delta"] == quickstart.DELTA
-        assert set(s) == {"method", "epsilon", "delta", "center_share"}  # everything else: the plan's defaults
+        assert set(s) == {"method", "epsilon", "delta"}  # everything else: the plan's defaults

@@ -240,9 +240,12 @@ def _gdp_epsilon(mu: float, delta: float) -> float:
 
 
 def _mu(report) -> float:
-    """μ of one full-batch fit: centering once, then ``steps`` Gaussian steps (zero-out: sensitivity = clip)."""
+    """μ of one full-batch fit: each one-off release (centering, scaling) once, then ``steps`` Gaussian steps
+    (zero-out: each Gaussian's sensitivity is what its σ multiplies)."""
     sig = report.noise_multipliers
-    return math.sqrt(1 / sig["center"] ** 2 + report.steps / sig["step"] ** 2)
+    assert set(sig) <= {"center", "scale", "whiten", "step"}  # every mechanism of the plan is a Gaussian
+    once = [s for name, s in sig.items() if name != "step"]
+    return math.sqrt(sum(1 / s**2 for s in once) + report.steps / sig["step"] ** 2)
 
 
 def test_model_selection_on_private_rows_charges_every_fit_and_reports_the_total(blobs):
