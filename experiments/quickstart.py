@@ -1,6 +1,6 @@
 """Quickstart: digits → frozen features → private linear probes at ε ∈ {0.5, 1, 2, 4, 8} → table, CSV and plot.
 
-Runs offline in about a minute on a 2-core CPU::
+Runs offline in a few minutes on a 2-core CPU (the pixels probes whiten 3072-d rows)::
 
     python -m experiments.quickstart                 # writes runs/quickstart/{*.zarr, quickstart.csv, quickstart.png}
     python -m experiments.quickstart --out /tmp/qs --backbones pixels
