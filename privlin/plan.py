@@ -329,9 +329,9 @@ def default_learning_rate(method: str, optimizer: str, sigma: float, batch: floa
       gradient descent that balances optimization against noise makes this accumulated noise equal to the size
       of one coordinate of the solution, ‖W*‖/√(dk) (Bassily, Smith & Thakurta 2014, §5), independently of N and
       ε.  The rule fixes that size at ρ = 0.8, the value of DP-RandP's tuned probes (seed 004, Table 22:
-      lr·σ/N ≈ 0.008 at T=100 for every ε from 0.1 to 8 — the rule gives exactly that table at its T); checked on
-      design sets that are not in the benchmark (benchmarks/results/defaults.md): on each, ρ = 0.8 is within a
-      few points of the best ρ in [0.2, 6.4].  At a fixed ρ, the total step ``lr·T/(1−β) = ρ·B·√T/σ = ρ·N·μ_train``
+      lr·σ/N ≈ 0.008 at T=100 for every ε from 0.1 to 8 — the rule gives exactly that table at its T).  How it
+      holds on data it was not set on: BENCHMARKS.md, "privlin defaults on unseen data" (it is weakest at small
+      N·μ, where a smaller rate, closer to the first gradient's direction, does better).  At a fixed ρ, the total step ``lr·T/(1−β) = ρ·B·√T/σ = ρ·N·μ_train``
       (full batch) is what moves the model, so more steps at a smaller rate give the same model (checked from
       T=25 to 1600): T stays DP-RandP's 100, ten momentum time constants.
     * Stability term.  With rows at norm C and an intercept feature 1, the mean softmax (or sigmoid) loss has a
