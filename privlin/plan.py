@@ -331,9 +331,9 @@ def default_learning_rate(method: str, optimizer: str, sigma: float, batch: floa
       ε.  The rule fixes that size at ρ = 0.8, the value of DP-RandP's tuned probes (seed 004, Table 22:
       lr·σ/N ≈ 0.008 at T=100 for every ε from 0.1 to 8 — the rule gives exactly that table at its T).  How it
       holds on data it was not set on: BENCHMARKS.md, "privlin defaults on unseen data" (it is weakest at small
-      N·μ, where a smaller rate, closer to the first gradient's direction, does better).  At a fixed ρ, the total step ``lr·T/(1−β) = ρ·B·√T/σ = ρ·N·μ_train``
-      (full batch) is what moves the model, so more steps at a smaller rate give the same model (checked from
-      T=25 to 1600): T stays DP-RandP's 100, ten momentum time constants.
+      N·μ, where a smaller rate, closer to the first gradient's direction, does better).  At a fixed ρ, the total
+      step ``lr·T/(1−β) = ρ·B·√T/σ = ρ·N·μ_train`` (full batch) is what moves the model, so more steps at a
+      smaller rate give about the same model: T stays DP-RandP's 100, ten momentum time constants.
     * Stability term.  With rows at norm C and an intercept feature 1, the mean softmax (or sigmoid) loss has a
       Hessian bounded by L = (C² + 1)/2 (C²/2 without intercept; the logits' Hessian is ≼ ½I); heavy ball is
       stable for lr·L < 2(1+β) (Polyak 1964).  It binds at large N·μ (little noise), where the noise rule alone would
