@@ -194,12 +194,7 @@ def bench_memory(tmp, n, d, k):
     store_mb = n * d * 2 / 2**20
     rows = []
     for method in ("adam1", "sgd"):
-        code = MEMORY_CHILD % dict(root=ROOT, path=path, k=k, method=method, small=small, limit=0)
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           env={**os.environ, "JAX_PLATFORMS": "cpu"})
-        if p.returncode != 0:
-            raise RuntimeError(p.stderr[-3000:])
-        r = json.loads(p.stdout.strip().splitlines()[-1])
+        r = _memory_child(path, k, method, small, limit=0)
         used = r["peak_mb"] - r["base_mb"]
         rows.append(f"| peak memory of privlin.fit ({method}, streaming, block_rows=8192) on a {store_mb:.0f} MiB "
                     f"float16 store (n={n}, d={d}; {2 * store_mb:.0f} MiB as float32) | store {store_mb:.0f} MiB | "
@@ -208,18 +203,23 @@ def bench_memory(tmp, n, d, k):
     # the in-memory path on a quarter of the rows: its real peak against what memory_limit is compared with
     quarter = os.path.join(tmp, "quarter.zarr")
     build_store(quarter, n // 4, d, k)
-    code = MEMORY_CHILD % dict(root=ROOT, path=quarter, k=k, method="sgd", small=small, limit=2**40)
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
-    if p.returncode != 0:
-        raise RuntimeError(p.stderr[-3000:])
-    r = json.loads(p.stdout.strip().splitlines()[-1])
+    r = _memory_child(quarter, k, "sgd", small, limit=2**40)
     used = r["peak_mb"] - r["base_mb"]
     rows.append(f"| in-memory fit (sgd) on {n // 4} × {d} float16 rows: measured peak vs "
                 f"`runner.in_memory_bytes` (what `memory_limit` is compared with) | estimate {r['estimate_mb']:.0f} MiB"
                 f" | +{used:.0f} MiB over {r['base_mb']:.0f} MiB | **peak = {used / r['estimate_mb']:.2f}× the "
                 f"estimate** |")
     return rows
+
+
+def _memory_child(path, k, method, small, *, limit):
+    """Run MEMORY_CHILD in a fresh process (its own peak RSS) and return its JSON line."""
+    code = MEMORY_CHILD % dict(root=ROOT, path=path, k=k, method=method, small=small, limit=limit)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr[-3000:])
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def main(argv=None):
