@@ -25,7 +25,7 @@ Goals at a glance (met / not met; the rows give the numbers and the reasons):
   DP-SGD grid ≤ 3× one fit (17.6×, compute-bound on a CPU); store `blocks()` ≥ 0.8 of raw reads warm (0.67);
   issue 19's runner against the raw read: adam1 ≤ 2× (15.1× streamed), with centering ≤ 3.5× (25.7×), streamed
   DP-SGD step ≤ 2.5× (35×); issue 15's defaults ≥ tuned Opacus on every row and within 1 point of non-private at
-  ε=8 on every tabular set (23/38 rows; iris +2.7, N=200 mixture +3.6, N=200k mixture +1.2).
+  ε=8 on every tabular set (≥ Opacus on 23/38 rows; ε=8 gaps: iris 2.7, N=200 mixture 3.6, N=200k mixture 1.2 points).
 - The privlin speed and sweep rows were measured before the exact sums; the "exact-sums" section gives now/before
   for the same paths, in one run.
 """
