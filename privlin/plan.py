@@ -19,7 +19,7 @@ from dp_accounting import dp_event as _ev
 from . import accounting, scaling
 
 __all__ = ["Plan", "make_plan", "default_learning_rate", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS",
-           "LOGIT_NOISE", "LR_NOISE_RATIO", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "ADAM_LR"]
+           "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "ADAM_LR"]
 
 #: The methods a plan can run (see :mod:`privlin.train`).
 METHODS = ("adam1", "sgd", "minibatch")
@@ -32,8 +32,6 @@ DEFAULT_STEPS = {"adam1": 1, "sgd": 100, "minibatch": 200}
 #: end of training (see :func:`default_learning_rate`).  DP-RandP's tuned CIFAR-10 probes (seed 004, Table 22:
 #: T=100, momentum 0.9, lr·σ/N ≈ 0.008 for every ε in [0.1, 8]) sit at ρ = 0.008·√100/(1−0.9) = 0.8.
 LOGIT_NOISE = 0.8
-#: lr·σ/B of that table at its T=100 (what the rule reduces to there).
-LR_NOISE_RATIO = 0.008
 #: Share of the GDP budget μ² spent on private centering, and on the scaling stage (:mod:`privlin.scaling`).
 DEFAULT_CENTER_SHARE = 0.05
 DEFAULT_SCALE_SHARE = 0.15

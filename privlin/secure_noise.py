@@ -34,12 +34,10 @@ from __future__ import annotations
 
 import math
 import os
-import secrets
 
 import numpy as np
 
 __all__ = [
-    "os_seed",
     "uniform",
     "discrete_gaussian",
     "discrete_laplace",
@@ -51,11 +49,6 @@ __all__ = [
 _TWO_M53 = 2.0**-53
 # Grid resolution relative to the noise scale: γ ≈ s · 2^-30.
 _GRID_BITS = 30
-
-
-def os_seed(bits: int = 64) -> int:
-    """A seed drawn from the operating system's CSPRNG (for JAX keys and the like)."""
-    return secrets.randbits(bits)
 
 
 def uniform(n: int, rng: np.random.Generator | None = None) -> np.ndarray:

@@ -1,11 +1,13 @@
 """secure_mode noise: the discrete Gaussian against its closed form, releases exactly on the grid."""
 import math
 
+import jax
 import numpy as np
 import pytest
 from scipy import stats
 
 from privlin import secure_noise as sn
+from privlin.noise import make_key
 
 
 def _dg_pmf(sigma, support):
@@ -66,11 +68,13 @@ def test_discrete_laplace_matches_closed_form():
     assert _chi2_pvalue(k, pmf) > 1e-3
 
 
-def test_uniform_and_seed():
+def test_uniform_and_key():
     u = sn.uniform(100_000)
     assert u.min() > 0 and u.max() <= 1
     assert stats.kstest(u, "uniform").pvalue > 1e-4
-    assert sn.os_seed() != sn.os_seed()
+    a, b = make_key(), make_key()  # the library's one OS-entropy key source (128 bits), never seeded
+    assert not a.seeded and not b.seeded
+    assert not np.array_equal(jax.random.key_data(a.key), jax.random.key_data(b.key))
 
 
 def test_release_is_exact_on_grid_and_unbiased():
