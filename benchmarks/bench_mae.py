@@ -110,22 +110,25 @@ def _build(size, depth=None, decoder_depth=None):
     return build_mae(size, **over)
 
 
-def make_method(name, size, depth=None, decoder_depth=None):
+def make_method(name, size, depth=None, decoder_depth=None, device="cpu", amp=None):
     """(step, model, reset) for ``name``: ``step(x, noise)`` returns the clipped sum as {param name: tensor};
-    ``reset()`` frees what a step leaves behind (gradients, opacus' grad samples) before a memory measurement."""
+    ``reset()`` frees what a step leaves behind (gradients, opacus' grad samples) before a memory measurement.
+    ``amp``: autocast dtype of the forward passes (bf16 on a GPU, as DP-MAE trains with ``--amp bf16``)."""
     torch.manual_seed(0)
-    model = _build(size, depth, decoder_depth)
+    model = _build(size, depth, decoder_depth).to(device)
 
     def reset():
         model.zero_grad(set_to_none=True)
     if name == "nonprivate":
         def step(x, noise):
             model.zero_grad(set_to_none=True)
-            model(x, noise).sum().backward()
+            with torch.autocast(x.device.type, dtype=amp, enabled=amp is not None):
+                losses = model(x, noise)
+            losses.float().sum().backward()
             return {k: p.grad for k, p in model.named_parameters() if p.requires_grad}
     elif name in ("ghost", "vmap"):
         def step(x, noise):
-            return clipped_grad_sum(model, x, noise, CLIP, method=name)[0]
+            return clipped_grad_sum(model, x, noise, CLIP, method=name, autocast_dtype=amp)[0]
     elif name == "loop":
         def step(x, noise):
             grads = {k: [] for k, p in model.named_parameters() if p.requires_grad}
@@ -184,11 +187,24 @@ def make_method(name, size, depth=None, decoder_depth=None):
     return step, model, reset
 
 
-def _inputs(model, batch):
+def _inputs(model, batch, device="cpu"):
     g = torch.Generator().manual_seed(1)
     cfg = model.cfg
-    return (torch.randn(batch, 3, cfg.img_size, cfg.img_size, generator=g),
-            torch.rand(batch, cfg.num_patches, generator=g))
+    return (torch.randn(batch, 3, cfg.img_size, cfg.img_size, generator=g).to(device),
+            torch.rand(batch, cfg.num_patches, generator=g).to(device))
+
+
+def _cuda_peak(fn, x, noise) -> int:
+    """Peak extra GPU memory (bytes) of one call of ``fn`` after a warm-up call (CUDA's allocator statistics)."""
+    out = fn(x, noise)
+    del out
+    gc.collect()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fn(x, noise)
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
 
 
 def _status(key):
@@ -222,6 +238,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--amp", default="none", choices=["none", "bf16"], help="autocast of the forward passes")
     ap.add_argument("--measure-memory", default=None, help=argparse.SUPPRESS)  # child process mode
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "mae.md"))
     args = ap.parse_args(argv)
@@ -231,18 +249,27 @@ def main(argv=None):
                                                  args.decoder_depth)}))
         return
 
+    dev, amp = torch.device(args.device), (torch.bfloat16 if args.amp == "bf16" else None)
+    cuda = dev.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     steps, errors = {}, {}
     for name in args.methods:
         try:
-            steps[name] = make_method(name, args.size, args.depth, args.decoder_depth)[0]
+            steps[name] = make_method(name, args.size, args.depth, args.decoder_depth, dev, amp)[0]
         except Exception as exc:  # noqa: BLE001 - a method that cannot run is reported, not hidden
             errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-    x, noise = _inputs(_build(args.size, args.depth, args.decoder_depth), args.batch)
-    # correctness first: every private method's clipped sum against vmap's (the reference)
+    x, noise = _inputs(_build(args.size, args.depth, args.decoder_depth), args.batch, dev)
+    # correctness first: every private method's clipped sum against vmap's (the reference: float32, a few rows
+    # at a time; with bf16 autocast the rel err shows the autocast's rounding too)
     torch.manual_seed(0)
-    m = _build(args.size, args.depth, args.decoder_depth)
+    m = _build(args.size, args.depth, args.decoder_depth).to(dev)
     tr, fr = split_params(m)
-    ref = clip_and_sum(per_example_grads(m, tr, fr, x, noise)[0], CLIP)[0]
+    ref = {}
+    for part in range(0, args.batch, 8):
+        got = clip_and_sum(per_example_grads(m, tr, fr, x[part:part + 8], noise[part:part + 8])[0], CLIP)[0]
+        ref = {k: ref.get(k, 0) + v.float().cpu() for k, v in got.items()}
+    cfg = m.cfg
+    del m, tr, fr
     flat_ref = torch.cat([ref[k].flatten() for k in sorted(ref)])
     rel = {}
     for name, fn in list(steps.items()):
@@ -253,44 +280,47 @@ def main(argv=None):
             del steps[name]
             continue
         if name != "nonprivate":
-            flat = torch.cat([out[k].flatten() for k in sorted(ref)])
+            flat = torch.cat([out[k].float().cpu().flatten() for k in sorted(ref)])
             rel[name] = float((flat - flat_ref).norm() / flat_ref.norm())
     times = {k: [] for k in steps}
     for _ in range(args.repeats):  # interleaved, so load drift hits every method alike
         for name, fn in steps.items():
+            sync()
             t = time.perf_counter()
             fn(x, noise)
+            sync()
             times[name].append(time.perf_counter() - t)
     med = {k: statistics.median(v) for k, v in times.items()}
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", PYTHONPATH=ROOT)
-    peak = {}
-    for name in steps:
+    peak = {name: _cuda_peak(fn, x, noise) for name, fn in steps.items()} if cuda else {}
+    for name in steps if not cuda else ():
         depth = ["--depth", str(args.depth)] if args.depth else []
         depth += ["--decoder-depth", str(args.decoder_depth)] if args.decoder_depth else []
         r = subprocess.run([sys.executable, __file__, "--measure-memory", name, "--size", args.size, "--batch",
                             str(args.batch), "--threads", str(args.threads), *depth], env=env, capture_output=True,
                            text=True)
         peak[name] = json.loads(r.stdout.strip().splitlines()[-1])["peak"] if r.returncode == 0 else None
-    machine = (f"{os.cpu_count()}-core CPU ({platform.machine()}), shared, torch {torch.__version__}, "
+    machine = (f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, autocast {args.amp}" if cuda else
+               f"{os.cpu_count()}-core CPU ({platform.machine()}), shared, torch {torch.__version__}, "
                f"{args.threads} thread(s), no GPU")
     header = ("| model | physical batch | method | ms / batch (median of "
-              f"{args.repeats}) | time vs non-private | peak extra MB | memory vs non-private | "
-              "rel err vs vmap |\n|---|---|---|---|---|---|---|---|")
-    cfg = m.cfg
+              f"{args.repeats}) | img/s | time vs non-private | peak extra MB | memory vs non-private | "
+              "rel err vs vmap |\n|---|---|---|---|---|---|---|---|---|")
     label = (f"{args.size} ({cfg.img_size}px/{cfg.patch_size}, {cfg.depth}x{cfg.embed_dim} enc, "
              f"{cfg.decoder_depth}x{cfg.decoder_embed_dim} dec)")
     rows = []
     for name in steps:
         mem = (f"{peak[name] / 2**20:.1f} | {peak[name] / peak['nonprivate']:.2f}x" if peak.get(name) and
                peak.get("nonprivate") else "- | -")
-        rows.append(f"| {label} | {args.batch} | {name} | {1e3 * med[name]:.0f} | "
+        rows.append(f"| {label} | {args.batch} | {name} | {1e3 * med[name]:.0f} | {args.batch / med[name]:.0f} | "
                     f"{med[name] / med['nonprivate']:.2f}x | {mem} | "
                     f"{'-' if name == 'nonprivate' else f'{rel[name]:.1e}'} |")
     for name, err in errors.items():
-        rows.append(f"| {label} | {args.batch} | {name} | - | not run: {err} | - | - | - |")
+        rows.append(f"| {label} | {args.batch} | {name} | - | - | not run: {err} | - | - | - |")
     text = header + "\n" + "\n".join(rows) + f"\n\nMachine: {machine}. Clip C={CLIP}.\n"
     print(text)
-    write_section(args.out, f"bench_mae {args.size} depth={cfg.depth}+{cfg.decoder_depth} batch={args.batch}",
+    write_section(args.out, f"bench_mae {args.size} depth={cfg.depth}+{cfg.decoder_depth} batch={args.batch}"
+                  + (f" {args.device} {args.amp}" if cuda else ""),
                   f"### DP-MAE {label}: per-example clipping vs a non-private batch (benchmarks/bench_mae.py)\n\n"
                   + text)
 

@@ -60,6 +60,18 @@ class ShardAssignment:
         return f"{self.rank}/{self.world}"
 
 
+def worker_context():
+    """How decoding workers start: forked (cheapest) unless this process has initialized CUDA, then from a fork
+    server.  A worker forked from a CUDA process aborts the job the first time it frees an inherited CUDA tensor
+    ("CUDA error: initialization error", seen on an H100); the fork server is a fresh process that never touched
+    CUDA, and forks the workers from there."""
+    if not torch.cuda.is_initialized():
+        return None
+    ctx = torch.multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])  # workers start with this module (torch, PIL) already imported
+    return ctx
+
+
 class _DecodedRows(Dataset):
     """Row ``i`` -> ``(i, uint8 image tensor, error text)``; runs in DataLoader workers."""
 
@@ -161,7 +173,8 @@ def extract_split(bb: Backbone, source: ImageSplit, out, *, assignment: ShardAss
         crop = bb.config.preprocessing.crop
         loader = DataLoader(_DecodedRows(source, bb.transform, crop), batch_sampler=shard_batches(bounds, batch_size),
                             num_workers=num_workers, pin_memory=device.type == "cuda",
-                            prefetch_factor=4 if num_workers else None)
+                            prefetch_factor=4 if num_workers else None,
+                            multiprocessing_context=worker_context() if num_workers else None)
         bar = tqdm(total=n_rows, unit="img", desc=f"{bb.config.name}/{bb.head} {source.dataset}:{source.split}",
                    disable=not progress, dynamic_ncols=True, smoothing=0.1)
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer") as pool:

@@ -104,6 +104,20 @@ def test_store_holds_backbone_features_labels_ids_and_provenance(data, tmp_path)
                 progress=False)
 
 
+def test_workers_start_from_a_fork_server_once_cuda_is_initialized(data, tmp_path, monkeypatch):
+    """Workers forked from a CUDA process abort on the first inherited CUDA tensor they free (seen on an H100):
+    once CUDA is initialized they come from a fork server, and the store is the same as with forked workers."""
+    base, folder, weights, _ = data
+    kw = dict(weights=weights, head="gap", dtype="float32", batch_size=16, num_workers=2, shard_rows=16,
+              progress=False)
+    extract("vip_toy", f"imagefolder:{folder}", out=tmp_path / "forked.zarr", **kw)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    from featurize.job import worker_context
+    assert worker_context().get_start_method() == "forkserver"
+    extract("vip_toy", f"imagefolder:{folder}", out=tmp_path / "server.zarr", **kw)
+    assert_same_store(tmp_path / "forked.zarr", tmp_path / "server.zarr")
+
+
 def test_corrupt_image_is_an_error_or_skipped_and_listed(data, tmp_path, capsys):
     base, _, weights, _ = data
     folder = make_folder(tmp_path / "imgs", n_per_class=5)
