@@ -111,7 +111,7 @@ def gpu_rows(device, tmp, batch_size=256, steps=20):
     make_jpegs(folder, 4096, 256)
     source = open_split(f"imagefolder:{folder}", "train")
     workers = min(16, os.cpu_count() or 1)
-    secs = time_featurize(bb, source, device, batch_size, workers, tmp)
+    secs, _ = time_featurize(bb, source, device, batch_size, workers, tmp)
     name = torch.cuda.get_device_name(device)
     return [f"| ViT-B/16 cls, synthetic uint8 input, bf16 autocast | {name} | {synthetic:.0f} img/s |",
             f"| ViT-B/16 cls, featurize 4096 JPEGs 256px ({workers} workers) | {name} "
@@ -163,8 +163,8 @@ def main():
                                  tmp))
         bb = backbones.load_backbone(vit_b_config(), head="cls", weights=random_weights(tmp))
         bb.model.to(device, memory_format=torch.channels_last)
-        rows.append(run_case("ViT-B/16 224px, JPEG 256px", bb, vitb_dir, device, 16, args.workers,
-                             args.vitb_repeats, tmp))
+        rows.append(run_case("ViT-B/16 224px, JPEG 256px", bb, vitb_dir, device, 128 if device.type == "cuda" else 16,
+                             args.workers, args.vitb_repeats, tmp))
         gpu = gpu_rows(device, tmp) if device.type == "cuda" else []
     machine = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
                f"threads {torch.get_num_threads()}, device {device}")

@@ -20,7 +20,9 @@ public N, never by a count of rows.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple, Optional, Sequence
+import queue
+import threading
+from typing import Iterator, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +38,9 @@ __all__ = ["Released", "train_rows", "run", "stage_keys", "TAIL_ROWS"]
 #: A short last block is padded to a multiple of this many rows (not to a full block): a few compiled shapes
 #: instead of up to one block of zero rows computed for nothing.  A multiple of CHUNK_ROWS.
 TAIL_ROWS = 8192
+#: Most bytes of stored rows in one streamed block: ``block_rows`` rows of a 36 864-d float16 store would be
+#: 4.8 GB, times the float32 copy on the device; blocks are cut to this size (whole CHUNK_ROWS multiples).
+BLOCK_BYTES = 256 << 20
 
 
 class Released(NamedTuple):
@@ -143,7 +148,7 @@ def run(plans: Sequence[Plan], source: Source, keys: Sequence, classes: np.ndarr
     classes : ndarray (k,)
         The public class list (sorted).
     block_rows : int
-        Rows per block when streaming.
+        Rows per block when streaming (fewer where a block would exceed :data:`BLOCK_BYTES`).
     memory_limit : int
         Bytes of float32 rows (per plan group, counting the centered copies of a vmapped group) kept in memory;
         above it the rows are streamed.
@@ -246,7 +251,8 @@ class _Rows:
     """A source's rows as the runner consumes them: class indices, a mask of real rows, padded device blocks."""
 
     def __init__(self, source: Source, classes: np.ndarray, block_rows: int, verbose: bool):
-        self.source, self.classes, self.block_rows, self.verbose = source, classes, int(block_rows), verbose
+        self.source, self.classes, self.verbose = source, classes, verbose
+        self.block_rows = stream_block_rows(int(block_rows), source.dim * source.itemsize)
         self.k = len(classes)
 
     def host_blocks(self):
@@ -294,7 +300,7 @@ class _Rows:
         count = self.source.block_count(self.block_rows) if multi else None
         size = _padded_len(self.source.block_size(self.block_rows)) if multi else None
         position = 0
-        for X, idx, mask in tqdm(self._host_blocks_padded_to(count), desc=desc,
+        for X, idx, mask in tqdm(_read_ahead(self._host_blocks_padded_to(count)), desc=desc,
                                  disable=not self.verbose or desc is None, leave=False):
             m = X.shape[0]
             if not multi:
@@ -313,6 +319,64 @@ class _Rows:
         while count is not None and produced < count:
             produced += 1
             yield (np.zeros((0, self.source.dim), np.float32), np.zeros(0, np.int32), np.zeros(0, np.float32))
+
+
+def stream_block_rows(block_rows: int, row_bytes: int) -> int:
+    """Rows per streamed block: ``block_rows``, cut so a block holds at most :data:`BLOCK_BYTES` of stored rows
+    (a multiple of CHUNK_ROWS, the unit the kernels scan in)."""
+    fit = BLOCK_BYTES // max(1, row_bytes) // sensitivity.CHUNK_ROWS * sensitivity.CHUNK_ROWS
+    return max(1, min(block_rows, max(sensitivity.CHUNK_ROWS, fit)))
+
+
+def _read_ahead(blocks: Iterator, depth: int = 1) -> Iterator:
+    """The items of ``blocks``, produced by a background thread up to ``depth`` ahead of the consumer.
+
+    Reading a store block (its threads checksum and copy) overlaps the device's work on the previous one and
+    the host-to-device copy: a pass costs the slower of the two, not their sum.  An exception in the producer
+    is raised here; a consumer that stops early stops the producer.
+    """
+    items: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def produce():
+        try:
+            for item in blocks:
+                while not stop.is_set():
+                    try:
+                        items.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            items.put((done, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            items.put((done, exc))
+        finally:
+            close = getattr(blocks, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=produce, name="privlin-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, exc = items.get()
+            if item is done:
+                if exc is not None:
+                    raise exc
+                return
+            yield item
+            del item  # let the store reuse the block's buffer once the device is done with it
+    finally:
+        stop.set()
+        while thread.is_alive():  # drain, so a producer blocked on a full queue sees the stop
+            try:
+                items.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        thread.join()
 
 
 def _double_buffered(results):

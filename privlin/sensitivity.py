@@ -9,8 +9,10 @@ inside it grows like N·2⁻²⁴, and one crafted row can move a blocked float3
 2. it is snapped to a power-of-two grid: a vector contribution to integers of at most 2²² steps (rounded in
    float32, where they are exact), the two factors of an outer product to grids fine enough that N of their
    products sum to integers below 2⁵² (:func:`grid_bits`, from the public N only);
-3. the snapped values are summed in float64, where every partial sum is such an integer: the result is exact
-   in any order — streamed, blocked, sharded over devices or hosts, vmapped (N ≤ 2³⁰, checked).
+3. the snapped values are summed where every partial sum is an integer the format holds exactly: per-class
+   sums as two 11-bit halves in float32 over groups of at most 4096 rows (below 2²⁴, :func:`_segment_rows_sum`),
+   everything else in float64: the result
+   is exact in any order — streamed, blocked, sharded over devices or hosts, vmapped (N ≤ 2³⁰, checked).
 
 So one row moves a released sum by at most C, exactly as accounted, and the same rows give bitwise the same
 sum on every path.  Products for the gradient of a linear model (a row direction ⊗ a clipped residual) are
@@ -104,26 +106,56 @@ def _snap(x, grid):
 
 
 def _snap_vector(V, mask, bound):
-    """Rows of norm ≤ bound as integer multiples of bound·2⁻²² (float64 holding integers ≤ 2²² + 1).
+    """Rows of norm ≤ bound as integer multiples of bound·2⁻²² (float32 holding integers ≤ 2²² + 1, exactly).
 
     ``floor(x + ½)`` in float32 lands within one grid step of x (the margin counts one full step); it is an
     elementwise op XLA fuses into the sum that consumes it, so no snapped copy of the rows is materialized.
+    ``mask`` holds 0 or 1 (a row in or out), so the product stays an integer.
     """
     _require_x64()
     x = jnp.asarray(V, jnp.float32) * jnp.float32(2.0**VECTOR_BITS / bound)
     q = jnp.floor(x + jnp.float32(0.5))
-    return (q * jnp.asarray(mask, jnp.float32)[:, None]).astype(jnp.float64)
+    return q * jnp.asarray(mask, jnp.float32)[:, None]
+
+
+#: Rows per float32 partial sum in :func:`_segment_rows_sum`, and bits of the low half of a snapped value:
+#: 2¹² rows of halves of magnitude ≤ 2¹¹ + 1 sum below 2²⁴, where float32 holds every integer, in any order.
+GROUP_ROWS = 4096
+_LOW_BITS = 11
+
+
+def _segment_rows_sum(Q, segments, k: int) -> jax.Array:
+    """Per-segment sums over rows of the integer-valued float32 ``Q`` (|Q| ≤ 2²² + 1): exact, (k, d) float64.
+
+    Each value splits exactly into ``hi·2¹¹ + lo`` (|hi| ≤ 2¹¹ + 1, 0 ≤ lo < 2¹¹); the halves are scattered in
+    float32 over groups of at most :data:`GROUP_ROWS` rows, where every partial sum is an integer below 2²⁴ (so
+    exact whatever order the device adds in), and the group sums are combined in float64 (integers < 2⁵²).
+    A float64 scatter costs ~10× a float32 one on a CPU; plain row sums stay in float64 (fast to reduce).
+    """
+    m = Q.shape[0]
+    groups = max(1, -(-m // GROUP_ROWS))
+    if groups > 1 and m % GROUP_ROWS:  # pad with zero rows: no contribution
+        pad = groups * GROUP_ROWS - m
+        Q = jnp.concatenate([Q, jnp.zeros((pad, *Q.shape[1:]), Q.dtype)])
+        segments = jnp.concatenate([segments, jnp.zeros(pad, segments.dtype)])
+    hi = jnp.floor(Q * jnp.float32(2.0**-_LOW_BITS))
+    lo = Q - hi * jnp.float32(2.0**_LOW_BITS)
+    ids = jnp.asarray(segments, jnp.int32) + k * (jnp.arange(Q.shape[0], dtype=jnp.int32) // GROUP_ROWS)
+
+    def part(H):
+        return jnp.sum(jax.ops.segment_sum(H, ids, num_segments=groups * k).reshape(groups, k, *Q.shape[1:])
+                       .astype(jnp.float64), axis=0)
+    return part(hi) * 2.0**_LOW_BITS + part(lo)
 
 
 def vector_sum(V, mask, bound, n) -> jax.Array:
     """Σ_i mask_i · V_i exactly, for rows of norm ≤ ``bound``: (m, d) -> (d,) float64."""
-    return jnp.sum(_snap_vector(V, mask, bound), axis=0) * (bound * 2.0**-VECTOR_BITS)
+    return jnp.sum(_snap_vector(V, mask, bound).astype(jnp.float64), axis=0) * (bound * 2.0**-VECTOR_BITS)
 
 
 def segment_sum(V, segments, k: int, mask, bound, n) -> jax.Array:
     """Per-segment sums (k, d) of ``mask_i · V_i`` exactly, for rows of norm ≤ ``bound``; float64."""
-    q = jax.ops.segment_sum(_snap_vector(V, mask, bound), segments, num_segments=k)
-    return q * (bound * 2.0**-VECTOR_BITS)
+    return _segment_rows_sum(_snap_vector(V, mask, bound), segments, k) * (bound * 2.0**-VECTOR_BITS)
 
 
 def outer_sum(A, B, mask, bound, n) -> jax.Array:

@@ -15,7 +15,7 @@ import numpy as np
 class Recycler:
     """Block buffers handed out again once nobody else references them (checked with the reference count)."""
 
-    KEEP = 3  # two blocks in flight (privlin streams so) plus the one being read
+    KEEP = 4  # two blocks on the device, one read ahead (privlin streams so), plus the one being read
 
     def __init__(self):
         self._bufs: list[np.ndarray] = []

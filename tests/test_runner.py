@@ -163,6 +163,45 @@ def two_device_models():
     return out
 
 
+def test_a_flipped_byte_late_in_a_streamed_pass_is_raised_not_skipped(store, rows):
+    """Blocks are read ahead in a thread: a corrupt shard near the end of the pass still ends the fit with the
+    store's one-line error naming it (never a model fitted on fewer rows)."""
+    import stores
+
+    path = os.path.join(str(store.url), "train", "features", "c", "8", "0")
+    raw = bytearray(open(path, "rb").read())
+    raw[len(raw) // 2] ^= 0x01
+    open(path, "wb").write(bytes(raw))
+    with pytest.raises(stores.CorruptStoreError, match="shard 8"):
+        privlin.fit(store, memory_limit=0, **params("adam1", True, epsilon=1.0, block_rows=64))
+
+
+def test_read_ahead_streams_in_order_and_stops_with_its_consumer():
+    from privlin.runner import _read_ahead, stream_block_rows
+
+    assert list(_read_ahead(iter(range(50)))) == list(range(50))
+    produced = []
+
+    def numbers():
+        for i in range(10**6):
+            produced.append(i)
+            yield i
+    it = _read_ahead(numbers())
+    assert next(it) == 0
+    it.close()  # the producer stops within a block or two of the consumer
+    assert len(produced) <= 3
+
+    def failing():
+        yield 1
+        raise OSError("disk gone")
+    with pytest.raises(OSError, match="disk gone"):
+        list(_read_ahead(failing()))
+    # blocks hold at most BLOCK_BYTES of stored rows, in whole 4096-row chunks, never more rows than asked
+    assert stream_block_rows(65536, 768 * 2) == 65536
+    assert stream_block_rows(65536, 4096 * 2) == 32768 and stream_block_rows(65536, 36864 * 2) == 4096
+    assert stream_block_rows(65536, 10**9) == 4096 and stream_block_rows(100, 10**9) == 100
+
+
 def test_plan_mismatch_and_key_count_are_refused(rows):
     from privlin import data, runner
     from privlin.plan import make_plan
