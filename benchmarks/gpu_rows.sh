@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU rows of BENCHMARKS.md, as run on a lent GPU machine (no network there: the packages the image lacks
 # travel as wheels in .whl/, see /work/.library/device/README.md). Usage: bash benchmarks/gpu_rows.sh OUTDIR [STEPS]
-# STEPS: any of featurize mae runner big (default: featurize mae runner).
+# STEPS: any of featurize mae runner big cold (default: featurize mae runner).
 out=${1:?OUTDIR}; shift; steps=${*:-featurize mae runner}
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
 if [ -d .whl ] && [ ! -d /tmp/site ]; then
@@ -15,7 +15,8 @@ for s in $steps; do
     featurize) timeout 240 python3 benchmarks/bench_featurize.py --device cuda --repeats 2 --vitb-images 2048 --out "$out/featurize_gpu.md" ;;
     mae) timeout 200 python3 benchmarks/bench_mae.py --size base --batch 64 --repeats 5 --device cuda --amp bf16 --methods nonprivate ghost opacus_ghost --out "$out/mae_gpu.md" ;;
     runner) timeout 200 python3 benchmarks/bench_runner_read.py --n 200000 --d 768 --k 100 --repeats 3 --out "$out/runner_gpu.md" ;;
-    big) BENCH_TMP=/tmp timeout 420 python3 benchmarks/bench_runner_read.py --n ${BIG_N:-327680} --d 36864 --k 1000 --repeats 1 --block-rows 8192 --fits "adam1 streamed" "adam1 + centering, streamed" --out "$out/runner_big_gpu.md" ;;
+    big) BENCH_TMP=/tmp timeout 420 python3 benchmarks/bench_runner_read.py --n ${BIG_N:-327680} --d 36864 --k 1000 --repeats 1 --block-rows 8192 --fits "adam1 streamed" "adam1 + centering, streamed" "sgd T=2 streamed" --out "$out/runner_big_gpu.md" ;;
+    cold) BENCH_TMP=/tmp timeout 300 python3 benchmarks/bench_runner_read.py --n 1000000 --d 768 --k 100 --repeats 2 --cold --out "$out/runner_cold_gpu.md" ;;
   esac
   echo "=== $s done rc=$? $(date +%T)"
 done
