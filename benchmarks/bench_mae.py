@@ -153,7 +153,9 @@ def make_method(name, size, depth=None, decoder_depth=None, device="cpu", amp=No
 
         def step(x, noise):
             opt.zero_grad(set_to_none=True)
-            gsm(OpacusMAE.pack(x, noise)).sum().backward()
+            with torch.autocast(x.device.type, dtype=amp, enabled=amp is not None):
+                losses = gsm(OpacusMAE.pack(x, noise))
+            losses.float().sum().backward()
             opt.clip_and_accumulate()  # opacus' own per-sample clipping and sum, into p.summed_grad
             out = wrapped.named_grads(lambda p: p.summed_grad)
             for p in gsm.parameters():
@@ -174,7 +176,8 @@ def make_method(name, size, depth=None, decoder_depth=None, device="cpu", amp=No
 
         def step(x, noise):  # what opacus' DPTensorFastGradientClipping.backward does, without an optimizer
             gsm.zero_grad(set_to_none=True)
-            losses = gsm(OpacusMAE.pack(x, noise))
+            with torch.autocast(x.device.type, dtype=amp, enabled=amp is not None):
+                losses = gsm(OpacusMAE.pack(x, noise)).float()
             losses.sum().backward(retain_graph=True)
             coeff = gsm.get_clipping_coef()
             gsm.zero_grad(set_to_none=True)

@@ -299,14 +299,25 @@ class _Rows:
         multi = jax.process_count() > 1
         count = self.source.block_count(self.block_rows) if multi else None
         size = _padded_len(self.source.block_size(self.block_rows)) if multi else None
+
+        def padded():  # (padded host block, its row count)
+            nonlocal size
+            for X, idx, mask in self._host_blocks_padded_to(count):
+                m = X.shape[0]
+                if not multi:
+                    size = size or _padded_len(m)
+                to = size if multi or m >= size else min(size, _padded_len(-(-m // TAIL_ROWS) * TAIL_ROWS))
+                yield _pad(X, idx, mask, to), m
+
+        def on_device(blocks):
+            for host, m in blocks:
+                yield _put_rows(*host), host[0].shape[0], m
+        # on an accelerator the host-to-device copy gets its own thread (it overlaps the read and the compute); on
+        # a CPU it is nearly free and a third busy thread only competes for the cores (measured: 1.3x slower)
+        put = on_device(_read_ahead(padded()))
         position = 0
-        for X, idx, mask in tqdm(_read_ahead(self._host_blocks_padded_to(count)), desc=desc,
+        for block, to, m in tqdm(put if jax.default_backend() == "cpu" else _read_ahead(put), desc=desc,
                                  disable=not self.verbose or desc is None, leave=False):
-            m = X.shape[0]
-            if not multi:
-                size = size or _padded_len(m)
-            to = size if multi or m >= size else min(size, _padded_len(-(-m // TAIL_ROWS) * TAIL_ROWS))
-            block = _put_rows(*_pad(X, idx, mask, to))
             yield (*block, position) if with_counts else block
             position += to * jax.process_count() if multi else m
 
