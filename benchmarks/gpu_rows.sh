@@ -13,7 +13,7 @@ for s in $steps; do
   echo "=== $s $(date +%T)"
   case $s in
     featurize) timeout 240 python3 benchmarks/bench_featurize.py --device cuda --repeats 2 --vitb-images 2048 --out "$out/featurize_gpu.md" ;;
-    mae) timeout 200 python3 benchmarks/bench_mae.py --size base --batch 64 --repeats 5 --device cuda --amp bf16 --methods nonprivate ghost opacus_ghost --out "$out/mae_gpu.md" ;;
+    mae) for amp in bf16 none; do timeout 150 python3 benchmarks/bench_mae.py --size base --batch 64 --repeats 5 --device cuda --amp $amp --methods nonprivate ghost opacus_ghost --out "$out/mae_gpu.md"; done ;;
     runner) timeout 200 python3 benchmarks/bench_runner_read.py --n 200000 --d 768 --k 100 --repeats 3 --out "$out/runner_gpu.md" ;;
     big) BENCH_TMP=/tmp timeout 420 python3 benchmarks/bench_runner_read.py --n ${BIG_N:-327680} --d 36864 --k 1000 --repeats 1 --block-rows 8192 --fits "adam1 streamed" "adam1 + centering, streamed" "sgd T=2 streamed" --out "$out/runner_big_gpu.md" ;;
     cold) BENCH_TMP=/tmp timeout 300 python3 benchmarks/bench_runner_read.py --n 1000000 --d 768 --k 100 --repeats 2 --cold --out "$out/runner_cold_gpu.md" ;;
