@@ -147,8 +147,6 @@ class ShardFiles:
             stop_row = first_row + out.shape[0]
             first, last = first_row // lay.chunk_rows, -(-stop_row // lay.chunk_rows)
             f.will_read(int(index[first, 0]), int(index[last - 1, 0] + index[last - 1, 1] - index[first, 0]))
-            if self._read_whole_run(f, shard, index, first, last, first_row, out, record):
-                return
             crc = bytearray(CRC_BYTES)
             for j in range(first, last):
                 offset, nbytes = int(index[j, 0]), int(index[j, 1])
@@ -166,34 +164,3 @@ class ShardFiles:
                     out[a - first_row:b - first_row] = target[a - c0:b - c0]
         finally:
             f.close()
-
-    #: Most buffers one ``preadv`` takes (Linux IOV_MAX is 1024): two per inner chunk.
-    _IOV_CHUNKS = 512
-
-    def _read_whole_run(self, f, shard, index, first, last, first_row, out, record) -> bool:
-        """Inner chunks ``[first, last)`` straight into ``out`` with one ``preadv`` per 512 chunks, then each
-        checked, when they are whole, in file order and back to back (how the writer lays them out): the per-chunk
-        system calls and Python work were what kept a warm read at half the page cache's bandwidth.  False (nothing
-        read) for any other layout, which the chunk-by-chunk path handles and diagnoses."""
-        lay = self.layout
-        step = self.chunk_bytes + CRC_BYTES
-        if first_row != first * lay.chunk_rows or out.shape[0] != (last - first) * lay.chunk_rows:
-            return False
-        offsets, sizes = index[first:last, 0], index[first:last, 1]
-        start = int(offsets[0])
-        if (offsets == EMPTY).any() or (sizes != step).any() or (np.diff(offsets) != step).any() or \
-                start + (last - first) * step > f.size:
-            return False
-        crcs = np.empty((last - first, CRC_BYTES), np.uint8)
-        whole = memoryview(out).cast("B")
-        for a in range(0, last - first, self._IOV_CHUNKS):
-            b = min(a + self._IOV_CHUNKS, last - first)
-            bufs = []
-            for i in range(a, b):
-                bufs += [whole[i * self.chunk_bytes:(i + 1) * self.chunk_bytes], memoryview(crcs[i])]
-            if f.readinto(bufs, start + a * step) != (b - a) * step:
-                raise self._corrupt(shard, "features", f"inner chunk {first + a} is cut short")
-        for i in range(last - first):
-            self._check(shard, "features", whole[i * self.chunk_bytes:(i + 1) * self.chunk_bytes], crcs[i].tobytes(),
-                        record.crc32c[first + i], f"inner chunk {first + i}")
-        return True
