@@ -309,15 +309,10 @@ class _Rows:
                 to = size if multi or m >= size else min(size, _padded_len(-(-m // TAIL_ROWS) * TAIL_ROWS))
                 yield _pad(X, idx, mask, to), m
 
-        def on_device(blocks):
-            for host, m in blocks:
-                yield _put_rows(*host), host[0].shape[0], m
-        # on an accelerator the host-to-device copy gets its own thread (it overlaps the read and the compute); on
-        # a CPU it is nearly free and a third busy thread only competes for the cores (measured: 1.3x slower)
-        put = on_device(_read_ahead(padded()))
         position = 0
-        for block, to, m in tqdm(put if jax.default_backend() == "cpu" else _read_ahead(put), desc=desc,
-                                 disable=not self.verbose or desc is None, leave=False):
+        for host, m in tqdm(_read_ahead(padded()), desc=desc, disable=not self.verbose or desc is None,
+                            leave=False):
+            block, to = _put_rows(*host), host[0].shape[0]
             yield (*block, position) if with_counts else block
             position += to * jax.process_count() if multi else m
 
