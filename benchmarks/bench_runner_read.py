@@ -39,7 +39,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import stores  # noqa: E402
 from _results import write_section  # noqa: E402
-from bench_store_read import RawInto, drop_cache  # noqa: E402
+from bench_store_read import RawInto, drop_cache, timed  # noqa: E402
 
 FITS = {  # name -> privlin.fit keywords; passes: streamed passes over the store the fit makes
     "adam1 streamed": (dict(method="adam1", center=False, memory_limit=0), 1),
@@ -62,20 +62,6 @@ def make_store(path, n, d, k, dtype="float16"):
         X = np.roll(base[:b - a], 7 * i, axis=1) if big else rng.standard_normal((b - a, d), dtype=np.float32)
         w.write_shard(i, X, rng.integers(0, k, b - a), np.arange(a, b).astype(str))
     w.finalize()
-
-
-def timed(runs: dict, repeats: int, before_each=None) -> dict:
-    """Median wall seconds of each callable over ``repeats`` alternated runs after one warm-up round."""
-    wall = {name: [] for name in runs}
-    for r in range(repeats + 1):
-        for name, fn in runs.items():
-            if before_each:
-                before_each()
-            t = time.perf_counter()
-            fn()
-            if r:
-                wall[name].append(time.perf_counter() - t)
-    return {name: float(np.median(v)) for name, v in wall.items()}
 
 
 def device_name() -> str:
@@ -128,7 +114,7 @@ def main(argv=None):
             kw, _ = FITS[name]
             runs[name] = (lambda kw=kw: privlin.fit(path, epsilon=1.0, delta=1e-5, classes=range(args.k),
                                                     random_state=0, block_rows=args.block_rows, **kw))
-        wall = timed(runs, args.repeats, before_each=(lambda: drop_cache(path)) if args.cold else None)
+        wall, _ = timed(runs, args.repeats, before_each=(lambda: drop_cache(path)) if args.cold else None)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
