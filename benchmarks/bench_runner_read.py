@@ -32,13 +32,12 @@ import tempfile
 import time
 import warnings
 
-import numpy as np
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import stores  # noqa: E402
 from _results import write_section  # noqa: E402
+from bench_privlin_speed import build_store  # noqa: E402
 from bench_store_read import RawInto, drop_cache, timed  # noqa: E402
 
 FITS = {  # name -> privlin.fit keywords; passes: streamed passes over the store the fit makes
@@ -49,19 +48,6 @@ FITS = {  # name -> privlin.fit keywords; passes: streamed passes over the store
 }
 GOALS = {"adam1 streamed": "≤ 2×", "adam1 + centering, streamed": "≤ 3.5×", "sgd T=2 streamed": "≤ 2.5× per step",
          "blocks()": "≥ 0.8 of raw bandwidth"}
-
-
-def make_store(path, n, d, k, dtype="float16"):
-    """A finalized split of n random rows (d features, k classes); big ones rotate one random block."""
-    rng = np.random.default_rng(0)
-    w = stores.create_split(path, "train", n_rows=n, dim=d, dtype=dtype)
-    big = n * d > 2**31
-    base = rng.standard_normal((w.shard_bounds(0)[1], d), dtype=np.float32).astype(dtype) if big else None
-    for i in w.pending():
-        a, b = w.shard_bounds(i)
-        X = np.roll(base[:b - a], 7 * i, axis=1) if big else rng.standard_normal((b - a, d), dtype=np.float32)
-        w.write_shard(i, X, rng.integers(0, k, b - a), np.arange(a, b).astype(str))
-    w.finalize()
 
 
 def device_name() -> str:
@@ -91,7 +77,7 @@ def main(argv=None):
     try:
         if not os.path.exists(path):
             t = time.perf_counter()
-            make_store(path, args.n, args.d, args.k)
+            build_store(path, args.n, args.d, args.k)
             print(f"store made in {time.perf_counter() - t:.1f} s", flush=True)
         split = stores.open(path)["train"]
         nbytes = sum(os.path.getsize(f) for f in RawInto(path).files)

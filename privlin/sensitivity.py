@@ -11,8 +11,8 @@ inside it grows like N·2⁻²⁴, and one crafted row can move a blocked float3
    products sum to integers below 2⁵² (:func:`grid_bits`, from the public N only);
 3. the snapped values are summed where every partial sum is an integer the format holds exactly: per-class
    sums as two 11-bit halves in float32 over groups of at most 4096 rows (below 2²⁴, :func:`_segment_rows_sum`),
-   everything else in float64: the result
-   is exact in any order — streamed, blocked, sharded over devices or hosts, vmapped (N ≤ 2³⁰, checked).
+   everything else in float64: the result is exact in any order — streamed, blocked, sharded over devices or
+   hosts, vmapped (N ≤ 2³⁰, checked).
 
 So one row moves a released sum by at most C, exactly as accounted, and the same rows give bitwise the same
 sum on every path.  Products for the gradient of a linear model (a row direction ⊗ a clipped residual) are
