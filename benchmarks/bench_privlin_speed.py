@@ -29,6 +29,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from _results import write_section  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script)
+from privlin import sensitivity  # noqa: E402
 
 
 def best_of(fns, repeats):
@@ -45,14 +46,18 @@ def best_of(fns, repeats):
 
 
 def build_store(path, n, d, k, dtype="float16"):
+    """A finalized split of n random rows (d features, k classes); stores over 2³¹ values rotate one random block
+    per shard (the values do not change the work, and drawing them would take minutes)."""
     import stores
 
     rng = np.random.default_rng(0)
     w = stores.create_split(path, "train", n_rows=n, dim=d, dtype=dtype)
+    big = n * d > 2**31
+    base = rng.standard_normal((w.shard_bounds(0)[1], d), dtype=np.float32).astype(dtype) if big else None
     for i in w.pending():
         a, b = w.shard_bounds(i)
-        w.write_shard(i, rng.standard_normal((b - a, d), dtype=np.float32), rng.integers(0, k, b - a),
-                      np.arange(a, b).astype(str))
+        X = np.roll(base[:b - a], 7 * i, axis=1) if big else rng.standard_normal((b - a, d), dtype=np.float32)
+        w.write_shard(i, X, rng.integers(0, k, b - a), np.arange(a, b).astype(str))
     w.finalize()
 
 
@@ -83,6 +88,7 @@ def bench_step_vs_gemm(n, d, k, repeats):
     import jax.numpy as jnp
 
     from privlin import train
+    from privlin.noise import make_key
 
     rng = np.random.default_rng(0)
     X = jnp.asarray(rng.standard_normal((n, d), dtype=np.float32))
@@ -94,7 +100,7 @@ def bench_step_vs_gemm(n, d, k, repeats):
 
     @jax.jit
     def dp_step(state, key):
-        g = train.clipped_grad_sum(state.params, X, Y, mask, 1.0)
+        g = train.clipped_grad_sum(state.params, X, Y, mask, 1.0, float(n))
         return train.noisy_update(state, g, key, 1.0, n, opt, clip=1.0)
 
     @jax.jit
@@ -102,7 +108,7 @@ def bench_step_vs_gemm(n, d, k, repeats):
         return X @ W, X.T @ R
 
     R = jnp.asarray(rng.standard_normal((n, k), dtype=np.float32))
-    key = jax.random.key(0)
+    key = make_key(0).key  # privlin's noise key (two threefry keys)
     t_dp, t_g = best_of([lambda: jax.block_until_ready(dp_step(state, key)),
                          lambda: jax.block_until_ready(gemms(state.params.W, R))], repeats)
     return [f"| full-batch DP-SGD step vs two plain GEMMs (n={n}, d={d}, k={k}) | {t_g * 1e3:.0f} ms | "
@@ -122,7 +128,7 @@ def bench_analytic_vs_vmap(n, d, k, n_mat, repeats):
     Y = jax.nn.one_hot(y, k)
     mask = jnp.ones(n)
     params = train.LinearParams(jnp.asarray(rng.standard_normal((d, k), np.float32) * 0.01), jnp.zeros(k))
-    analytic = jax.jit(lambda p: train.clipped_grad_sum(p, X, Y, mask, 1.0))
+    analytic = jax.jit(lambda p: train.clipped_grad_sum(p, X, Y, mask, 1.0, float(n)))
 
     def loss(p, x, yrow):
         return optax.softmax_cross_entropy(x @ p.W + p.b, yrow)
@@ -143,7 +149,7 @@ def bench_analytic_vs_vmap(n, d, k, n_mat, repeats):
         jax.block_until_ready(acc)
 
     # same answer on the rows both sides see
-    ref = train.clipped_grad_sum(params, X[:n_mat], Y[:n_mat], mask[:n_mat], 1.0).W
+    ref = train.clipped_grad_sum(params, X[:n_mat], Y[:n_mat], mask[:n_mat], 1.0, float(n_mat)).W
     acc = sum(materialized_chunk(params, X[a:a + chunk], Y[a:a + chunk]) for a in range(0, n_mat, chunk))
     assert np.allclose(ref, acc, atol=1e-3), "analytic and materialized clipped sums differ"
     t_a, t_m = best_of([lambda: jax.block_until_ready(analytic(params)), materialized], repeats)
@@ -239,7 +245,8 @@ def main(argv=None):
             ("memory", lambda: bench_memory(tmp, 50_000 if q else 640_000, 768, 100)),
         ]:
             t = time.time()
-            new = fn()
+            with sensitivity.x64():  # privlin's exact sums are traced with float64 on, as the runner does
+                new = fn()
             rows += new
             print("\n".join(new), f"({name}: {time.time() - t:.0f}s)", flush=True)
     text = ("### privlin: speed and memory (ratios within one run; 2-core CPU, shared)\n\n"
