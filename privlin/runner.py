@@ -227,7 +227,7 @@ def _put_rows(*arrays):
     """
     sharding = _row_sharding()
     if sharding is None:
-        return tuple(jnp.asarray(a) for a in arrays)
+        return tuple(jax.device_put(a, may_alias=False) for a in arrays)  # jnp.asarray: ~1.6x slower on a CPU
     return tuple(jax.make_array_from_process_local_data(sharding, np.asarray(a)) for a in arrays)
 
 
