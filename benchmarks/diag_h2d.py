@@ -10,21 +10,11 @@ host ``memcpy`` of the block as the host-side yardstick.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-
-def timed(fn, repeats):
-    fn()
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return statistics.median(out)
+from bench_sweep import timed  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script): warm-up, median
 
 
 def main():
