@@ -31,10 +31,12 @@ WORKER = textwrap.dedent("""
     print("RESULT" + json.dumps(out), flush=True)
 """)
 
+#: The settings (ε, steps, block_rows, classes) and training rows of test_runner.py's store fits: the one-process
+#: fits here compile the programs those tests run (shared within a test session).
 CASES = {
-    "sgd": dict(epsilon=2.0, method="sgd", steps=5, random_state=7),
+    "sgd": dict(epsilon=2.0, method="sgd", steps=6, random_state=7),
     "adam1/streamed": dict(epsilon=2.0, method="adam1", random_state=7, memory_limit=0),
-    "sgd/streamed": dict(epsilon=2.0, method="sgd", steps=3, random_state=7, memory_limit=0),
+    "sgd/streamed": dict(epsilon=2.0, method="sgd", steps=6, random_state=7, memory_limit=0),
     "unseeded": dict(epsilon=2.0, method="adam1"),
 }
 
@@ -47,8 +49,8 @@ def _free_port() -> int:
 
 @pytest.fixture
 def store(make_store, blobs):
-    X, y = blobs(600, seed=0)
-    return make_store({"train": (X, y)}, shard_rows=64).url  # 10 shards: 5 per process
+    X, y = blobs(601, seed=0)  # test_runner.py's training rows
+    return make_store({"train": (X, y)}, shard_rows=64).url  # 10 shards: 5 per process, the last one short
 
 
 def test_two_processes_train_the_one_process_model(store):
@@ -56,15 +58,19 @@ def test_two_processes_train_the_one_process_model(store):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONWARNINGS": "ignore"}
     procs = [subprocess.Popen([sys.executable, "-c", script, str(i)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in range(2)]
-    outs = [p.communicate(timeout=600) for p in procs]
+    try:  # the one-process models, while the two processes start and run
+        alone = {name: privlin.fit(store, classes=range(4), block_rows=128, **kw)
+                 for name, kw in CASES.items() if "random_state" in kw}
+    finally:
+        outs = [p.communicate(timeout=600) for p in procs]
     for p, (o, e) in zip(procs, outs):
         assert p.returncode == 0, e[-3000:]
     res = [json.loads(next(ln for ln in o.splitlines() if ln.startswith("RESULT"))[6:]) for o, _ in outs]
-    assert [r["n_local"] for r in res] == [320, 280]  # shards 0-4 and 5-9 of 64 rows: each process its own rows
+    assert [r["n_local"] for r in res] == [320, 281]  # shards 0-4 and 5-9 of 64 rows: each process its own rows
     for name, kw in CASES.items():
         np.testing.assert_array_equal(res[0][name], res[1][name])  # one model, replicated on both processes
         if "random_state" not in kw:
             continue
-        alone = privlin.fit(store, classes=range(4), block_rows=128, **kw)
-        np.testing.assert_allclose(res[0][name], alone.coef_, rtol=1e-5, atol=1e-6 * np.abs(alone.coef_).max())
-        np.testing.assert_allclose(res[0][name + "/mean"], alone.mean_, rtol=1e-5, atol=1e-7)
+        coef = alone[name].coef_
+        np.testing.assert_allclose(res[0][name], coef, rtol=1e-5, atol=1e-6 * np.abs(coef).max())
+        np.testing.assert_allclose(res[0][name + "/mean"], alone[name].mean_, rtol=1e-5, atol=1e-7)

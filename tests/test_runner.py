@@ -33,7 +33,16 @@ def params(method, center, **kw):
 
 @pytest.fixture(scope="module")
 def rows(blobs):
-    return blobs(600, seed=0), blobs(200, seed=1)
+    """601 training rows: an odd N, so rows are padded on 2 devices (test_rows_shard_across_two_devices). The
+    training split is the one of test_distributed.py, and the fits there and in two_device_models use the
+    settings of the tests here: their compiled programs are shared within a test session."""
+    return _train_rows(), blobs(200, seed=1)
+
+
+def _train_rows():
+    from conftest import _blobs
+
+    return _blobs(601, seed=0)
 
 
 @pytest.fixture
@@ -141,25 +150,30 @@ def test_rows_shard_across_two_devices():
         print(json.dumps(out))
     """ % (ROOT, os.path.join(ROOT, "tests")))
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
-    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-3000:]
-    two = json.loads(p.stdout.strip().splitlines()[-1])
+    # the one-device models are computed here while the two-device process runs (the second core)
+    p = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        one = two_device_models()
+    finally:
+        out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err[-3000:]
+    two = json.loads(out.strip().splitlines()[-1])
     assert two["devices"] == 2 and two["shards"] == 2
-    one = two_device_models()
+    assert len(one) == 2 * len(METHODS) and set(one) < set(two)
     for key in one:
         assert np.allclose(one[key], two[key], atol=1e-4), key
 
 
 def two_device_models():
-    rng = np.random.default_rng(0)
-    X, y = rng.normal(size=(301, 8)), rng.integers(0, 3, 301)  # 301 rows: padding on 2 devices
+    """Every method, in memory and streamed, on the module's 601 training rows (odd: padding on 2 devices), with
+    the settings of test_null_rows_contribute_nothing_and_raise_nothing (its compiled programs, on one device)."""
+    X, y = _train_rows()
     out = {}
     for method in METHODS:
         for mem in (2**30, 0):
-            m = DPLinearClassifier(epsilon=2.0, method=method, steps=None if method == "adam1" else 5,
-                                   batch_size=100, classes=[0, 1, 2], random_state=1, memory_limit=mem,
-                                   block_rows=128).fit(X, y)
-            out[f"{method}/{mem}"] = m.coef_.tolist()
+            p = params(method, True, epsilon=4.0, random_state=11, memory_limit=mem, block_rows=128)
+            out[f"{method}/{mem}"] = DPLinearClassifier(**p).fit(X, y).coef_.tolist()
     return out
 
 
