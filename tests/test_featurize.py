@@ -40,8 +40,9 @@ def data(tmp_path_factory):
     net = backbones.build_architecture(backbones.get_config("vip_toy"))
     torch.save({"model": {k: v.half() for k, v in net.state_dict().items()}}, base / "toy.pth")
     clean = base / "clean.zarr"
-    result = run_cli(base, folder, clean)
-    assert result.returncode == 0, result.stderr
+    # the CLI's main in this process (what `featurize` runs; the real processes are the kill -9 and two-rank
+    # tests below, which must each reproduce this store bitwise)
+    assert main(cli_args(base, folder, clean)) == 0
     return base, folder, base / "toy.pth", clean
 
 
@@ -53,11 +54,6 @@ def cli_args(base, folder, out, *extra):
 
 def cli_env():
     return {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
-def run_cli(base, folder, out, *extra):
-    return subprocess.run([sys.executable, "-m", "featurize", *cli_args(base, folder, out, *extra)],
-                          env=cli_env(), capture_output=True, text=True, timeout=300)
 
 
 def assert_same_store(a, b, split="train"):
