@@ -41,8 +41,9 @@ def data(tmp_path_factory):
     torch.save({"model": {k: v.half() for k, v in net.state_dict().items()}}, base / "toy.pth")
     clean = base / "clean.zarr"
     # the CLI's main in this process (what `featurize` runs; the real processes are the kill -9 and two-rank
-    # tests below, which must each reproduce this store bitwise)
-    assert main(cli_args(base, folder, clean)) == 0
+    # tests below, which must each reproduce this store bitwise); no loader workers: no fork of this process,
+    # which has JAX's threads (workers run in test_workers_start_from_a_fork_server... and the two-rank test)
+    assert main(cli_args(base, folder, clean, "--num-workers", "0")) == 0
     return base, folder, base / "toy.pth", clean
 
 
