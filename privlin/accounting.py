@@ -30,9 +30,11 @@ Neighbouring relations (dp-accounting's names, stated in every report and ledger
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Iterable, Sequence
 
+import attr
 import dp_accounting
 import numpy as np
 from dp_accounting import dp_event as _ev
@@ -56,6 +58,9 @@ ACCOUNTANTS = ("gdp", "pld", "rdp")
 _PLD_INTERVAL = 1e-4
 # Smallest σ the subsampled calibration evaluates with dp-accounting (PLD memory grows like 1/σ²).
 _SIGMA_FLOOR = 0.5
+# Results of event_epsilon and calibrate_noise kept per process (a PLD check or calibration of a subsampled plan
+# costs 0.1-3 s, and the same public plan is accounted again by every fit, sweep and report that uses it).
+_CACHE_SIZE = 256
 
 
 def relation_name(neighbouring) -> str:
@@ -279,7 +284,22 @@ def event_epsilon(event: _ev.DpEvent, delta: float, *, accountant: str = "pld",
 
     ``accountant="gdp"`` requires an event of full-batch Gaussians only (exact);
     ``"pld"`` and ``"rdp"`` use dp-accounting (RDP does not support ``"replace_one"``).
+
+    dp-accounting's results are memoized per process on an exact description of the public inputs (event
+    structure, every number with its type and all its bits): a repeated call returns the float the first computed.
+    ``event_epsilon.uncached`` computes without the cache; ``cache_info`` / ``cache_clear`` as functools'.
     """
+    args = (event, delta, accountant, neighbouring, pld_interval)
+    if accountant == "gdp":  # closed form, ~1 ms: not worth a cache entry
+        return _event_epsilon(*args)
+    key = _public_key(lambda: (_event_key(event), _leaf_key(delta), _leaf_key(accountant),
+                               relation_name(neighbouring), _leaf_key(pld_interval)))
+    if key is None:  # not describable exactly (an unknown event class, a numpy scalar, ...): compute it
+        return _event_epsilon(*args)
+    return _event_epsilon_cached(_Keyed(args, key))
+
+
+def _event_epsilon(event, delta, accountant="pld", neighbouring=DEFAULT_NEIGHBOURING, pld_interval=_PLD_INTERVAL):
     delta = _check_delta(delta)
     if accountant == "gdp":
         sig = _flatten_gaussians(event)
@@ -293,6 +313,16 @@ def event_epsilon(event: _ev.DpEvent, delta: float, *, accountant: str = "pld",
     acc = make_accountant(accountant, neighbouring, pld_interval=pld_interval)
     acc.compose(event)
     return float(acc.get_epsilon(delta))
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _event_epsilon_cached(keyed: "_Keyed") -> float:
+    return _event_epsilon(*keyed.args)
+
+
+event_epsilon.uncached = _event_epsilon
+event_epsilon.cache_info = _event_epsilon_cached.cache_info
+event_epsilon.cache_clear = _event_epsilon_cached.cache_clear
 
 
 def dpsgd_epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float,
@@ -330,7 +360,30 @@ def calibrate_noise(epsilon: float, delta: float, *, steps: int = 1, sample_rate
     -------
     float
         σ such that the plan's ε at ``delta`` is ≤ ``epsilon``, within ``rtol`` of the smallest such σ.
+
+    Memoized per process on the exact public inputs, like :func:`event_epsilon` (``calibrate_noise.uncached``
+    computes without this cache; ``cache_info`` / ``cache_clear`` as functools').
     """
+    try:
+        extra_ratios = tuple(extra_ratios)  # read once (it may be an iterator)
+    except TypeError:
+        pass  # refused below, as before
+    args = (epsilon, delta, steps, sample_rate, accountant, neighbouring, extra_ratios, rtol)
+    key = _public_key(lambda: (_leaf_key(epsilon), _leaf_key(delta), _leaf_key(steps), _leaf_key(sample_rate),
+                               _leaf_key(accountant), relation_name(neighbouring),
+                               tuple(_leaf_key(float(r)) for r in extra_ratios), _leaf_key(rtol)))
+    if key is None:
+        return _calibrate_noise(*args)
+    return _calibrate_noise_cached(_Keyed(args, key))
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _calibrate_noise_cached(keyed: "_Keyed") -> float:
+    return _calibrate_noise(*keyed.args)
+
+
+def _calibrate_noise(epsilon, delta, steps=1, sample_rate=1.0, accountant="gdp", neighbouring=DEFAULT_NEIGHBOURING,
+                     extra_ratios=(), rtol=1e-3) -> float:
     delta = _check_delta(delta)
     if not epsilon > 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon}")
@@ -342,7 +395,10 @@ def calibrate_noise(epsilon: float, delta: float, *, steps: int = 1, sample_rate
 
     def eps_of(sigma: float, interval: float = _PLD_INTERVAL) -> float:
         ev = dp_event(sigma, steps=steps, sample_rate=sample_rate, extra_noise_multipliers=[r * sigma for r in ratios])
-        return event_epsilon(ev, delta, accountant=accountant, neighbouring=neighbouring, pld_interval=interval)
+        # dp-accounting's fine-grid checks go through event_epsilon's cache: the last one is the event of the plan
+        # that gets this σ, which its report accounts again.  The coarse search probes are never asked for twice.
+        ee = event_epsilon if interval == _PLD_INTERVAL and accountant != "gdp" else _event_epsilon
+        return ee(ev, delta, accountant=accountant, neighbouring=neighbouring, pld_interval=interval)
 
     if accountant == "gdp" and sample_rate >= 1.0:
         mu = gdp_mu_for(epsilon, delta)
@@ -375,6 +431,61 @@ def calibrate_noise(epsilon: float, delta: float, *, steps: int = 1, sample_rate
     while eps_of(hi) > epsilon:  # the fine grid agrees in practice; never return an overshoot
         hi *= 1 + rtol
     return hi
+
+
+calibrate_noise.uncached = _calibrate_noise
+calibrate_noise.cache_info = _calibrate_noise_cached.cache_info
+calibrate_noise.cache_clear = _calibrate_noise_cached.cache_clear
+
+
+# --------------------------------------------------------------------------- memoization on public inputs
+
+class _Keyed:
+    """Call arguments with a hashable key that describes them exactly: the entry functools.lru_cache stores.
+
+    Equal keys mean the same computation (same classes, same numbers bit for bit), hence the same float.
+    Only public plan parameters are ever keyed (ε, δ, T, q, σ, ratios, relation and accountant names).
+    """
+    __slots__ = ("args", "key", "_hash")
+
+    def __init__(self, args, key):
+        self.args, self.key, self._hash = args, key, hash(key)
+
+    def __eq__(self, other):
+        return isinstance(other, _Keyed) and self.key == other.key
+
+    def __hash__(self):
+        return self._hash
+
+
+class _Unkeyable(Exception):
+    pass
+
+
+def _public_key(make):
+    """``make()``, or None when the inputs have no exact key (the caller then computes without the cache)."""
+    try:
+        return make()
+    except (_Unkeyable, TypeError, ValueError):
+        return None
+
+
+def _leaf_key(value):
+    """A number or name with its exact type; floats by all their bits (-0.0 and 0.0, 1 and 1.0 stay apart)."""
+    if value is None or type(value) in (bool, int, str):
+        return (type(value), value)
+    if isinstance(value, float):  # float and its subclasses (numpy.float64), each its own type
+        return (type(value), float.hex(float(value)))
+    raise _Unkeyable(type(value))
+
+
+def _event_key(event):
+    """A dp-accounting event (nested attrs classes, lists of events, numbers) as nested tuples."""
+    if attr.has(type(event)) and isinstance(event, _ev.DpEvent):
+        return (type(event), tuple((f.name, _event_key(getattr(event, f.name))) for f in attr.fields(type(event))))
+    if type(event) in (list, tuple):
+        return (type(event), tuple(_event_key(e) for e in event))
+    return _leaf_key(event)
 
 
 def split_noise(epsilon: float, delta: float, *, steps: int = 1, center_share: float = 0.0,

@@ -124,3 +124,74 @@ def test_dp_event_structure():
 def test_bad_input_is_a_clear_value_error(call):
     with pytest.raises(ValueError):
         call()
+
+
+
+# ----------------------------------------------------------------------------- memoization
+
+CALIBRATIONS = [  # (epsilon, delta, keyword arguments): minibatch (PLD, RDP, replace_one) and full batch (GDP)
+    (0.5, 1e-5, dict(steps=5, sample_rate=0.1, accountant="pld", extra_ratios=[3.0])),
+    (0.5, 1e-5, dict(steps=10, sample_rate=0.05, accountant="rdp")),
+    (0.5, 1e-6, dict(steps=5, sample_rate=0.1, accountant="pld", neighbouring="replace_one")),
+    (1.0, 1e-5, dict(steps=100, extra_ratios=[3.0])),
+    (2.0, 1e-5, dict(steps=10, neighbouring="replace_one")),
+]
+
+
+@pytest.mark.parametrize("epsilon,delta,kw", CALIBRATIONS)
+def test_calibrate_noise_cache_returns_the_uncached_float(epsilon, delta, kw):
+    fresh = A.calibrate_noise.uncached(epsilon, delta, **kw)
+    A.calibrate_noise.cache_clear()
+    A.event_epsilon.cache_clear()
+    first = A.calibrate_noise(epsilon, delta, **kw)  # a miss: computed
+    info = A.calibrate_noise.cache_info()
+    assert (info.hits, info.misses) == (0, 1)
+    again = A.calibrate_noise(epsilon, delta, **{**kw, "extra_ratios": tuple(kw.get("extra_ratios", ()))})
+    assert A.calibrate_noise.cache_info().hits == 1  # a list and a tuple of the same ratios: one entry
+    assert fresh.hex() == first.hex() == again.hex()
+    # the σ meets the target; with dp-accounting the plan's event was the calibration's last check: a cache hit
+    acct = kw.get("accountant", "gdp")
+    event = A.dp_event(again, steps=kw["steps"], sample_rate=kw.get("sample_rate", 1.0),
+                       extra_noise_multipliers=[r * again for r in kw.get("extra_ratios", ())])
+    hits = A.event_epsilon.cache_info().hits
+    assert A.event_epsilon(event, delta, accountant=acct, neighbouring=kw.get("neighbouring", "replace_special")) <= epsilon
+    assert A.event_epsilon.cache_info().hits == hits + (acct != "gdp")
+
+
+def test_calibrate_noise_cache_keys_are_exact():
+    A.calibrate_noise.cache_clear()
+    base = A.calibrate_noise(1.0, 1e-5, steps=10)
+    assert A.calibrate_noise(1, 1e-5, steps=10) == base  # int ε: its own entry (same value here)
+    assert A.calibrate_noise(1.0, 1e-5, steps=10, neighbouring=A.relation("replace_special")) == base  # enum == name
+    assert A.calibrate_noise.cache_info().hits == 1 and A.calibrate_noise.cache_info().misses == 2
+    assert A.calibrate_noise(1.0, 1e-5, steps=11) > base  # another plan, another σ
+    assert A.calibrate_noise(1.0, 2e-5, steps=10) < base
+    assert A.calibrate_noise(1.0, 1e-5, steps=10, neighbouring="replace_one") == pytest.approx(2 * base, rel=1e-9)
+    assert A.calibrate_noise(1.0, 1e-5, steps=10, extra_ratios=iter([3.0])) > base  # an iterator is read once
+    assert A.calibrate_noise.cache_info().hits == 1
+    with pytest.raises(ValueError):  # errors are raised each time, never cached
+        A.calibrate_noise(1.0, 1e-5, neighbouring="bogus")
+    with pytest.raises(ValueError):
+        A.calibrate_noise(1.0, 1e-5, neighbouring="bogus")
+
+
+def test_event_epsilon_cache_matches_dp_accounting_directly():
+    A.event_epsilon.cache_clear()
+    sigma, q, steps, delta = 3.0, 0.1, 3, 1e-5
+
+    def event(steps=steps):  # a new object each time: the cache keys on what it describes
+        return ev.ComposedDpEvent([ev.GaussianDpEvent(6.0),
+                                   ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(q, ev.GaussianDpEvent(sigma)), steps)])
+
+    cached = A.event_epsilon(event(), delta)
+    assert A.event_epsilon(event(), delta) == cached and A.event_epsilon.cache_info().hits == 1
+    assert A.event_epsilon.uncached(event(), delta).hex() == cached.hex()
+    acc = pld_privacy_accountant.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_SPECIAL,
+                                               value_discretization_interval=1e-4)  # privlin's grid
+    acc.compose(event())
+    assert acc.get_epsilon(delta) == cached
+    # another number anywhere in the event, another relation or accountant: another entry
+    assert A.event_epsilon(event(steps + 1), delta) > cached
+    assert A.event_epsilon(event(), delta, accountant="rdp") != cached
+    assert A.event_epsilon(event(), delta, neighbouring="replace_one") > cached
+    assert A.event_epsilon.cache_info().hits == 1
