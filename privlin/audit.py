@@ -534,7 +534,8 @@ def estimator_trainer(params: Mapping, *, n: int, dim: int, n_classes: int) -> C
     def trainer(X, y, key):
         mask = (y >= 0).astype(jnp.float32)
         Y = jax.nn.one_hot(jnp.maximum(y, 0), n_classes)
-        rel = runner.train_rows(static, X, Y, mask, float(plan.n), key, plan.sigma, sigma_c, plan.learning_rate)
+        rel = runner.train_rows(static, X, Y, mask, float(plan.n), key, plan.sigma, sigma_c, plan.learning_rate,
+                                plan.learning_rate_ceiling)
         out = {"coef": rel.W.T, "intercept": rel.b}
         if rel.mean is not None:
             out["mean"] = rel.mean

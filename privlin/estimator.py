@@ -126,6 +126,9 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         Released noisy mean of the normalized rows (public output of the centering mechanism).
     scaling_ : privlin.scaling.Scaling or None
         Released map of the scaling stage (shift, scale, whitening rotation), public.
+    curvature_ : float or None
+        Released upper bound on the top eigenvalue of the training rows' second moment, where the plan buys it
+        (:func:`privlin.scaling.release_curvature`); it set the learning rates in ``privacy_``.
     plan_ : privlin.plan.Plan
         What ran: every default resolved, every σ.
     privacy_ : PrivacyReport
@@ -282,9 +285,11 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         self.intercept_ = np.asarray(released.b, dtype=np.float64).copy()
         self.mean_ = None if released.mean is None else np.asarray(released.mean, dtype=np.float64)
         self.scaling_ = released.scaling
+        self.curvature_ = None if released.curvature is None else float(released.curvature)
         self.plan_ = plan
         self.ledger_ = led
-        self.privacy_ = report_for(plan, seeded=seeded, leaks=leaks, data=source.description, ledger=led)
+        self.privacy_ = report_for(plan, seeded=seeded, leaks=leaks, data=source.description, ledger=led,
+                                   curvature=self.curvature_)
         return self
 
 
@@ -330,17 +335,24 @@ def _entry_params(plan: Plan, seeded: bool) -> dict:
     return {"steps": plan.steps, "sample_rate": plan.sample_rate, "sigma": plan.sigma,
             "sigma_center": plan.sigma_center if plan.centered else None,
             "sigma_scale": plan.sigma_scale if plan.scaled else None,
-            "sigma_whiten": plan.sigma_whiten if plan.whitened else None, "accountant": plan.accountant,
+            "sigma_whiten": plan.sigma_whiten if plan.whitened else None,
+            "sigma_curvature": plan.sigma_curvature if plan.curved else None, "accountant": plan.accountant,
             "n": plan.n, "seeded": bool(seeded)}
 
 
-def report_for(plan: Plan, *, seeded: bool, leaks=(), data: str = "", ledger=None) -> PrivacyReport:
-    """The privacy report of a plan that ran (the estimator's and the sweep's records share it)."""
+def report_for(plan: Plan, *, seeded: bool, leaks=(), data: str = "", ledger=None, curvature=None) -> PrivacyReport:
+    """The privacy report of a plan that ran (the estimator's and the sweep's records share it); ``curvature``:
+    its released curvature bound, which set the learning rates it ran with."""
+    lr_w, lr_b = plan.learning_rates_after(curvature)
+    notes = _budget_note(plan)
+    if plan.curved and curvature is not None:
+        notes = (f"{notes}; " if notes else "") + (f"learning rate from the released curvature bound {curvature:.3g}: "
+                                                   f"weights {lr_w:.4g}, intercept {lr_b:.4g}")
     return PrivacyReport(
         epsilon=plan.epsilon, delta=plan.delta, noise_multipliers=plan.noise_multipliers(), steps=plan.steps,
         sample_rate=plan.sample_rate, accountant=plan.accountant, neighbouring=plan.neighbouring, seeded=seeded,
         dp_event=plan.dp_event(), clip=plan.clip, method=plan.method, n_rows=plan.n, leaks=tuple(leaks),
-        learning_rate=plan.learning_rate, secure_mode=plan.secure_mode, data=data, notes=_budget_note(plan),
+        learning_rate=lr_w, secure_mode=plan.secure_mode, data=data, notes=notes,
         ledger=None if ledger is None else ledger.where, ledger_spent=None if ledger is None else ledger.spent())
 
 

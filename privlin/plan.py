@@ -14,12 +14,14 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
+import jax.numpy as jnp
 from dp_accounting import dp_event as _ev
 
 from . import accounting, scaling
 
 __all__ = ["Plan", "make_plan", "default_learning_rate", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS",
-           "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "ADAM_LR"]
+           "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "ADAM_LR",
+           "stability_caps", "learning_rates"]
 
 #: The methods a plan can run (see :mod:`privlin.train`).
 METHODS = ("adam1", "sgd", "minibatch")
@@ -35,6 +37,9 @@ LOGIT_NOISE = 0.8
 #: Share of the GDP budget μ² spent on private centering, and on the scaling stage (:mod:`privlin.scaling`).
 DEFAULT_CENTER_SHARE = 0.05
 DEFAULT_SCALE_SHARE = 0.15
+#: Share of μ² spent on releasing the training rows' curvature (:func:`privlin.scaling.release_curvature`), made only
+#: where the stability cap, not the noise, would set the learning rate (:func:`make_plan`).
+CURVATURE_SHARE = 0.01
 #: Learning rate of adam1 (Mehta et al. App. F.1) and of Adam/LAMB.
 ADAM_LR = 1e-3
 
@@ -64,7 +69,13 @@ class Plan:
     sigma_scale, sigma_whiten : float
         Noise multipliers of the scaling stage's two releases (:mod:`privlin.scaling`): the per-dimension moments
         and the whitening second moment (inf: release not made).
+    sigma_curvature : float
+        Noise multiplier of the curvature release (inf: not made), which lifts W's stability cap
+        (:func:`learning_rates`).
     learning_rate : float
+        The rate of every parameter unless the curvature release lifts W's (then the rate W's is lifted toward).
+    learning_rate_ceiling : float
+        The most the curvature release may lift W's rate to: the noise term of :func:`default_learning_rate`.
     clip : float
         Per-example gradient norm bound C; with ``normalize`` rows are scaled to norm C first.
     normalize : bool
@@ -99,6 +110,8 @@ class Plan:
     secure_mode: bool = False
     sigma_scale: float = math.inf
     sigma_whiten: float = math.inf
+    sigma_curvature: float = math.inf
+    learning_rate_ceiling: float = math.nan
 
     @property
     def private(self) -> bool:
@@ -116,6 +129,11 @@ class Plan:
     @property
     def whitened(self) -> bool:
         return not math.isinf(self.sigma_whiten)
+
+    @property
+    def curved(self) -> bool:
+        """Whether the curvature release runs (and may lift W's learning rate)."""
+        return not math.isinf(self.sigma_curvature)
 
     def budget_shares(self) -> dict:
         """Share of the GDP budget μ² = Σ 1/σ² (Poisson steps: q²T/σ², their CLT value) of each mechanism."""
@@ -148,7 +166,8 @@ class Plan:
     def noise_multipliers(self) -> dict:
         """σ of each mechanism that runs, in the order they run, as the report shows them."""
         out = {name: s for name, s in (("center", self.sigma_center), ("scale", self.sigma_scale),
-                                       ("whiten", self.sigma_whiten)) if not math.isinf(s)}
+                                       ("whiten", self.sigma_whiten), ("curvature", self.sigma_curvature))
+               if not math.isinf(s)}
         out["step"] = self.sigma
         return out
 
@@ -163,10 +182,25 @@ class Plan:
         ref = self.sigma_center if self.sigma_center > 0 else 1.0  # non-private: every σ is 0
         return (self.sigma_scale / ref, self.sigma_whiten / ref if self.whitened else None)
 
+    def learning_rates_after(self, curvature) -> tuple[float, float]:
+        """(W's, b's) learning rate the fit ran with, given its released curvature bound (None: not released)."""
+        if curvature is None or not self.curved:
+            return self.learning_rate, self.learning_rate
+        w, b = learning_rates(self.learning_rate_ceiling, float(curvature), momentum=self.momentum, clip=self.clip,
+                              fit_intercept=self.fit_intercept)
+        return float(w), float(b)
+
+    def curvature_static(self) -> float | None:
+        """σ_curvature/σ_center (a fixed ratio, as in :meth:`scale_static`), or None without the release."""
+        if not self.curved:
+            return None
+        return self.sigma_curvature / (self.sigma_center if self.sigma_center > 0 else 1.0)
+
     def static(self) -> tuple:
         """What a compiled trainer specializes on (hashable); plans with equal ``static()`` run vmapped together."""
         return (self.method, self.steps, self.sample_rate, self.clip, self.normalize, self.centered, self.loss,
-                self.bias_init, self.fit_intercept, self.optimizer, self.momentum, self.scale_static())
+                self.bias_init, self.fit_intercept, self.optimizer, self.momentum, self.scale_static(),
+                self.curvature_static())
 
 
 def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | None) -> Plan:
@@ -237,11 +271,19 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
     shares = {"center": center_share} if center else {}
     if scale and epsilon is not None:
         shares.update(_scale_releases(float(epsilon), float(p["delta"]), scale_share, n, dim, relation))
+    loss = p["loss"] or ("sigmoid" if method == "adam1" else "softmax")
+    optimizer = "sgd" if method == "sgd" else ("adam" if method == "adam1" else p["optimizer"])
+    fit_intercept = (method != "adam1") if p["fit_intercept"] is None else bool(p["fit_intercept"])
+    clip, momentum = float(p["clip"]), float(p["momentum"])
+    if (center and epsilon is not None and p["learning_rate"] is None and optimizer == "sgd"
+            and _curvature_pays(float(epsilon), float(p["delta"]), shares, n, dim, steps=steps, q=q,
+                                momentum=momentum, clip=clip, fit_intercept=fit_intercept, relation=relation)):
+        shares["curvature"] = CURVATURE_SHARE
     if sum(shares.values()) >= 1.0:
         raise ValueError(f"center_share + scale_share must leave the training steps a share of the budget; "
                          f"got {shares}")
 
-    sig = dict.fromkeys(("center", "scale", "whiten"), math.inf)
+    sig = dict.fromkeys(("center", "scale", "whiten", "curvature"), math.inf)
     if sigma_given is not None:
         sigma = float(sigma_given)
         if center:
@@ -256,20 +298,19 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
                                 accountant=acct, relation=relation)
         sig.update(got)
 
-    loss = p["loss"] or ("sigmoid" if method == "adam1" else "softmax")
-    optimizer = "sgd" if method == "sgd" else ("adam" if method == "adam1" else p["optimizer"])
-    fit_intercept = (method != "adam1") if p["fit_intercept"] is None else bool(p["fit_intercept"])
-    clip = float(p["clip"])
-    lr = p["learning_rate"]
+    lr, ceiling = p["learning_rate"], math.nan
     if lr is None:
-        lr = default_learning_rate(method, optimizer, sigma, q * n, steps=steps, momentum=float(p["momentum"]),
+        lr = default_learning_rate(method, optimizer, sigma, q * n, steps=steps, momentum=momentum,
                                    clip=clip, fit_intercept=fit_intercept)
+        if "curvature" in shares:
+            ceiling = _noise_rate(sigma, q * n, steps=steps, momentum=momentum, clip=clip)
     plan = Plan(method=method, epsilon=math.inf, delta=float(p["delta"]), neighbouring=relation,
                 accountant="none" if sigma == 0 else acct, n=n, dim=dim, n_classes=k, steps=steps, sample_rate=q,
                 sigma=sigma, sigma_center=sig["center"], learning_rate=float(lr), clip=clip,
                 normalize=bool(p["normalize"]), loss=loss, bias_init=-10.0 if loss == "sigmoid" else 0.0,
                 fit_intercept=fit_intercept, optimizer=optimizer, momentum=float(p["momentum"]),
-                secure_mode=bool(p["secure_mode"]), sigma_scale=sig["scale"], sigma_whiten=sig["whiten"])
+                secure_mode=bool(p["secure_mode"]), sigma_scale=sig["scale"], sigma_whiten=sig["whiten"],
+                sigma_curvature=sig["curvature"], learning_rate_ceiling=float(ceiling))
     if plan.private:
         eps = accounting.event_epsilon(plan.dp_event(), plan.delta, accountant=acct, neighbouring=relation)
         plan = dataclasses.replace(plan, epsilon=eps)
@@ -296,6 +337,29 @@ def _scale_releases(epsilon, delta, share, n, dim, relation) -> dict:
     if scaling.moments_resolve(n, dim, sigma_of(share)):
         return {"scale": share}
     return {}
+
+
+def _curvature_pays(epsilon, delta, shares, n, dim, *, steps, q, momentum, clip, fit_intercept, relation) -> bool:
+    """Whether to buy the curvature release (:data:`CURVATURE_SHARE` of μ²): its pass is affordable (the bounds of
+    whitening), the stability cap rather than the noise would set the rate (so a flatter curvature could lift
+    it), and the release can show a curvature at least 1.5× below the worst case.  Decided, like
+    :func:`_scale_releases`, from the GDP view of the budget before calibration: public facts only."""
+    if dim < 2 or dim > scaling.WHITEN_MAX_DIM or float(n) * dim * dim > scaling.WHITEN_MAX_WORK:
+        return False
+    if math.isinf(epsilon):
+        return True
+    mu = accounting.gdp_mu_for(epsilon, delta)
+    factor = 2.0 if relation == "replace_one" else 1.0
+    rest = 1.0 - sum(shares.values()) - CURVATURE_SHARE
+    if rest <= 0:
+        return False
+    sigma = factor * q * math.sqrt(steps) / (math.sqrt(rest) * mu)
+    joint = 4.0 * (1.0 + momentum) / (clip**2 + (1.0 if fit_intercept else 0.0))
+    if _noise_rate(sigma, q * n, steps=steps, momentum=momentum, clip=clip) <= joint:
+        return False
+    std = factor / (math.sqrt(CURVATURE_SHARE) * mu) * scaling.curvature_sensitivity(n, dim)
+    flattest = float(scaling.curvature_bound(n / dim, n, dim, std))  # the bound if the rows were isotropic
+    return 1.5 * flattest < 1.0
 
 
 def _calibrate(epsilon, delta, *, steps, q, shares, accountant, relation) -> tuple[float, dict]:
@@ -343,11 +407,49 @@ def default_learning_rate(method: str, optimizer: str, sigma: float, batch: floa
       gradient norm at zero init, √(2(1 − 1/k)), is ≥ 1: every example is clipped from the first step
       (normalized per-example gradients, the regime Bu et al. 2023 recommend: no clip to tune).
 
+    * Curvature.  The stability term assumes the worst case, rows all along one direction (second moment of top
+      eigenvalue 1).  Centered, whitened rows are far flatter (≈ 1/d), and at large N·μ the cap, not the noise,
+      then sets the rate and T=100 steps do not converge.  Where that is so, the plan buys a release of the top
+      eigenvalue (:func:`privlin.scaling.release_curvature`) and :func:`learning_rates` lifts W's cap from it, up
+      to this rule's noise term.
+
     adam1 and Adam/LAMB: 1e-3 (Mehta et al. App. F.1; Adam's step does not scale with the gradient).
     """
     if method == "adam1" or optimizer != "sgd":
         return ADAM_LR
-    stable = 4.0 * (1.0 + momentum) / (clip**2 + (1.0 if fit_intercept else 0.0))
+    stable = 4.0 * (1.0 + momentum) / (clip**2 + (1.0 if fit_intercept else 0.0))  # stability_caps' joint cap
+    return min(_noise_rate(sigma, batch, steps=steps, momentum=momentum, clip=clip), stable)
+
+
+def _noise_rate(sigma, batch, *, steps, momentum, clip) -> float:
+    """The noise term of :func:`default_learning_rate` (inf without noise)."""
     if sigma == 0.0:
-        return stable
-    return min(LOGIT_NOISE * (1.0 - momentum) * batch / (sigma * math.sqrt(steps) * clip**2), stable)
+        return math.inf
+    return LOGIT_NOISE * (1.0 - momentum) * batch / (sigma * math.sqrt(steps) * clip**2)
+
+
+def stability_caps(curvature, *, momentum: float, clip: float, fit_intercept: bool):
+    """(W's, b's) largest stable heavy-ball rates on rows at norm C whose directions' second moment has top
+    eigenvalue ``curvature`` = λ ≤ 1 (a scalar; may be traced).
+
+    The mean loss's Hessian is ≼ ½·E[(Cx, 1)(Cx, 1)ᵀ] (logits' Hessian ≼ ½I), stable for lr·L < 2(1+β) (Polyak 1964).
+    One rate for all: L ≤ (C²λ + 1)/2, so λ=1 gives the joint cap 4(1+β)/(C² + 1).  A rate per block:
+    [[A, B], [Bᵀ, D]] ≼ 2·diag(A, D) for a PSD matrix, so W at 2(1+β)/(C²λ) and b at 2(1+β) are stable together,
+    whatever the rows' mean; taken where it beats the joint cap (λ well below 1).  Without an intercept
+    W's cap is 4(1+β)/(C²λ).
+    """
+    gain = 2.0 * (1.0 + momentum)  # lr·L below this is stable
+    if not fit_intercept:
+        return 2.0 * gain / (clip**2 * curvature), 2.0 * gain / clip**2
+    joint = 2.0 * gain / (clip**2 + 1.0)
+    block = gain / (clip**2 * curvature)
+    return jnp.where(block > joint, block, joint), jnp.where(block > joint, gain, joint)
+
+
+def learning_rates(ceiling, curvature, *, momentum: float, clip: float, fit_intercept: bool):
+    """(W's, b's) learning rate of a plan with the curvature release, from the released ``curvature`` (an upper
+    bound on the top eigenvalue of the rows' second moment; post-processing): each stability cap of
+    :func:`stability_caps`, at most ``ceiling`` (the noise term).  Where the release shows no flatness the caps
+    are the joint one and both rates are the plan's ``learning_rate``."""
+    cap_w, cap_b = stability_caps(curvature, momentum=momentum, clip=clip, fit_intercept=fit_intercept)
+    return jnp.minimum(ceiling, cap_w), jnp.minimum(ceiling, cap_b)

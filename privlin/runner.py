@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from . import noise, preprocess, scaling, secure_noise, sensitivity, train
 from .data import Source, label_index
-from .plan import Plan
+from .plan import Plan, learning_rates
 
 __all__ = ["Released", "train_rows", "run", "stage_keys", "TAIL_ROWS"]
 
@@ -45,12 +45,14 @@ BLOCK_BYTES = 256 << 20
 
 class Released(NamedTuple):
     """Everything a fit releases: weights ``W`` (d, k), intercept ``b`` (k,), the noisy mean (d,) or None, the
-    scaling stage's map (:class:`privlin.scaling.Scaling`) or None."""
+    scaling stage's map (:class:`privlin.scaling.Scaling`) or None, the curvature bound (a scalar, from
+    :func:`privlin.scaling.release_curvature`) or None."""
 
     W: jax.Array
     b: jax.Array
     mean: Optional[jax.Array]
     scaling: Optional[scaling.Scaling] = None
+    curvature: Optional[jax.Array] = None
 
 
 def stage_keys(key) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -59,10 +61,17 @@ def stage_keys(key) -> tuple[jax.Array, jax.Array, jax.Array]:
     return keys["center"], keys["scale"], keys["train"]
 
 
+def curvature_key(key) -> jax.Array:
+    """The curvature release's key of a fit's key: the fourth of the same split (JAX's partitionable threefry
+    makes a split's first keys independent of how many follow, so :func:`stage_keys` is unchanged by it)."""
+    return noise.split_named(key, "center", "train", "scale", "curvature")["curvature"]
+
+
 # ----------------------------------------------------------------------------- the pure core
 
-def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_rate) -> Released:
-    """Run one plan on in-memory rows; pure, jittable, vmappable over (key, σ, σ_center, lr).
+def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_rate,
+               lr_ceiling=float("nan")) -> Released:
+    """Run one plan on in-memory rows; pure, jittable, vmappable over (key, σ, σ_center, lr, lr ceiling).
 
     Parameters
     ----------
@@ -74,9 +83,13 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
         The public N.
     key : jax key
     sigma, sigma_center, learning_rate : scalars (may be traced); ``sigma_center`` is ignored without centering.
-        The scaling stage's multipliers are ``sigma_center`` times the plan's fixed ratios (``static``).
+        The scaling stage's and the curvature release's multipliers are ``sigma_center`` times the plan's fixed
+        ratios (``static``).
+    lr_ceiling : scalar
+        ``Plan.learning_rate_ceiling``: with the curvature release, the most W's rate may be lifted to.
     """
-    method, steps, q, clip, normalize, centered, loss, bias_init, fit_intercept, optimizer, momentum, scale = static
+    (method, steps, q, clip, normalize, centered, loss, bias_init, fit_intercept, optimizer, momentum, scale,
+     curved) = static
     k_center, k_scale, k_train = stage_keys(key)
     X = jnp.asarray(X, jnp.float32)
     mean = scl = None
@@ -88,6 +101,14 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
         ratio_m, ratio_w = scale
         scl = _scaling_in_memory(X, mask, n, k_scale, mean, normalize, sigma_center * ratio_m,
                                  None if ratio_w is None else sigma_center * ratio_w)
+    curv, intercept_scale = None, 1.0
+    if curved is not None:  # ---- the curvature release lifts W's rate (plan.learning_rates)
+        curv = scaling.release_curvature(
+            sensitivity.chunked(lambda t, x, m: t + scaling.second_moment_sum(_prep(x, clip, normalize, mean, scl), m, n),
+                                jnp.zeros((X.shape[1],) * 2, jnp.float64), X, mask),
+            n, curvature_key(key), sigma_center * curved)
+        learning_rate, lr_b = learning_rates(lr_ceiling, curv, momentum=momentum, clip=clip, fit_intercept=fit_intercept)
+        intercept_scale = lr_b / learning_rate
     if method == "adam1":
         def add(acc, x, y, m):
             return train.class_sums_update(acc, _prep(x, clip, normalize, mean, scl), y, m, clip, n, loss=loss,
@@ -99,13 +120,15 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
         Xp = _prep(X, clip, normalize, mean, scl)
         params = train.fit_full_batch(Xp, Y, mask, n, k_train, sigma, learning_rate, steps=steps, clip=clip,
                                       loss=loss, optimizer=optimizer, momentum=momentum,
-                                      fit_intercept=fit_intercept, bias_init=bias_init, row_norm=clip if normalize else None)
+                                      fit_intercept=fit_intercept, bias_init=bias_init, row_norm=clip if normalize else None,
+                                      intercept_scale=intercept_scale)
     else:
         Xp = _prep(X, clip, normalize, mean, scl)
         params = train.fit_minibatch(Xp, Y, mask, n, k_train, sigma, learning_rate, steps=steps, sample_rate=q,
                                      clip=clip, loss=loss, optimizer=optimizer, momentum=momentum,
-                                     fit_intercept=fit_intercept, bias_init=bias_init, row_norm=clip if normalize else None)
-    return Released(params.W, params.b, mean, scl)
+                                     fit_intercept=fit_intercept, bias_init=bias_init, row_norm=clip if normalize else None,
+                                     intercept_scale=intercept_scale)
+    return Released(params.W, params.b, mean, scl, curv)
 
 
 def _prep(X, clip, normalize, mean, scl=None):
@@ -127,11 +150,11 @@ _prep_jit = jax.jit(_prep, static_argnames=("clip", "normalize"))
 
 
 @functools.partial(jax.jit, static_argnames=("static", "k"))
-def _train_many(static, X, idx, mask, n, keys, sigmas, sigmas_center, lrs, *, k):
+def _train_many(static, X, idx, mask, n, keys, sigmas, sigmas_center, lrs, ceilings, *, k):
     """:func:`train_rows` for S plans of one static form at once; the rows are shared (not batched)."""
     Y = jax.nn.one_hot(idx, k, dtype=jnp.float32)
-    return jax.vmap(train_rows, in_axes=(None, None, None, None, None, 0, 0, 0, 0))(
-        static, X, Y, mask, n, keys, sigmas, sigmas_center, lrs)
+    return jax.vmap(train_rows, in_axes=(None, None, None, None, None, 0, 0, 0, 0, 0))(
+        static, X, Y, mask, n, keys, sigmas, sigmas_center, lrs, ceilings)
 
 
 # ----------------------------------------------------------------------------- run plans on a source
@@ -185,7 +208,8 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
                                   k=len(classes))
                 for j, i in enumerate(sel):
                     out[i] = Released(got.W[j], got.b[j], None if got.mean is None else got.mean[j],
-                                      None if got.scaling is None else jax.tree.map(lambda a: a[j], got.scaling))
+                                      None if got.scaling is None else jax.tree.map(lambda a: a[j], got.scaling),
+                                      None if got.curvature is None else got.curvature[j])
     rest = [i for i in range(len(plans)) if out[i] is None]
     for i, released in zip(rest, _stream(rows, [plans[i] for i in rest], [keys[i] for i in rest])):
         out[i] = released
@@ -205,7 +229,7 @@ def in_memory_bytes(source: Source, k: int) -> int:
 
 def _dynamic(plans):
     return ([p.sigma for p in plans], [p.sigma_center if p.centered else 1.0 for p in plans],
-            [p.learning_rate for p in plans])
+            [p.learning_rate for p in plans], [p.learning_rate_ceiling for p in plans])
 
 
 # ----------------------------------------------------------------------------- rows from a source
@@ -438,9 +462,10 @@ _sample = jax.jit(train.poisson_mask, static_argnames=("length",))
 
 
 @functools.partial(jax.jit, static_argnames=("optimizer", "fit_intercept"))
-def _noisy_step(state, grad_sum, key, sigma, denom, lr, momentum, clip, *, optimizer, fit_intercept):
+def _noisy_step(state, grad_sum, key, sigma, denom, lr, momentum, clip, intercept_scale, *, optimizer, fit_intercept):
     opt = train.make_optimizer(optimizer, lr, momentum=momentum)
-    return train.noisy_update(state, grad_sum, key, sigma, denom, opt, clip=clip, fit_intercept=fit_intercept)
+    return train.noisy_update(state, grad_sum, key, sigma, denom, opt, clip=clip, fit_intercept=fit_intercept,
+                              intercept_scale=intercept_scale)
 
 
 def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
@@ -448,6 +473,7 @@ def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
     out: list[Optional[Released]] = [None] * len(plans)
     means = _centering(rows, plans, keys)
     scls = _scaling(rows, plans, keys, means)
+    curvs = _curvature(rows, plans, keys, means, scls)
     # adam1 without centering: one class-sum pass for every plan of the same static form
     shared: dict[tuple, list[int]] = {}
     for i, p in enumerate(plans):
@@ -476,8 +502,8 @@ def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
                 params = train.adam1_step(sums, p.n, k_train, p.sigma, p.learning_rate, clip=p.clip, loss=p.loss,
                                           bias_init=p.bias_init, fit_intercept=p.fit_intercept)
         else:
-            params = _stream_steps(rows, p, k_train, means[i], scls[i])
-        out[i] = Released(params.W, params.b, means[i], scls[i])
+            params = _stream_steps(rows, p, k_train, means[i], scls[i], curvs[i])
+        out[i] = Released(params.W, params.b, means[i], scls[i], curvs[i])
     return out
 
 
@@ -529,6 +555,8 @@ def secure_releases(p: Plan) -> dict:
     out = {"center": (p.sigma_center * p.clip, p.clip, p.n * p.clip),
            "scale": (np.sqrt(2.0) * p.sigma_scale, np.sqrt(2.0), float(p.n)),  # Σz and Σz⊙z released together
            "whiten": (p.sigma_whiten, 1.0, float(p.n)),
+           "curvature": (p.sigma_curvature * scaling.curvature_sensitivity(p.n, p.dim),
+                         scaling.curvature_sensitivity(p.n, p.dim), float(p.n)),
            "step": (p.sigma * p.clip, p.clip, p.n * p.clip)}
     return {name: out[name] for name in p.noise_multipliers()}
 
@@ -581,6 +609,37 @@ def _scaling(rows: _Rows, plans: list[Plan], keys: list, means: list) -> list:
     return out
 
 
+def _curvature_add(total, X, mask, mean, scl, n, *, clip, normalize):
+    return total + scaling.second_moment_sum(_prep(X, clip, normalize, mean, scl), mask, n)
+
+
+_curvature_block = jax.jit(_curvature_add, static_argnames=("clip", "normalize"))
+
+
+def _curvature(rows: _Rows, plans: list[Plan], keys: list, means: list, scls: list) -> list:
+    """The released curvature bound of every plan that buys it (one pass each, over its own training rows); the
+    same release as :func:`train_rows` makes, with the same key."""
+    out: list = [None] * len(plans)
+    for i, p in enumerate(plans):
+        if not p.curved:
+            continue
+        n = float(p.n)
+
+        def sums(total=jnp.zeros((p.dim, p.dim), jnp.float64), p=p, i=i, n=n):
+            for X, _, mask in rows.device_blocks("curvature"):
+                total = _curvature_block(total, X, mask, means[i], scls[i], n, clip=p.clip, normalize=p.normalize)
+                yield total
+
+        M = _double_buffered(sums())
+        noisy = None
+        if p.secure_mode:
+            std, sens, bound = secure_releases(p)["curvature"]
+            noisy = secure_noise.secure_gaussian_release(np.asarray([scaling.top_eigenvalue(M)]), std, sens,
+                                                         bound=bound)[0]
+        out[i] = scaling.release_curvature(M, n, curvature_key(keys[i]), p.sigma_curvature, noisy)
+    return out
+
+
 def _class_sums(rows: _Rows, p: Plan, mean, scl=None):
     acc = train.class_sums_init(p.dim, p.n_classes)
 
@@ -596,10 +655,15 @@ def _class_sums(rows: _Rows, p: Plan, mean, scl=None):
     return acc
 
 
-def _stream_steps(rows: _Rows, p: Plan, key, mean, scl=None):
+def _stream_steps(rows: _Rows, p: Plan, key, mean, scl=None, curv=None):
     """sgd / minibatch one pass over the rows per step (the streamed form of train.fit_full_batch/fit_minibatch)."""
     q = p.sample_rate
-    opt = train.make_optimizer(p.optimizer, p.learning_rate, momentum=p.momentum)
+    lr, intercept_scale = p.learning_rate, 1.0
+    if curv is not None:
+        lr, lr_b = learning_rates(p.learning_rate_ceiling, curv, momentum=p.momentum, clip=p.clip,
+                                  fit_intercept=p.fit_intercept)
+        intercept_scale = lr_b / lr
+    opt = train.make_optimizer(p.optimizer, lr, momentum=p.momentum)
     state = train.init_state(p.dim, p.n_classes, opt, p.bias_init)
     denom = q * p.n  # public: expected (q<1) or exact (q=1) batch size
     for step_key in tqdm(noise.split(key, p.steps), desc=f"{p.method} steps", disable=not rows.verbose):
@@ -620,7 +684,7 @@ def _stream_steps(rows: _Rows, p: Plan, key, mean, scl=None):
         sigma = p.sigma
         if p.secure_mode:  # released here with the discrete Gaussian; nothing more to add in the update
             g, sigma = _secure_release(g, p), 0.0
-        state = _noisy_step(state, g, k_noise, sigma, denom, p.learning_rate, p.momentum, p.clip,
+        state = _noisy_step(state, g, k_noise, sigma, denom, lr, p.momentum, p.clip, intercept_scale,
                             optimizer=p.optimizer, fit_intercept=p.fit_intercept)
     return state.params
 

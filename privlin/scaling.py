@@ -26,6 +26,14 @@ unit norm), N public, zero-out neighbours (``replace_special``: a null row contr
    Wigner perturbation (Benaych-Georges & Nadakuditi 2011): eigenvalues below it cannot be told from the noise,
    so they are shrunk rather than amplified.
 
+3. **curvature** (made where the plan buys it, on the rows training sees, scaled or only centered) — the top
+   eigenvalue of ``Σ x_i x_iᵀ`` over their directions (:func:`second_moment_sum`), with noise N(0, (σ_c·Δ)²):
+   one ``GaussianDpEvent(σ_c)``.  Δ is 1 (Weyl: a null row moves the sum by a rank-one ``b bᵀ`` of norm ≤ 1)
+   plus the eigensolver's error (:func:`curvature_sensitivity`).  Post-processing: an upper confidence bound on
+   the top eigenvalue of the rows' second moment (:func:`curvature_bound`), from which the plan lifts the
+   weights' stability cap (:func:`privlin.plan.learning_rates`): whitened rows are ≈ d× flatter than the
+   worst case the cap assumes.
+
 Rows used for training and prediction: ``normalize(normalize((z − shift)·scale) @ rotate)`` (``rotate`` is the
 identity when whitening is off).  Every sum is exact (:mod:`privlin.sensitivity`; trace under
 ``sensitivity.x64()``).  Whether each release is worth its share is decided by the plan from public facts only
@@ -46,7 +54,8 @@ from . import noise, preprocess, sensitivity
 
 __all__ = ["Scaling", "shrink", "moment_sums", "second_moment_sum", "release_moments", "release_rotation", "scaled_rows",
            "apply", "moment_noise_level", "rotation_noise_level", "moments_resolve", "whitening_resolves",
-           "WHITEN_MAX_DIM", "WHITEN_MAX_WORK"]
+           "WHITEN_MAX_DIM", "WHITEN_MAX_WORK", "release_curvature", "curvature_bound", "top_eigenvalue", "curvature_sensitivity",
+           "CURVATURE_Z"]
 
 #: Whitening needs a (d, d) float64 sum and its eigendecomposition; above this dimension only the diagonal is used.
 WHITEN_MAX_DIM = 4096
@@ -168,6 +177,38 @@ def release_rotation(M, n, key, sigma_w, noisy=None) -> jax.Array:
     w = jax.lax.rsqrt(lam + jnp.maximum(floor, 1e-30))
     R = (U * (w / jnp.max(w))) @ U.T
     return jnp.asarray(R, jnp.float32)
+
+
+#: One-sided z-score of the curvature bound (the true top eigenvalue exceeds it with probability ≈ 1.3e-3).
+CURVATURE_Z = 3.0
+
+
+def curvature_sensitivity(n: float, dim: int) -> float:
+    """Δ of the *computed* top eigenvalue of a (d, d) float64 sum of ``n`` unit rank-one terms: 1 in exact
+    arithmetic, plus twice the backward error of a symmetric eigensolver (‖E‖ ≤ p(d)·u·‖M‖ with ‖M‖ ≤ N;
+    p(d) = 8d is generous for LAPACK's and cuSOLVER's syevd), so the bound holds for the eigenvalue as computed."""
+    return 1.0 + 2.0 * 8.0 * dim * 2.0**-53 * n
+
+
+def curvature_bound(noisy_top, n, dim: int, noise_std):
+    """Upper confidence bound on the top eigenvalue of the rows' second moment from the released top eigenvalue
+    of their sum: ``(noisy + CURVATURE_Z·std)/N``, within [1/d, 1] (unit rows: the eigenvalues sum to ≤ 1)."""
+    return jnp.clip((noisy_top + CURVATURE_Z * noise_std) / n, 1.0 / dim, 1.0)
+
+
+def release_curvature(M, n, key, sigma_c, noisy=None) -> jax.Array:
+    """:func:`curvature_bound` of ``M`` (:func:`second_moment_sum` of the training rows) released with noise
+    N(0, (σ_c·Δ)²) on its top eigenvalue (``GaussianDpEvent(σ_c)``).  ``noisy``: the already noised eigenvalue."""
+    d = M.shape[0]
+    std = sigma_c * curvature_sensitivity(n, d)
+    if noisy is None:
+        noisy = top_eigenvalue(M) + noise.gaussian(key, (), std)
+    return jnp.asarray(curvature_bound(jnp.asarray(noisy, jnp.float64), n, d, std), jnp.float32)
+
+
+def top_eigenvalue(M) -> jax.Array:
+    """The largest eigenvalue of the symmetric float64 sum ``M`` (what the curvature release noises)."""
+    return jnp.linalg.eigvalsh(M)[-1]
 
 
 def scaled_rows(Z, shift, scale):

@@ -123,6 +123,7 @@ class SweepResult:
         est.intercept_ = np.asarray(self.intercept[i], np.float64).copy()
         est.mean_ = None if self.means[i] is None else np.asarray(self.means[i], np.float64)
         est.scaling_ = self.scalings[i]
+        est.curvature_ = rec.get("curvature")
         est.n_features_in_ = self.coef.shape[1]
         est.privacy_, est.ledger_ = rec["report"], None
         return est
@@ -268,16 +269,19 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     result = SweepResult([], coef, intercept, classes, total_eps, total_delta, eval_public, means,
                          [r.scaling for r in released])
     words = noise.key_data(keys) if return_keys else None
+    curv = [None if r.curvature is None else float(r.curvature) for r in released]
     for i, (p, s) in enumerate(zip(plans, settings)):
         target = ests[i].epsilon
         rec = {"method": p.method, "epsilon": math.inf if target is None and not p.private else target,
                "achieved_epsilon": p.epsilon, "delta": p.delta, "noise_multiplier": p.sigma,
-               "center_noise_multiplier": p.sigma_center if p.centered else None, "learning_rate": p.learning_rate,
+               "center_noise_multiplier": p.sigma_center if p.centered else None,
+               "learning_rate": p.learning_rates_after(curv[i])[0],
                "steps": p.steps, "clip": p.clip, "center_share": p.center_share, "scale_share": p.scale_share,
-               "accountant": p.accountant,
+               "accountant": p.accountant, "curvature": curv[i],
                "neighbouring": p.neighbouring, "private": p.private, "seeded": bool(seeded), "accuracy": None,
                "eval_split": None, "params": dict(s), "plan": p,
-               "report": report_for(p, seeded=seeded, leaks=leaks, data=source.description, ledger=None)}
+               "report": report_for(p, seeded=seeded, leaks=leaks, data=source.description, ledger=None,
+                                    curvature=curv[i])}
         if return_keys:
             rec["key"] = words[i].tolist()
         result.records.append(rec)

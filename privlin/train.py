@@ -166,12 +166,15 @@ def init_state(d: int, k: int, opt: optax.GradientTransformation, bias_init: flo
 
 
 def noisy_update(state: TrainState, grad_sum: LinearParams, key, sigma, denom, opt: optax.GradientTransformation,
-                 *, clip, fit_intercept: bool = False) -> TrainState:
-    """One DP step: noise on the clipped sum, divide by the public ``denom`` (N, or q·N), optimizer update."""
+                 *, clip, fit_intercept: bool = False, intercept_scale=1.0) -> TrainState:
+    """One DP step: noise on the clipped sum, divide by the public ``denom`` (N, or q·N), optimizer update.
+
+    ``intercept_scale`` multiplies the intercept's noisy gradient: with SGD (linear in the gradient) the intercept
+    then steps at ``intercept_scale`` × the rate (its own stability cap, :func:`privlin.plan.learning_rates`).
+    """
     g = privatize(grad_sum, key, sigma, clip, fit_intercept=fit_intercept)
     g = jax.tree.map(lambda t: t / denom, g)
-    if not fit_intercept:
-        g = LinearParams(g.W, jnp.zeros_like(g.b))
+    g = LinearParams(g.W, g.b * intercept_scale if fit_intercept else jnp.zeros_like(g.b))
     updates, opt_state = opt.update(g, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     if not fit_intercept:  # LAMB's trust ratio / weight decay must not move a frozen intercept
@@ -181,7 +184,7 @@ def noisy_update(state: TrainState, grad_sum: LinearParams, key, sigma, denom, o
 
 def fit_full_batch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, clip: float = 1.0,
                    loss: str = "softmax", optimizer: str = "sgd", momentum: float = 0.9, fit_intercept: bool = False,
-                   bias_init: float = 0.0, row_norm: float | None = None) -> LinearParams:
+                   bias_init: float = 0.0, row_norm: float | None = None, intercept_scale=1.0) -> LinearParams:
     """Full-batch DP-SGD (DP-RandP) for ``steps`` steps on in-memory rows; pure, jittable, vmappable.
 
     Parameters
@@ -198,7 +201,8 @@ def fit_full_batch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, clip
     def step(state, k):
         g = clipped_grad_sum(state.params, X, Y, mask, clip, n, loss=loss, fit_intercept=fit_intercept,
                              row_norm=row_norm)
-        return noisy_update(state, g, k, sigma, n, opt, clip=clip, fit_intercept=fit_intercept), None
+        return noisy_update(state, g, k, sigma, n, opt, clip=clip, fit_intercept=fit_intercept,
+                            intercept_scale=intercept_scale), None
 
     state, _ = jax.lax.scan(step, state, noise.split(key, steps))
     return state.params
@@ -223,7 +227,7 @@ def poisson_mask(key, sample_rate, start, length: int) -> jax.Array:
 
 def fit_minibatch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, sample_rate: float, clip: float = 1.0,
                   loss: str = "softmax", optimizer: str = "sgd", momentum: float = 0.9, fit_intercept: bool = False,
-                  bias_init: float = 0.0, row_norm: float | None = None) -> LinearParams:
+                  bias_init: float = 0.0, row_norm: float | None = None, intercept_scale=1.0) -> LinearParams:
     """Poisson-subsampled DP-SGD / DP-Adam / DP-LAMB on in-memory rows; pure, jittable, vmappable.
 
     Each step includes every row independently with probability ``sample_rate`` (the
@@ -240,7 +244,8 @@ def fit_minibatch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, sampl
         take = poisson_mask(k_sample, sample_rate, 0, mask.shape[0]) * mask
         g = clipped_grad_sum(state.params, X, Y, take, clip, n, loss=loss, fit_intercept=fit_intercept,
                              row_norm=row_norm)
-        return noisy_update(state, g, k_noise, sigma, denom, opt, clip=clip, fit_intercept=fit_intercept), None
+        return noisy_update(state, g, k_noise, sigma, denom, opt, clip=clip, fit_intercept=fit_intercept,
+                            intercept_scale=intercept_scale), None
 
     state, _ = jax.lax.scan(step, state, noise.split(key, steps))
     return state.params

@@ -17,7 +17,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from scipy import optimize
 from scipy.stats import norm
 
-from privlin import DPLinearClassifier, runner, scaling, sensitivity
+from privlin import DPLinearClassifier, noise, runner, scaling, sensitivity
 from privlin.plan import make_plan
 from privlin.sweep import sweep
 
@@ -38,12 +38,18 @@ def _gdp_mu(eps, delta):
     (20_000, 4096, 100, 1.0, False, True),  # N·d² too large for a (d, d) float64 pass: diagonal only
 ])
 def test_rule_on_public_cases(n, d, k, eps, whiten, capped):
-    """Steps, learning rate, clip and the budget split from (N, d, k, ε, δ) only, against the closed forms."""
+    """Steps, learning rate, clip and the budget split from (N, d, k, ε, δ) only, against the closed forms.
+
+    Where the cap binds and a (d, d) pass is affordable (whitening's bounds) the plan buys the curvature release
+    (1% of μ²) and keeps the noise term as the ceiling W's rate may be lifted to."""
     p = make_plan({"epsilon": eps, "delta": 1e-5}, n=n, dim=d, n_classes=k)
     mu = _gdp_mu(eps, 1e-5)
     assert (p.method, p.steps, p.clip, p.momentum, p.fit_intercept, p.accountant) == ("sgd", 100, 1.0, 0.9, True, "gdp")
     shares = {"center": 0.05, **({"scale": 0.075, "whiten": 0.075} if whiten else {"scale": 0.15})}
-    assert p.whitened == whiten and p.scaled
+    curved = capped and n * d * d <= 2**36
+    if curved:
+        shares["curvature"] = 0.01
+    assert p.whitened == whiten and p.scaled and p.curved == curved
     for name, s in shares.items():
         assert p.noise_multipliers()[name] == pytest.approx(1 / (math.sqrt(s) * mu), rel=1e-6)
     assert p.sigma == pytest.approx(math.sqrt(100 / ((1 - sum(shares.values())) * mu**2)), rel=1e-6)
@@ -51,6 +57,8 @@ def test_rule_on_public_cases(n, d, k, eps, whiten, capped):
     stable = 4 * (1 + 0.9) / (1.0 + 1.0)  # heavy ball on a loss with Hessian ≤ (C² + 1)/2
     assert (noise_rule > stable) == capped
     assert p.learning_rate == pytest.approx(min(noise_rule, stable), rel=1e-9)
+    if curved:
+        assert p.learning_rate_ceiling == pytest.approx(noise_rule, rel=1e-9)
     assert p.budget_shares() == pytest.approx({**shares, "step": 1 - sum(shares.values())}, rel=1e-6)
 
 
@@ -59,7 +67,8 @@ def test_rule_without_noise_and_with_another_clip():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         inf = make_plan({"epsilon": math.inf}, n=500, dim=16, n_classes=4)
-    assert inf.noise_multipliers() == {"center": 0.0, "scale": 0.0, "whiten": 0.0, "step": 0.0}
+    assert inf.noise_multipliers() == {"center": 0.0, "scale": 0.0, "whiten": 0.0, "curvature": 0.0, "step": 0.0}
+    assert inf.learning_rate_ceiling == math.inf
     assert inf.learning_rate == pytest.approx(3.8) and inf.scaled and inf.whitened
     one = make_plan({"epsilon": 2.0, "fit_intercept": False}, n=3000, dim=16, n_classes=4)
     half = make_plan({"epsilon": 2.0, "fit_intercept": False, "clip": 0.5}, n=3000, dim=16, n_classes=4)
@@ -158,6 +167,132 @@ def test_shrinkage_leaves_homogeneous_rows_alone():
     spread = lambda v: float(np.std(v) / np.mean(v))  # noqa: E731
     assert spread(np.asarray(scale)) < spread(unshrunk) / 4
     assert np.linalg.norm(np.asarray(shift)) < np.linalg.norm(m) / 4
+
+
+# ----------------------------------------------------------------------------- the curvature release
+
+def test_curvature_release_moves_by_at_most_its_sensitivity():
+    """The computed top eigenvalue of the rows' second-moment sum moves by ≤ Δ (≈ 1) when a row is nulled, on the
+    adversarial rows above, and equals numpy's eigenvalue of the Gram matrix of the unit rows."""
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(40, 9)).astype(np.float32)
+    Z[0] = 0
+    Z[0, 3] = 1e30
+    Z[1] *= 1e-30
+    Z[2:] = 1.0 + 0.01 * Z[2:]  # rows along one direction: the top eigenvalue moves by almost 1 when one goes
+    n = 40
+    move = _null_row_moves(lambda Z, m, n: scaling.top_eigenvalue(scaling.second_moment_sum(Z, m, n))[None], Z, n)
+    assert 0.99 < move <= scaling.curvature_sensitivity(n, 9)
+    U = Z.astype(np.float64) / np.linalg.norm(Z.astype(np.float64), axis=1, keepdims=True)
+    with sensitivity.x64():
+        top = float(scaling.top_eigenvalue(scaling.second_moment_sum(jnp.asarray(Z), jnp.ones(n), n)))
+    assert top == pytest.approx(np.linalg.eigvalsh(U.T @ U)[-1], rel=1e-5)  # float32 rows, the sum's margin
+
+
+def test_curvature_noise_is_what_the_event_says_and_the_bound_covers():
+    """4000 releases: (bound·N − z·std) is the top eigenvalue plus N(0, (σΔ)²) (empirical mean and sd), and the
+    bound is below the true value in about Φ(−3) of the draws."""
+    rng = np.random.default_rng(2)
+    n, d, sigma = 5000, 16, 30.0
+    X = rng.normal(size=(n, d)) * np.linspace(1, 0.3, d)
+    with sensitivity.x64():
+        M = scaling.second_moment_sum(jnp.asarray(X, jnp.float32), jnp.ones(n), n)
+        top = float(scaling.top_eigenvalue(M))
+        keys = noise.split(noise.make_key(11).key, 4000)
+        bounds = np.asarray(jax.vmap(lambda k: scaling.release_curvature(M, n, k, sigma))(keys), np.float64)
+    std = sigma * scaling.curvature_sensitivity(n, d)
+    noisy = bounds * n - scaling.CURVATURE_Z * std
+    assert abs(noisy.mean() - top) < 4 * std / math.sqrt(4000)
+    assert noisy.std() == pytest.approx(std, rel=0.05)
+    assert np.mean(bounds * n < top) < 0.01
+    U = X.astype(np.float32).astype(np.float64)
+    U /= np.linalg.norm(U, axis=1, keepdims=True)
+    with sensitivity.x64():
+        shrunk = 1 - float(sensitivity.margin(n, d, outer_dims=d))  # the sum's floating-point margin
+    assert top == pytest.approx(np.linalg.eigvalsh(U.T @ U)[-1] * shrunk, rel=1e-7)
+
+
+@pytest.mark.parametrize("clip,fit_intercept", [(1.0, True), (0.5, True), (2.0, True), (1.5, False)])
+def test_per_block_rates_are_stable_whatever_the_mean(clip, fit_intercept):
+    """The rates of plan.stability_caps against numpy: rows with a large mean and a flat second moment; the
+    preconditioned bound of the loss Hessian, ½·E[(Cx, 1)(Cx, 1)ᵀ] scaled by the rates, has top eigenvalue
+    ≤ 2(1 + β) (heavy ball's stability limit); and the lift is real where the rows are flat."""
+    from privlin.plan import stability_caps
+
+    rng = np.random.default_rng(3)
+    d = 32
+    X = rng.normal(size=(3000, d)) + 2.0 * rng.normal(size=d) / math.sqrt(d)  # mean of norm ~2 against unit noise
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    lam = np.linalg.eigvalsh(X.T @ X / len(X))[-1]
+    cw, cb = (float(c) for c in stability_caps(lam, momentum=0.9, clip=clip, fit_intercept=fit_intercept))
+    F = np.hstack([clip * X, np.ones((len(X), 1))]) if fit_intercept else clip * X
+    H = 0.5 * F.T @ F / len(X)
+    rates = np.r_[np.full(d, cw), [cb]] if fit_intercept else np.full(d, cw)
+    P = np.sqrt(rates)
+    assert np.linalg.eigvalsh(P[:, None] * H * P[None, :])[-1] <= 2 * 1.9 * (1 + 1e-9)
+    joint = 4 * 1.9 / (clip**2 + (1 if fit_intercept else 0))
+    assert cw > 2 * joint  # λ ≈ 0.3 here: the weights' cap is lifted
+
+
+def test_curvature_plan_meets_its_target_under_dp_accounting():
+    """A plan that buys the curvature release (N = 200 000, ε = 8: the cap binds) composed by dp-accounting."""
+    p = make_plan({"epsilon": 8.0}, n=200_000, dim=12, n_classes=3)
+    assert p.curved and p.budget_shares()["curvature"] == pytest.approx(0.01, rel=1e-6)
+    acc = pld_privacy_accountant.PLDAccountant(NeighboringRelation.REPLACE_SPECIAL, value_discretization_interval=1e-4)
+    acc.compose(ev.ComposedDpEvent([ev.GaussianDpEvent(s) for s in (p.sigma_center, p.sigma_scale, p.sigma_whiten,
+                                                                     p.sigma_curvature)]
+                                   + [ev.SelfComposedDpEvent(ev.GaussianDpEvent(p.sigma), p.steps)]))
+    assert 8.0 * 0.97 <= acc.get_epsilon(1e-5) <= 8.0 * (1 + 2e-3)
+    assert not make_plan({"epsilon": 8.0, "learning_rate": 1.0}, n=200_000, dim=12, n_classes=3).curved  # user's rate
+    assert not make_plan({"epsilon": 8.0}, n=200_000, dim=1024, n_classes=3).curved  # N·d² too large a pass
+
+
+def _collinear_mixture(n, d=64, k=10, seed=4):
+    """Classes in an 8-dim subspace seen through a map with singular values over two decades, plus an offset 3×
+    the spread: uncentered, collinear rows, which the scaling stage whitens (flat: curvature ≈ 1/d)."""
+    rng = np.random.default_rng(seed)
+    means = np.zeros((k, d))
+    means[:, :8] = rng.normal(size=(k, 8)) * 1.6
+    A = np.linalg.qr(rng.normal(size=(d, d)))[0] * np.logspace(0, -2, d)
+    offset = rng.normal(size=d) * 3.0
+    y = rng.integers(0, k, size=n)
+    return ((means[y] + rng.normal(size=(n, d)) + offset) @ A.T).astype(np.float32), y
+
+
+def test_curvature_lift_streams_as_it_runs_in_memory_and_reports_its_rates():
+    """The same curved plan in memory and streamed (same key): the same released bound and weights; the report
+    states the rates it ran with, and W's is the lifted one; secure mode releases the bound too (ε = 200: the
+    noise is small, so its bound is close)."""
+    X, y = _collinear_mixture(3000, d=16, k=4)
+    kw = dict(epsilon=200.0, delta=1e-5, classes=range(4), random_state=3)
+    a = DPLinearClassifier(**kw).fit(X, y)
+    b = DPLinearClassifier(**kw, memory_limit=0, block_rows=2048).fit(X, y)
+    assert a.plan_.curved and a.curvature_ is not None and a.curvature_ == pytest.approx(b.curvature_, rel=1e-6)
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=2e-3, atol=2e-4)
+    lr_w, lr_b = a.plan_.learning_rates_after(a.curvature_)
+    assert a.privacy_.learning_rate == lr_w > 3 * a.plan_.learning_rate and lr_b == pytest.approx(3.8)
+    assert "curvature" in a.privacy_.notes and a.privacy_.noise_multipliers["curvature"] == a.plan_.sigma_curvature
+    s = DPLinearClassifier(**{**kw, "random_state": None}, secure_mode=True).fit(X, y)  # discrete Gaussian, host
+    assert s.curvature_ == pytest.approx(a.curvature_, rel=2e-2) and s.score(X, y) > 0.9
+
+
+@pytest.mark.slow
+def test_curvature_lift_converges_where_the_cap_bound():
+    """N = 20 000 whitened rows at ε = 8: the plan's capped rate (given, so no release) stops short; the lifted
+    default is within 1 point of non-private logistic regression on standardized features, and above the capped."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = _collinear_mixture(25000)
+    Xtr, ytr, Xte, yte = X[:20000], y[:20000], X[20000:], y[20000:]
+    kw = dict(epsilon=8.0, delta=1e-5, classes=range(10), random_state=0)
+    lifted = DPLinearClassifier(**kw).fit(Xtr, ytr)
+    assert lifted.plan_.curved and lifted.privacy_.learning_rate > 5 * lifted.plan_.learning_rate
+    capped = DPLinearClassifier(**kw, learning_rate=lifted.plan_.learning_rate).fit(Xtr, ytr)
+    sc = StandardScaler().fit(Xtr)
+    ref = LogisticRegression(max_iter=5000).fit(sc.transform(Xtr), ytr).score(sc.transform(Xte), yte)
+    got, before = lifted.score(Xte, yte), capped.score(Xte, yte)
+    assert got >= ref - 0.01 and got > before + 0.002, (got, before, ref)
 
 
 # ----------------------------------------------------------------------------- accuracy floors, fixed in advance
