@@ -354,8 +354,7 @@ def _curvature_pays(epsilon, delta, shares, n, dim, *, steps, q, momentum, clip,
     if rest <= 0:
         return False
     sigma = factor * q * math.sqrt(steps) / (math.sqrt(rest) * mu)
-    joint = 4.0 * (1.0 + momentum) / (clip**2 + (1.0 if fit_intercept else 0.0))
-    if _noise_rate(sigma, q * n, steps=steps, momentum=momentum, clip=clip) <= joint:
+    if _noise_rate(sigma, q * n, steps=steps, momentum=momentum, clip=clip) <= _joint_cap(momentum, clip, fit_intercept):
         return False
     std = factor / (math.sqrt(CURVATURE_SHARE) * mu) * scaling.curvature_sensitivity(n, dim)
     flattest = float(scaling.curvature_bound(n / dim, n, dim, std))  # the bound if the rows were isotropic
@@ -417,8 +416,13 @@ def default_learning_rate(method: str, optimizer: str, sigma: float, batch: floa
     """
     if method == "adam1" or optimizer != "sgd":
         return ADAM_LR
-    stable = 4.0 * (1.0 + momentum) / (clip**2 + (1.0 if fit_intercept else 0.0))  # stability_caps' joint cap
-    return min(_noise_rate(sigma, batch, steps=steps, momentum=momentum, clip=clip), stable)
+    return min(_noise_rate(sigma, batch, steps=steps, momentum=momentum, clip=clip),
+               _joint_cap(momentum, clip, fit_intercept))
+
+
+def _joint_cap(momentum, clip, fit_intercept) -> float:
+    """The stability term: one rate for W and b, worst-case rows (:func:`stability_caps` at curvature 1)."""
+    return 4.0 * (1.0 + momentum) / (clip**2 + (1.0 if fit_intercept else 0.0))
 
 
 def _noise_rate(sigma, batch, *, steps, momentum, clip) -> float:
@@ -439,9 +443,9 @@ def stability_caps(curvature, *, momentum: float, clip: float, fit_intercept: bo
     W's cap is 4(1+β)/(C²λ).
     """
     gain = 2.0 * (1.0 + momentum)  # lr·L below this is stable
+    joint = _joint_cap(momentum, clip, fit_intercept)
     if not fit_intercept:
-        return 2.0 * gain / (clip**2 * curvature), 2.0 * gain / clip**2
-    joint = 2.0 * gain / (clip**2 + 1.0)
+        return 2.0 * gain / (clip**2 * curvature), joint
     block = gain / (clip**2 * curvature)
     return jnp.where(block > joint, block, joint), jnp.where(block > joint, gain, joint)
 
