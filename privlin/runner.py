@@ -223,7 +223,7 @@ def in_memory_bytes(source: Source, k: int) -> int:
     """What the in-memory path holds for one plan: the rows as read, on the host and on the device, their float32
     and preprocessed copies, and labels, one-hot labels and mask — what ``memory_limit`` is compared with
     (BENCHMARKS.md compares it with the measured peak)."""
-    rows = _padded_len(-(-source.n_local_max // sensitivity.CHUNK_ROWS) * sensitivity.CHUNK_ROWS)
+    rows = _padded_len(_loaded_len(source.n_local_max))
     return rows * source.dim * (2 * source.itemsize + 8) + rows * (k + 2) * 4
 
 
@@ -261,6 +261,16 @@ def _padded_len(n: int) -> int:
     return -(-n // nd) * nd
 
 
+def _loaded_len(n: int) -> int:
+    """Rows the in-memory path holds for ``n`` rows: whole chunks from 4 chunks on (at most a quarter more rows: see
+    CHUNK_ROWS), below that the next power of two from 256 (at most twice the rows, all small).  Fixed shapes: one
+    compiled program serves every small N of a bucket instead of one per N; null padding rows change no sum's bits
+    (exact sums over the public N)."""
+    if n >= 4 * sensitivity.CHUNK_ROWS:
+        return -(-n // sensitivity.CHUNK_ROWS) * sensitivity.CHUNK_ROWS
+    return max(256, 1 << (max(n, 1) - 1).bit_length())
+
+
 def _pad(X, idx, mask, to: int):
     """Pad a block to ``to`` rows with zero rows of mask 0 (fixed shapes: one compilation)."""
     m = X.shape[0]
@@ -296,10 +306,7 @@ class _Rows:
         """Every row at once: X (m, d), class index (m,), mask (m,), padded with null rows to a multiple of the
         device count and of whole chunks (under ``jax.distributed``: this process's rows, padded like every
         other process's).  One copy: the blocks are written into place."""
-        rows = self.source.n_local_max
-        if rows >= 4 * sensitivity.CHUNK_ROWS:  # whole chunks (at most a quarter more rows): see CHUNK_ROWS
-            rows = -(-rows // sensitivity.CHUNK_ROWS) * sensitivity.CHUNK_ROWS
-        rows = _padded_len(rows)
+        rows = _padded_len(_loaded_len(self.source.n_local_max))
         X, idx, mask = None, np.zeros(rows, np.int32), np.zeros(rows, np.float32)
         at = 0
         for Xb, ib, mb in self.host_blocks():
