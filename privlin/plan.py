@@ -341,8 +341,9 @@ def _scale_releases(epsilon, delta, share, n, dim, relation) -> dict:
 
 def _curvature_pays(epsilon, delta, shares, n, dim, *, steps, q, momentum, clip, fit_intercept, relation) -> bool:
     """Whether to buy the curvature release (:data:`CURVATURE_SHARE` of μ²): its pass is affordable (the bounds of
-    whitening), the stability cap rather than the noise would set the rate (so a flatter curvature could lift
-    it), and the release can show a curvature at least 1.5× below the worst case.  Decided, like
+    whitening), the noise term is at least 1.5× the stability cap (so a flatter curvature could lift the rate by
+    that much: at 1.0× the k=100 mixture lost 0.2 points for nothing, at 1.9× it gained 2.0; BENCHMARKS.md), and
+    the release can show a curvature at least 1.5× below the worst case.  Decided, like
     :func:`_scale_releases`, from the GDP view of the budget before calibration: public facts only."""
     if dim < 2 or dim > scaling.WHITEN_MAX_DIM or float(n) * dim * dim > scaling.WHITEN_MAX_WORK:
         return False
@@ -354,7 +355,7 @@ def _curvature_pays(epsilon, delta, shares, n, dim, *, steps, q, momentum, clip,
     if rest <= 0:
         return False
     sigma = factor * q * math.sqrt(steps) / (math.sqrt(rest) * mu)
-    if _noise_rate(sigma, q * n, steps=steps, momentum=momentum, clip=clip) <= _joint_cap(momentum, clip, fit_intercept):
+    if _noise_rate(sigma, q * n, steps=steps, momentum=momentum, clip=clip) < 1.5 * _joint_cap(momentum, clip, fit_intercept):
         return False
     std = factor / (math.sqrt(CURVATURE_SHARE) * mu) * scaling.curvature_sensitivity(n, dim)
     flattest = float(scaling.curvature_bound(n / dim, n, dim, std))  # the bound if the rows were isotropic

@@ -41,19 +41,20 @@ def test_rule_on_public_cases(n, d, k, eps, whiten, capped):
     """Steps, learning rate, clip and the budget split from (N, d, k, ε, δ) only, against the closed forms.
 
     Where the cap binds and a (d, d) pass is affordable (whitening's bounds) the plan buys the curvature release
-    (1% of μ²) and keeps the noise term as the ceiling W's rate may be lifted to."""
+    (1% of μ²) where the noise term is ≥ 1.5× the cap, and keeps the noise term as the ceiling W's rate may be
+    lifted to."""
     p = make_plan({"epsilon": eps, "delta": 1e-5}, n=n, dim=d, n_classes=k)
     mu = _gdp_mu(eps, 1e-5)
     assert (p.method, p.steps, p.clip, p.momentum, p.fit_intercept, p.accountant) == ("sgd", 100, 1.0, 0.9, True, "gdp")
     shares = {"center": 0.05, **({"scale": 0.075, "whiten": 0.075} if whiten else {"scale": 0.15})}
-    curved = capped and n * d * d <= 2**36
+    noise_rule = 0.8 * (1 - 0.9) * n / (p.sigma * math.sqrt(100))  # logit noise ρ = 0.8 after T steps
+    curved = noise_rule > 1.5 * 3.8 and n * d * d <= 2**36
     if curved:
         shares["curvature"] = 0.01
     assert p.whitened == whiten and p.scaled and p.curved == curved
     for name, s in shares.items():
         assert p.noise_multipliers()[name] == pytest.approx(1 / (math.sqrt(s) * mu), rel=1e-6)
     assert p.sigma == pytest.approx(math.sqrt(100 / ((1 - sum(shares.values())) * mu**2)), rel=1e-6)
-    noise_rule = 0.8 * (1 - 0.9) * n / (p.sigma * math.sqrt(100))  # logit noise ρ = 0.8 after T steps
     stable = 4 * (1 + 0.9) / (1.0 + 1.0)  # heavy ball on a loss with Hessian ≤ (C² + 1)/2
     assert (noise_rule > stable) == capped
     assert p.learning_rate == pytest.approx(min(noise_rule, stable), rel=1e-9)
