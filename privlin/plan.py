@@ -222,6 +222,9 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
       intercept a model cannot express unequal class frequencies (1:10 imbalance); ``adam1`` keeps Mehta et al.'s
       frozen bias −10.
     * ``steps``, ``learning_rate``: :data:`DEFAULT_STEPS`, :func:`default_learning_rate`.
+    * the curvature release (:data:`CURVATURE_SHARE` of μ², :func:`_curvature_pays`): with the sgd optimizer, centered
+      rows and no rate given, where the noise term is ≥ 1.5× the stability cap; W's rate is then lifted at run
+      time from the released bound (:func:`learning_rates`), up to ``learning_rate_ceiling``.
 
     Raises
     ------
