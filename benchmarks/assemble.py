@@ -31,8 +31,9 @@ Goals at a glance (met / not met; the rows give the numbers and the reasons):
   (3.5×); issue 19 on the 2-core CPU: adam1 13.5×, centering 23.6×, DP-SGD step 29.8× (float16 conversion and
   float64 arithmetic, see the section); the 1.28M × 36 864 store fit (94 GB: larger than the lent machine's disk;
   262,144 rows fit in 4.2 s); issue 15's defaults ≥ tuned Opacus on every row and within 1 point of non-private at
-  ε=8 on every tabular set (≥ Opacus on 23/38 rows; ε=8 gaps: iris 2.7, N=200 mixture 3.6, N=200k mixture 1.2
-  points; causes measured in "Why the defaults fall short").
+  ε=8 on every tabular set (≥ Opacus on 25/40 rows; ε=8 gaps: iris 2.7, N=200 mixture 3.6, N=2000 mixture 1.0
+  points; the N=200k mixture's closed to 0.3 by the curvature release; causes measured in "Why the defaults fall
+  short").
 - The privlin speed and sweep rows were measured before the exact sums; the "exact-sums" section gives now/before
   for the same paths, in one run.
 """
