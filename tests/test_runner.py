@@ -149,7 +149,8 @@ def test_rows_shard_across_two_devices():
         out = {"devices": jax.device_count(), "shards": len(shard.addressable_shards), **two_device_models()}
         print(json.dumps(out))
     """ % (ROOT, os.path.join(ROOT, "tests")))
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"  # keep conftest's
+    env = {**os.environ, "XLA_FLAGS": flags.strip(), "JAX_PLATFORMS": "cpu"}
     # the one-device models are computed here while the two-device process runs (the second core)
     p = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
