@@ -311,7 +311,7 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
                 accountant="none" if sigma == 0 else acct, n=n, dim=dim, n_classes=k, steps=steps, sample_rate=q,
                 sigma=sigma, sigma_center=sig["center"], learning_rate=float(lr), clip=clip,
                 normalize=bool(p["normalize"]), loss=loss, bias_init=-10.0 if loss == "sigmoid" else 0.0,
-                fit_intercept=fit_intercept, optimizer=optimizer, momentum=float(p["momentum"]),
+                fit_intercept=fit_intercept, optimizer=optimizer, momentum=momentum,
                 secure_mode=bool(p["secure_mode"]), sigma_scale=sig["scale"], sigma_whiten=sig["whiten"],
                 sigma_curvature=sig["curvature"], learning_rate_ceiling=float(ceiling))
     if plan.private:

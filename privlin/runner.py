@@ -102,13 +102,13 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
         scl = _scaling_in_memory(X, mask, n, k_scale, mean, normalize, sigma_center * ratio_m,
                                  None if ratio_w is None else sigma_center * ratio_w)
     curv, intercept_scale = None, 1.0
-    if curved is not None:  # ---- the curvature release lifts W's rate (plan.learning_rates)
+    Xp = None if method == "adam1" else _prep(X, clip, normalize, mean, scl)  # adam1 preprocesses chunk by chunk
+    if curved is not None:  # ---- the curvature release lifts W's rate (sgd optimizer only: never adam1)
         curv = scaling.release_curvature(
-            sensitivity.chunked(lambda t, x, m: t + scaling.second_moment_sum(_prep(x, clip, normalize, mean, scl), m, n),
-                                jnp.zeros((X.shape[1],) * 2, jnp.float64), X, mask),
+            sensitivity.chunked(lambda t, x, m: t + scaling.second_moment_sum(x, m, n),
+                                jnp.zeros((X.shape[1],) * 2, jnp.float64), Xp, mask),
             n, curvature_key(key), sigma_center * curved)
-        learning_rate, lr_b = learning_rates(lr_ceiling, curv, momentum=momentum, clip=clip, fit_intercept=fit_intercept)
-        intercept_scale = lr_b / learning_rate
+        learning_rate, intercept_scale = _lifted_rates(lr_ceiling, curv, momentum, clip, fit_intercept)
     if method == "adam1":
         def add(acc, x, y, m):
             return train.class_sums_update(acc, _prep(x, clip, normalize, mean, scl), y, m, clip, n, loss=loss,
@@ -117,18 +117,23 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
         params = train.adam1_step(sums, n, k_train, sigma, learning_rate, clip=clip, loss=loss, bias_init=bias_init,
                                   fit_intercept=fit_intercept)
     elif method == "sgd":
-        Xp = _prep(X, clip, normalize, mean, scl)
         params = train.fit_full_batch(Xp, Y, mask, n, k_train, sigma, learning_rate, steps=steps, clip=clip,
                                       loss=loss, optimizer=optimizer, momentum=momentum,
                                       fit_intercept=fit_intercept, bias_init=bias_init, row_norm=clip if normalize else None,
                                       intercept_scale=intercept_scale)
     else:
-        Xp = _prep(X, clip, normalize, mean, scl)
         params = train.fit_minibatch(Xp, Y, mask, n, k_train, sigma, learning_rate, steps=steps, sample_rate=q,
                                      clip=clip, loss=loss, optimizer=optimizer, momentum=momentum,
                                      fit_intercept=fit_intercept, bias_init=bias_init, row_norm=clip if normalize else None,
                                      intercept_scale=intercept_scale)
     return Released(params.W, params.b, mean, scl, curv)
+
+
+def _lifted_rates(ceiling, curvature, momentum, clip, fit_intercept):
+    """(W's rate, intercept's rate / W's) from a released curvature bound (:func:`privlin.plan.learning_rates`);
+    the intercept's rate is applied by scaling its gradient (:func:`privlin.train.noisy_update`)."""
+    lr_w, lr_b = learning_rates(ceiling, curvature, momentum=momentum, clip=clip, fit_intercept=fit_intercept)
+    return lr_w, lr_b / lr_w
 
 
 def _prep(X, clip, normalize, mean, scl=None):
@@ -667,9 +672,7 @@ def _stream_steps(rows: _Rows, p: Plan, key, mean, scl=None, curv=None):
     q = p.sample_rate
     lr, intercept_scale = p.learning_rate, 1.0
     if curv is not None:
-        lr, lr_b = learning_rates(p.learning_rate_ceiling, curv, momentum=p.momentum, clip=p.clip,
-                                  fit_intercept=p.fit_intercept)
-        intercept_scale = lr_b / lr
+        lr, intercept_scale = _lifted_rates(p.learning_rate_ceiling, curv, p.momentum, p.clip, p.fit_intercept)
     opt = train.make_optimizer(p.optimizer, lr, momentum=p.momentum)
     state = train.init_state(p.dim, p.n_classes, opt, p.bias_init)
     denom = q * p.n  # public: expected (q<1) or exact (q=1) batch size
