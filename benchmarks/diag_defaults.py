@@ -73,8 +73,8 @@ def main(argv=None):
         sub = slice(0, args.sub)
         for label in ("T=100", "T=100, scale=False"):
             m = fits[label]
-            rows = np.asarray(runner.preprocess_rows(m.plan_, Xtr[sub], m.mean_, m.scaling_))
-            rows_te = np.asarray(runner.preprocess_rows(m.plan_, Xte, m.mean_, m.scaling_))
+            rows = np.asarray(runner.preprocess_rows(m.plan_, Xtr[sub], m.mean_, m.scaling_, m.radius_))
+            rows_te = np.asarray(runner.preprocess_rows(m.plan_, Xte, m.mean_, m.scaling_, m.radius_))
             cells.append(_lr(rows, rows_te, ytr[sub], yte, 1e4))
         print(f"| {title} | " + " | ".join(f"{c:.1f}" for c in cells) + " |", flush=True)
 

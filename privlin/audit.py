@@ -363,7 +363,7 @@ def _flat(out: Mapping[str, np.ndarray]) -> np.ndarray:
 
 
 def _canary_contrast(out, x_c, y_c):
-    W = np.asarray(out["coef"], float)  # (R, K, D)
+    W = np.asarray(out["coef"], float)[..., :len(x_c)]  # (R, K, D): a radial model's last input is not the canary's
     proj = W @ x_c  # (R, K)
     others = np.delete(proj, y_c, axis=1).mean(axis=1)
     return proj[:, y_c] - others
@@ -377,8 +377,8 @@ def _attack_scores(out_in, out_out, x_c, y_c, sel_in, sel_out) -> tuple[dict, di
     """Score every run under every attack. Directions learned from the selection runs."""
     s_in, s_out = {}, {}
     if "coef" in out_in:
-        s_in["canary-direction"] = np.asarray(out_in["coef"], float)[:, y_c] @ x_c
-        s_out["canary-direction"] = np.asarray(out_out["coef"], float)[:, y_c] @ x_c
+        s_in["canary-direction"] = np.asarray(out_in["coef"], float)[:, y_c, :len(x_c)] @ x_c
+        s_out["canary-direction"] = np.asarray(out_out["coef"], float)[:, y_c, :len(x_c)] @ x_c
         s_in["canary-contrast"] = _canary_contrast(out_in, x_c, y_c)
         s_out["canary-contrast"] = _canary_contrast(out_out, x_c, y_c)
     f_in, f_out = _flat(out_in), _flat(out_out)
@@ -539,6 +539,8 @@ def estimator_trainer(params: Mapping, *, n: int, dim: int, n_classes: int) -> C
         out = {"coef": rel.W.T, "intercept": rel.b}
         if rel.mean is not None:
             out["mean"] = rel.mean
+        if rel.radius is not None:
+            out["radius"] = rel.radius
         return out
 
     trainer.plan = plan

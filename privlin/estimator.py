@@ -75,6 +75,11 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     scale_share : float or None, default=None
         Fraction of the GDP budget μ² spent on the scaling stage; None: 15%
         (:data:`privlin.plan.DEFAULT_SCALE_SHARE`).  The report lists every mechanism's σ and share.
+    radial : bool or None, default=None
+        Give each row its log-norm, relative to a privately released typical norm, as one more coordinate
+        (:mod:`privlin.radius`; normalizing the rows discards it); costs 3% of μ²
+        (:data:`privlin.plan.RADIUS_SHARE`).  None: with the scaling stage, where the release can find the
+        typical norm (decided from N, ε, δ).  Needs the scaling stage.
     noise_multiplier, center_noise_multiplier : float or None, default=None
         Explicit σ of the training steps and of the centering (a paper's stated σ) instead of calibrating
         to ``epsilon`` (then ``epsilon=None``).
@@ -119,11 +124,14 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     Attributes
     ----------
     classes_ : ndarray (k,)
-    coef_ : ndarray (k, d)
-        Weights on the *preprocessed* rows (normalized, centered by ``mean_``, normalized).
+    coef_ : ndarray (k, d) or (k, d + 1)
+        Weights on the *preprocessed* rows (normalized, centered by ``mean_``, normalized; with ``radius_``, the
+        radial coordinate last).
     intercept_ : ndarray (k,)
-    mean_ : ndarray (d,) or None
+    mean_ : ndarray (d,) or (d + 1,) or None
         Released noisy mean of the normalized rows (public output of the centering mechanism).
+    radius_ : float or None
+        log₂ of the released typical row norm R (:mod:`privlin.radius`), where the plan buys it.
     scaling_ : privlin.scaling.Scaling or None
         Released map of the scaling stage (shift, scale, whitening rotation), public.
     curvature_ : float or None
@@ -149,6 +157,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         "center_share": [Interval(Real, 0, 1, closed="neither"), None],
         "scale": ["boolean", None],
         "scale_share": [Interval(Real, 0, 1, closed="neither"), None],
+        "radial": ["boolean", None],
         "noise_multiplier": [Interval(Real, 0, None, closed="neither"), None],
         "center_noise_multiplier": [Interval(Real, 0, None, closed="neither"), None],
         "classes": ["array-like", None],
@@ -170,7 +179,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(self, *, epsilon=DEFAULT_EPSILON, delta=1e-5, method="sgd", steps=None, learning_rate=None,
                  clip=1.0, normalize=True, center=True, center_share=None, scale=None, scale_share=None,
-                 noise_multiplier=None, center_noise_multiplier=None, classes=None, loss=None, fit_intercept=None,
+                 radial=None, noise_multiplier=None, center_noise_multiplier=None, classes=None, loss=None, fit_intercept=None,
                  optimizer="sgd", momentum=0.9, batch_size=256, accountant=None, neighbouring=accounting.DEFAULT_NEIGHBOURING,
                  random_state=None, block_rows=65536, memory_limit=2**30, verbose=False, budget=None, ledger=None,
                  secure_mode=False):
@@ -185,6 +194,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         self.center_share = center_share
         self.scale = scale
         self.scale_share = scale_share
+        self.radial = radial
         self.noise_multiplier = noise_multiplier
         self.center_noise_multiplier = center_noise_multiplier
         self.classes = classes
@@ -256,7 +266,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     def _logits(self, X):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float32, np.float64])
-        Xp = runner.preprocess_rows(self.plan_, X, self.mean_, self.scaling_)
+        Xp = runner.preprocess_rows(self.plan_, X, self.mean_, self.scaling_, getattr(self, "radius_", None))
         return Xp @ jnp.asarray(self.coef_.T, jnp.float32) + jnp.asarray(self.intercept_, jnp.float32)
 
     def __sklearn_tags__(self):
@@ -285,11 +295,12 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         self.intercept_ = np.asarray(released.b, dtype=np.float64).copy()
         self.mean_ = None if released.mean is None else np.asarray(released.mean, dtype=np.float64)
         self.scaling_ = released.scaling
+        self.radius_ = None if released.radius is None else float(released.radius)
         self.curvature_ = None if released.curvature is None else float(released.curvature)
         self.plan_ = plan
         self.ledger_ = led
         self.privacy_ = report_for(plan, seeded=seeded, leaks=leaks, data=source.description, ledger=led,
-                                   curvature=self.curvature_)
+                                   curvature=self.curvature_, radius=self.radius_)
         return self
 
 
@@ -336,18 +347,23 @@ def _entry_params(plan: Plan, seeded: bool) -> dict:
             "sigma_center": plan.sigma_center if plan.centered else None,
             "sigma_scale": plan.sigma_scale if plan.scaled else None,
             "sigma_whiten": plan.sigma_whiten if plan.whitened else None,
-            "sigma_curvature": plan.sigma_curvature if plan.curved else None, "accountant": plan.accountant,
+            "sigma_curvature": plan.sigma_curvature if plan.curved else None,
+            "sigma_radius": plan.sigma_radius if plan.radial else None, "accountant": plan.accountant,
             "n": plan.n, "seeded": bool(seeded)}
 
 
-def report_for(plan: Plan, *, seeded: bool, leaks=(), data: str = "", ledger=None, curvature=None) -> PrivacyReport:
+def report_for(plan: Plan, *, seeded: bool, leaks=(), data: str = "", ledger=None, curvature=None,
+               radius=None) -> PrivacyReport:
     """The privacy report of a plan that ran (the estimator's and the sweep's records share it); ``curvature``:
-    its released curvature bound, which set the learning rates it ran with."""
+    its released curvature bound, which set the learning rates it ran with; ``radius``: its released log₂ row
+    norm."""
     lr_w, lr_b = plan.learning_rates_after(curvature)
     notes = _budget_note(plan)
     if plan.curved and curvature is not None:
         notes = (f"{notes}; " if notes else "") + (f"learning rate from the released curvature bound {curvature:.3g}: "
                                                    f"weights {lr_w:.4g}, intercept {lr_b:.4g}")
+    if plan.radial and radius is not None:
+        notes = (f"{notes}; " if notes else "") + f"radial coordinate around the released row norm 2^{radius:g}"
     return PrivacyReport(
         epsilon=plan.epsilon, delta=plan.delta, noise_multipliers=plan.noise_multipliers(), steps=plan.steps,
         sample_rate=plan.sample_rate, accountant=plan.accountant, neighbouring=plan.neighbouring, seeded=seeded,

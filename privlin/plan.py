@@ -17,10 +17,10 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 from dp_accounting import dp_event as _ev
 
-from . import accounting, scaling
+from . import accounting, radius, scaling
 
 __all__ = ["Plan", "make_plan", "default_learning_rate", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS",
-           "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "ADAM_LR",
+           "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "RADIUS_SHARE", "ADAM_LR",
            "stability_caps", "learning_rates"]
 
 #: The methods a plan can run (see :mod:`privlin.train`).
@@ -40,6 +40,9 @@ DEFAULT_SCALE_SHARE = 0.15
 #: Share of μ² spent on releasing the training rows' curvature (:func:`privlin.scaling.release_curvature`), made only
 #: where the stability cap, not the noise, would set the learning rate (:func:`make_plan`).
 CURVATURE_SHARE = 0.01
+#: Share of μ² spent on releasing a typical row norm (:mod:`privlin.radius`), made with the scaling stage where the
+#: release can find it (:func:`make_plan`).
+RADIUS_SHARE = 0.03
 #: Learning rate of adam1 (Mehta et al. App. F.1) and of Adam/LAMB.
 ADAM_LR = 1e-3
 
@@ -69,6 +72,9 @@ class Plan:
     sigma_scale, sigma_whiten : float
         Noise multipliers of the scaling stage's two releases (:mod:`privlin.scaling`): the per-dimension moments
         and the whitening second moment (inf: release not made).
+    sigma_radius : float
+        Noise multiplier of the row-norm release (inf: not made); with it rows gain a radial coordinate
+        (:mod:`privlin.radius`) and the model has :attr:`model_dim` = dim + 1 inputs.
     sigma_curvature : float
         Noise multiplier of the curvature release (inf: not made), which lifts W's stability cap
         (:func:`learning_rates`).
@@ -112,6 +118,7 @@ class Plan:
     sigma_whiten: float = math.inf
     sigma_curvature: float = math.inf
     learning_rate_ceiling: float = math.nan
+    sigma_radius: float = math.inf
 
     @property
     def private(self) -> bool:
@@ -129,6 +136,16 @@ class Plan:
     @property
     def whitened(self) -> bool:
         return not math.isinf(self.sigma_whiten)
+
+    @property
+    def radial(self) -> bool:
+        """Whether rows gain the radial coordinate, from the released row norm (:mod:`privlin.radius`)."""
+        return not math.isinf(self.sigma_radius)
+
+    @property
+    def model_dim(self) -> int:
+        """Inputs of the model: the rows' dimension, plus the radial coordinate where it is made."""
+        return self.dim + int(self.radial)
 
     @property
     def curved(self) -> bool:
@@ -165,7 +182,8 @@ class Plan:
 
     def noise_multipliers(self) -> dict:
         """σ of each mechanism that runs, in the order they run, as the report shows them."""
-        out = {name: s for name, s in (("center", self.sigma_center), ("scale", self.sigma_scale),
+        out = {name: s for name, s in (("radius", self.sigma_radius), ("center", self.sigma_center),
+                                       ("scale", self.sigma_scale),
                                        ("whiten", self.sigma_whiten), ("curvature", self.sigma_curvature))
                if not math.isinf(s)}
         out["step"] = self.sigma
@@ -196,11 +214,17 @@ class Plan:
             return None
         return self.sigma_curvature / (self.sigma_center if self.sigma_center > 0 else 1.0)
 
+    def radius_static(self) -> float | None:
+        """σ_radius/σ_center (a fixed ratio, as in :meth:`scale_static`), or None without the release."""
+        if not self.radial:
+            return None
+        return self.sigma_radius / (self.sigma_center if self.sigma_center > 0 else 1.0)
+
     def static(self) -> tuple:
         """What a compiled trainer specializes on (hashable); plans with equal ``static()`` run vmapped together."""
         return (self.method, self.steps, self.sample_rate, self.clip, self.normalize, self.centered, self.loss,
                 self.bias_init, self.fit_intercept, self.optimizer, self.momentum, self.scale_static(),
-                self.curvature_static())
+                self.curvature_static(), self.radius_static())
 
 
 def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | None) -> Plan:
@@ -212,7 +236,9 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
 
     The defaults (every ``None`` parameter), all from public facts:
 
-    * preprocessing: normalize, privately center (``center_share`` = 5% of μ²), then the scaling stage of
+    * preprocessing: with the scaling stage, where the release can find it (:func:`_radius_pays`), a typical row
+      norm (``radial``; :data:`RADIUS_SHARE` = 3% of μ²) and each row's log-norm as one more coordinate
+      (:mod:`privlin.radius`: normalizing alone discards it); normalize, privately center (``center_share`` = 5% of μ²), then the scaling stage of
       :mod:`privlin.scaling` (``scale_share`` = 15% of μ², for ``sgd``/``minibatch``; ``adam1`` stays the one-pass
       method of Mehta et al.): per-dimension moments, and whitening where it can resolve two or more directions
       (:func:`privlin.scaling.whitening_resolves`; then the stage's share is split evenly between its two releases).
@@ -272,21 +298,33 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
     center_share = DEFAULT_CENTER_SHARE if p["center_share"] is None else float(p["center_share"])
     scale_share = DEFAULT_SCALE_SHARE if p["scale_share"] is None else float(p["scale_share"])
     shares = {"center": center_share} if center else {}
+    mdim = dim
     if scale and epsilon is not None:
-        shares.update(_scale_releases(float(epsilon), float(p["delta"]), scale_share, n, dim, relation))
+        radial = p["radial"]
+        if radial is None:
+            radial = _radius_pays(float(epsilon), float(p["delta"]), n, relation)
+        stage = _scale_releases(float(epsilon), float(p["delta"]), scale_share, n, dim + int(radial), relation)
+        if radial and "scale" in stage:
+            shares["radius"], mdim = RADIUS_SHARE, dim + 1
+        elif p["radial"]:
+            raise ValueError("radial=True needs the scaling stage, which this budget cannot resolve at this N")
+        shares.update(stage)
+    elif p["radial"]:
+        raise ValueError("radial=True needs the scaling stage (it weighs the radial coordinate): scale=True "
+                         "(or None) and epsilon given")
     loss = p["loss"] or ("sigmoid" if method == "adam1" else "softmax")
     optimizer = "sgd" if method == "sgd" else ("adam" if method == "adam1" else p["optimizer"])
     fit_intercept = (method != "adam1") if p["fit_intercept"] is None else bool(p["fit_intercept"])
     clip, momentum = float(p["clip"]), float(p["momentum"])
     if (center and epsilon is not None and p["learning_rate"] is None and optimizer == "sgd"
-            and _curvature_pays(float(epsilon), float(p["delta"]), shares, n, dim, steps=steps, q=q,
+            and _curvature_pays(float(epsilon), float(p["delta"]), shares, n, mdim, steps=steps, q=q,
                                 momentum=momentum, clip=clip, fit_intercept=fit_intercept, relation=relation)):
         shares["curvature"] = CURVATURE_SHARE
     if sum(shares.values()) >= 1.0:
         raise ValueError(f"center_share + scale_share must leave the training steps a share of the budget; "
                          f"got {shares}")
 
-    sig = dict.fromkeys(("center", "scale", "whiten", "curvature"), math.inf)
+    sig = dict.fromkeys(("center", "scale", "whiten", "curvature", "radius"), math.inf)
     if sigma_given is not None:
         sigma = float(sigma_given)
         if center:
@@ -313,7 +351,7 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
                 normalize=bool(p["normalize"]), loss=loss, bias_init=-10.0 if loss == "sigmoid" else 0.0,
                 fit_intercept=fit_intercept, optimizer=optimizer, momentum=momentum,
                 secure_mode=bool(p["secure_mode"]), sigma_scale=sig["scale"], sigma_whiten=sig["whiten"],
-                sigma_curvature=sig["curvature"], learning_rate_ceiling=float(ceiling))
+                sigma_curvature=sig["curvature"], learning_rate_ceiling=float(ceiling), sigma_radius=sig["radius"])
     if plan.private:
         eps = accounting.event_epsilon(plan.dp_event(), plan.delta, accountant=acct, neighbouring=relation)
         plan = dataclasses.replace(plan, epsilon=eps)
@@ -340,6 +378,15 @@ def _scale_releases(epsilon, delta, share, n, dim, relation) -> dict:
     if scaling.moments_resolve(n, dim, sigma_of(share)):
         return {"scale": share}
     return {}
+
+
+def _radius_pays(epsilon, delta, n, relation) -> bool:
+    """Whether to buy the row-norm release (:data:`RADIUS_SHARE` of μ²): where it can find a typical norm
+    (:func:`privlin.radius.resolves`; decided, like :func:`_scale_releases`, from the GDP view of the budget)."""
+    if math.isinf(epsilon):
+        return True
+    factor = 2.0 if relation == "replace_one" else 1.0
+    return radius.resolves(n, factor / (math.sqrt(RADIUS_SHARE) * accounting.gdp_mu_for(epsilon, delta)))
 
 
 def _curvature_pays(epsilon, delta, shares, n, dim, *, steps, q, momentum, clip, fit_intercept, relation) -> bool:

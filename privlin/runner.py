@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import noise, preprocess, scaling, secure_noise, sensitivity, train
+from . import noise, preprocess, radius, scaling, secure_noise, sensitivity, train
 from .data import Source, label_index
 from .plan import Plan, learning_rates
 
@@ -44,15 +44,17 @@ BLOCK_BYTES = 256 << 20
 
 
 class Released(NamedTuple):
-    """Everything a fit releases: weights ``W`` (d, k), intercept ``b`` (k,), the noisy mean (d,) or None, the
+    """Everything a fit releases: weights ``W`` (d', k), intercept ``b`` (k,), the noisy mean (d',) or None, the
     scaling stage's map (:class:`privlin.scaling.Scaling`) or None, the curvature bound (a scalar, from
-    :func:`privlin.scaling.release_curvature`) or None."""
+    :func:`privlin.scaling.release_curvature`) or None, log₂ of the typical row norm (a scalar, from
+    :func:`privlin.radius.release_log_scale`) or None; d' = ``Plan.model_dim``."""
 
     W: jax.Array
     b: jax.Array
     mean: Optional[jax.Array]
     scaling: Optional[scaling.Scaling] = None
     curvature: Optional[jax.Array] = None
+    radius: Optional[jax.Array] = None
 
 
 def stage_keys(key) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -61,10 +63,11 @@ def stage_keys(key) -> tuple[jax.Array, jax.Array, jax.Array]:
     return keys["center"], keys["scale"], keys["train"]
 
 
-def curvature_key(key) -> jax.Array:
-    """The curvature release's key of a fit's key: the fourth of the same split (JAX's partitionable threefry
-    makes a split's first keys independent of how many follow, so :func:`stage_keys` is unchanged by it)."""
-    return noise.split_named(key, "center", "train", "scale", "curvature")["curvature"]
+def release_key(key, name: str) -> jax.Array:
+    """The key of a later release (``"curvature"``, ``"radius"``) of a fit's key: the 4th and 5th of the same split
+    (JAX's partitionable threefry makes a split's first keys independent of how many follow, so
+    :func:`stage_keys` is unchanged by them)."""
+    return noise.split_named(key, "center", "train", "scale", "curvature", "radius")[name]
 
 
 # ----------------------------------------------------------------------------- the pure core
@@ -89,10 +92,15 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
         ``Plan.learning_rate_ceiling``: with the curvature release, the most W's rate may be lifted to.
     """
     (method, steps, q, clip, normalize, centered, loss, bias_init, fit_intercept, optimizer, momentum, scale,
-     curved) = static
+     curved, radial) = static
     k_center, k_scale, k_train = stage_keys(key)
     X = jnp.asarray(X, jnp.float32)
-    mean = scl = None
+    mean = scl = log_scale = None
+    if radial is not None:  # ---- the row-norm release; the rows gain their radial coordinate (privlin.radius)
+        counts = sensitivity.chunked(lambda t, x, m: t + radius.norm_counts(x, m), jnp.zeros(radius.BINS, jnp.int32),
+                                     X, mask)
+        log_scale = radius.release_log_scale(counts, release_key(key, "radius"), sigma_center * radial)
+        X = radius.embed(X, log_scale)
     if centered:
         total = sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n),
                                     jnp.zeros(X.shape[1], jnp.float64), X, mask)
@@ -107,7 +115,7 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
         curv = scaling.release_curvature(
             sensitivity.chunked(lambda t, x, m: t + scaling.second_moment_sum(x, m, n),
                                 jnp.zeros((X.shape[1],) * 2, jnp.float64), Xp, mask),
-            n, curvature_key(key), sigma_center * curved)
+            n, release_key(key, "curvature"), sigma_center * curved)
         learning_rate, intercept_scale = _lifted_rates(lr_ceiling, curv, momentum, clip, fit_intercept)
     if method == "adam1":
         def add(acc, x, y, m):
@@ -126,7 +134,7 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
                                      clip=clip, loss=loss, optimizer=optimizer, momentum=momentum,
                                      fit_intercept=fit_intercept, bias_init=bias_init, row_norm=clip if normalize else None,
                                      intercept_scale=intercept_scale)
-    return Released(params.W, params.b, mean, scl, curv)
+    return Released(params.W, params.b, mean, scl, curv, log_scale)
 
 
 def _lifted_rates(ceiling, curvature, momentum, clip, fit_intercept):
@@ -146,9 +154,18 @@ def _prep(X, clip, normalize, mean, scl=None):
     return scaling.apply(preprocess.apply(X, preprocess.Preprocessing(1.0, mean)), scl, clip)
 
 
-def preprocess_rows(plan: Plan, X, mean, scl=None) -> jax.Array:
-    """Rows of any dimension as a fitted plan's model sees them (prediction uses this)."""
-    return _prep_jit(jnp.asarray(X), plan.clip, plan.normalize, None if mean is None else jnp.asarray(mean), scl)
+def preprocess_rows(plan: Plan, X, mean, scl=None, log_scale=None) -> jax.Array:
+    """Rows as a fitted plan's model sees them (prediction uses this); ``log_scale``: the released log₂ R of a
+    radial plan (its rows gain their radial coordinate first)."""
+    X = jnp.asarray(X)
+    if plan.radial:
+        if log_scale is None:
+            raise ValueError("this plan's rows carry a radial coordinate: pass the released log2 row norm")
+        X = _embed_jit(X, jnp.float32(log_scale))
+    return _prep_jit(X, plan.clip, plan.normalize, None if mean is None else jnp.asarray(mean), scl)
+
+
+_embed_jit = jax.jit(radius.embed)
 
 
 _prep_jit = jax.jit(_prep, static_argnames=("clip", "normalize"))
@@ -212,9 +229,7 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
                                   *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in _dynamic(plans)),
                                   k=len(classes))
                 for j, i in enumerate(sel):
-                    out[i] = Released(got.W[j], got.b[j], None if got.mean is None else got.mean[j],
-                                      None if got.scaling is None else jax.tree.map(lambda a: a[j], got.scaling),
-                                      None if got.curvature is None else got.curvature[j])
+                    out[i] = Released(*(None if v is None else jax.tree.map(lambda a: a[j], v) for v in got))
     rest = [i for i in range(len(plans)) if out[i] is None]
     for i, released in zip(rest, _stream(rows, [plans[i] for i in rest], [keys[i] for i in rest])):
         out[i] = released
@@ -324,8 +339,10 @@ class _Rows:
             X = np.zeros((rows, self.source.dim), np.float32)
         return _put_rows(X, idx, mask)
 
-    def device_blocks(self, desc: str | None, with_counts: bool = False):
-        """Padded, sharded device blocks ``(X, idx, mask[, position of the block's first row])``.
+    def device_blocks(self, desc: str | None, with_counts: bool = False, log_scale=None):
+        """Padded, sharded device blocks ``(X, idx, mask[, position of the block's first row])``; with
+        ``log_scale`` (a radial plan's released log₂ R) the rows carry their radial coordinate
+        (:func:`privlin.radius.embed`).
 
         One process: a short last block is padded to TAIL_ROWS multiples, and positions count real rows (so a
         streamed Poisson sample equals the in-memory one).  Several processes: every process yields the same
@@ -349,6 +366,8 @@ class _Rows:
         for host, m in tqdm(_read_ahead(padded()), desc=desc, disable=not self.verbose or desc is None,
                             leave=False):
             block, to = _put_rows(*host), host[0].shape[0]
+            if log_scale is not None:
+                block = (_embed_jit(block[0], log_scale), *block[1:])
             yield (*block, position) if with_counts else block
             position += to * jax.process_count() if multi else m
 
@@ -483,9 +502,10 @@ def _noisy_step(state, grad_sum, key, sigma, denom, lr, momentum, clip, intercep
 def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
     """Plans whose rows do not fit in memory, or in secure mode: block by block."""
     out: list[Optional[Released]] = [None] * len(plans)
-    means = _centering(rows, plans, keys)
-    scls = _scaling(rows, plans, keys, means)
-    curvs = _curvature(rows, plans, keys, means, scls)
+    logs = _radius(rows, plans, keys)
+    means = _centering(rows, plans, keys, logs)
+    scls = _scaling(rows, plans, keys, means, logs)
+    curvs = _curvature(rows, plans, keys, means, scls, logs)
     # adam1 without centering: one class-sum pass for every plan of the same static form
     shared: dict[tuple, list[int]] = {}
     for i, p in enumerate(plans):
@@ -505,7 +525,7 @@ def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
             continue
         k_train = stage_keys(keys[i])[-1]
         if p.method == "adam1":
-            sums = _class_sums(rows, p, means[i], scls[i])
+            sums = _class_sums(rows, p, means[i], scls[i], logs[i])
             if p.secure_mode:
                 g = _secure_release(train.adam1_gradient(sums, loss=p.loss, bias_init=p.bias_init), p)
                 params = train.adam1_update(g, p.n, p.learning_rate, bias_init=p.bias_init,
@@ -514,28 +534,55 @@ def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
                 params = train.adam1_step(sums, p.n, k_train, p.sigma, p.learning_rate, clip=p.clip, loss=p.loss,
                                           bias_init=p.bias_init, fit_intercept=p.fit_intercept)
         else:
-            params = _stream_steps(rows, p, k_train, means[i], scls[i], curvs[i])
-        out[i] = Released(params.W, params.b, means[i], scls[i], curvs[i])
+            params = _stream_steps(rows, p, k_train, means[i], scls[i], curvs[i], logs[i])
+        out[i] = Released(params.W, params.b, means[i], scls[i], curvs[i], logs[i])
     return out
 
 
-def _centering(rows: _Rows, plans: list[Plan], keys: list) -> list:
-    """The released mean of every centered plan; one row-sum pass per clip norm."""
+_counts_block = jax.jit(lambda total, X, mask: total + radius.norm_counts(X, mask))
+
+
+def _radius(rows: _Rows, plans: list[Plan], keys: list) -> list:
+    """The released log₂ R of every radial plan (:mod:`privlin.radius`); one histogram pass shared by all (the
+    counts depend on no plan), the same release as :func:`train_rows` makes, with the same key."""
+    out: list = [None] * len(plans)
+    if not any(p.radial for p in plans):
+        return out
+
+    def sums(total=jnp.zeros(radius.BINS, jnp.int32)):
+        for X, _, mask in rows.device_blocks("row norms"):
+            total = _counts_block(total, X, mask)
+            yield total
+
+    counts = _double_buffered(sums())
+    for i, p in enumerate(plans):
+        if p.radial:
+            noisy = None
+            if p.secure_mode:
+                std, sens, bound = secure_releases(p)["radius"]
+                noisy = secure_noise.secure_gaussian_release(np.asarray(counts, np.float64), std, sens, bound=bound)
+            out[i] = radius.release_log_scale(counts, release_key(keys[i], "radius"), p.sigma_radius, noisy)
+    return out
+
+
+def _centering(rows: _Rows, plans: list[Plan], keys: list, logs: list) -> list:
+    """The released mean of every centered plan; one row-sum pass per clip norm (and released R)."""
     means: list = [None] * len(plans)
-    totals: dict[float, jax.Array] = {}
+    totals: dict[tuple, jax.Array] = {}
     for i, p in enumerate(plans):
         if not p.centered:
             continue
-        if p.clip not in totals:
-            total = jnp.zeros(p.dim, jnp.float64)
+        group = (p.clip, None if logs[i] is None else float(logs[i]))
+        if group not in totals:
+            total = jnp.zeros(p.model_dim, jnp.float64)
 
-            def sums(total=total, clip=p.clip, n=float(p.n)):
-                for X, _, mask in rows.device_blocks("centering"):
+            def sums(total=total, clip=p.clip, n=float(p.n), log_scale=logs[i]):
+                for X, _, mask in rows.device_blocks("centering", log_scale=log_scale):
                     total = _row_sum_block(total, X, mask, clip, n)
                     yield total
 
-            totals[p.clip] = _double_buffered(sums())
-        total = totals[p.clip]
+            totals[group] = _double_buffered(sums())
+        total = totals[group]
         if p.secure_mode:
             std, sens, bound = secure_releases(p)["center"]
             means[i] = jnp.asarray(secure_noise.secure_gaussian_release(total, std, sens, bound=bound) / p.n,
@@ -567,8 +614,9 @@ def secure_releases(p: Plan) -> dict:
     out = {"center": (p.sigma_center * p.clip, p.clip, p.n * p.clip),
            "scale": (np.sqrt(2.0) * p.sigma_scale, np.sqrt(2.0), float(p.n)),  # Σz and Σz⊙z released together
            "whiten": (p.sigma_whiten, 1.0, float(p.n)),
-           "curvature": (p.sigma_curvature * scaling.curvature_sensitivity(p.n, p.dim),
-                         scaling.curvature_sensitivity(p.n, p.dim), float(p.n)),
+           "radius": (p.sigma_radius, 1.0, float(p.n)),  # one count moves by 1
+           "curvature": (p.sigma_curvature * scaling.curvature_sensitivity(p.n, p.model_dim),
+                         scaling.curvature_sensitivity(p.n, p.model_dim), float(p.n)),
            "step": (p.sigma * p.clip, p.clip, p.n * p.clip)}
     return {name: out[name] for name in p.noise_multipliers()}
 
@@ -587,7 +635,7 @@ def _scaling_in_memory(X, mask, n, key, mean, normalize, sigma_m, sigma_w):
     return scaling.Scaling(shift, scale, rotate)
 
 
-def _scaling(rows: _Rows, plans: list[Plan], keys: list, means: list) -> list:
+def _scaling(rows: _Rows, plans: list[Plan], keys: list, means: list, logs: list) -> list:
     """The released scaling map of every scaled plan, streamed (two passes each: its rows depend on its own noisy
     mean); the same releases as :func:`_scaling_in_memory`, with the same key split."""
     out: list = [None] * len(plans)
@@ -600,7 +648,7 @@ def _scaling(rows: _Rows, plans: list[Plan], keys: list, means: list) -> list:
 
         def passes(block_fn, total, *args):
             def sums(total=total):
-                for X, _, mask in rows.device_blocks("scaling"):
+                for X, _, mask in rows.device_blocks("scaling", log_scale=logs[i]):
                     total = block_fn(total, X, mask, *args, n, normalize=p.normalize)
                     yield total
             return _double_buffered(sums())
@@ -611,11 +659,11 @@ def _scaling(rows: _Rows, plans: list[Plan], keys: list, means: list) -> list:
             std, sens, bound = secure[name]
             return secure_noise.secure_gaussian_release(value, std, sens, bound=bound)
 
-        sums = passes(_moments_block, jnp.zeros((2, p.dim), jnp.float64), means[i])
+        sums = passes(_moments_block, jnp.zeros((2, p.model_dim), jnp.float64), means[i])
         shift, scale = scaling.release_moments(sums, n, k_moments, p.sigma_scale, host_noise("scale", sums))
         rotate = None
         if p.whitened:
-            M = passes(_second_moment_block, jnp.zeros((p.dim, p.dim), jnp.float64), means[i], shift, scale)
+            M = passes(_second_moment_block, jnp.zeros((p.model_dim,) * 2, jnp.float64), means[i], shift, scale)
             rotate = scaling.release_rotation(M, n, k_rotate, p.sigma_whiten, host_noise("whiten", scaling.upper(M)))
         out[i] = scaling.Scaling(shift, scale, rotate)
     return out
@@ -628,7 +676,7 @@ def _curvature_add(total, X, mask, mean, scl, n, *, clip, normalize):
 _curvature_block = jax.jit(_curvature_add, static_argnames=("clip", "normalize"))
 
 
-def _curvature(rows: _Rows, plans: list[Plan], keys: list, means: list, scls: list) -> list:
+def _curvature(rows: _Rows, plans: list[Plan], keys: list, means: list, scls: list, logs: list) -> list:
     """The released curvature bound of every plan that buys it (one pass each, over its own training rows); the
     same release as :func:`train_rows` makes, with the same key."""
     out: list = [None] * len(plans)
@@ -637,8 +685,8 @@ def _curvature(rows: _Rows, plans: list[Plan], keys: list, means: list, scls: li
             continue
         n = float(p.n)
 
-        def sums(total=jnp.zeros((p.dim, p.dim), jnp.float64), p=p, i=i, n=n):
-            for X, _, mask in rows.device_blocks("curvature"):
+        def sums(total=jnp.zeros((p.model_dim,) * 2, jnp.float64), p=p, i=i, n=n):
+            for X, _, mask in rows.device_blocks("curvature", log_scale=logs[i]):
                 total = _curvature_block(total, X, mask, means[i], scls[i], n, clip=p.clip, normalize=p.normalize)
                 yield total
 
@@ -648,16 +696,16 @@ def _curvature(rows: _Rows, plans: list[Plan], keys: list, means: list, scls: li
             std, sens, bound = secure_releases(p)["curvature"]
             noisy = secure_noise.secure_gaussian_release(np.asarray([scaling.top_eigenvalue(M)]), std, sens,
                                                          bound=bound)[0]
-        out[i] = scaling.release_curvature(M, n, curvature_key(keys[i]), p.sigma_curvature, noisy)
+        out[i] = scaling.release_curvature(M, n, release_key(keys[i], "curvature"), p.sigma_curvature, noisy)
     return out
 
 
-def _class_sums(rows: _Rows, p: Plan, mean, scl=None):
-    acc = train.class_sums_init(p.dim, p.n_classes)
+def _class_sums(rows: _Rows, p: Plan, mean, scl=None, log_scale=None):
+    acc = train.class_sums_init(p.model_dim, p.n_classes)
 
     def sums():
         nonlocal acc
-        for X, idx, mask in rows.device_blocks("adam1 pass"):
+        for X, idx, mask in rows.device_blocks("adam1 pass", log_scale=log_scale):
             acc = _class_sums_block(acc, X, idx, mask, mean, scl, float(p.n), k=p.n_classes, clip=p.clip,
                                     normalize=p.normalize, loss=p.loss, bias_init=p.bias_init,
                                     fit_intercept=p.fit_intercept)
@@ -667,23 +715,24 @@ def _class_sums(rows: _Rows, p: Plan, mean, scl=None):
     return acc
 
 
-def _stream_steps(rows: _Rows, p: Plan, key, mean, scl=None, curv=None):
+def _stream_steps(rows: _Rows, p: Plan, key, mean, scl=None, curv=None, log_scale=None):
     """sgd / minibatch one pass over the rows per step (the streamed form of train.fit_full_batch/fit_minibatch)."""
     q = p.sample_rate
     lr, intercept_scale = p.learning_rate, 1.0
     if curv is not None:
         lr, intercept_scale = _lifted_rates(p.learning_rate_ceiling, curv, p.momentum, p.clip, p.fit_intercept)
     opt = train.make_optimizer(p.optimizer, lr, momentum=p.momentum)
-    state = train.init_state(p.dim, p.n_classes, opt, p.bias_init)
+    state = train.init_state(p.model_dim, p.n_classes, opt, p.bias_init)
     denom = q * p.n  # public: expected (q<1) or exact (q=1) batch size
     for step_key in tqdm(noise.split(key, p.steps), desc=f"{p.method} steps", disable=not rows.verbose):
         # full batch: the step key is the noise key, exactly as in train.fit_full_batch
         k_sample, k_noise = noise.split(step_key) if q < 1.0 else (None, step_key)
-        g = train.LinearParams(jnp.zeros((p.dim, p.n_classes), jnp.float64), jnp.zeros((p.n_classes,), jnp.float64))
+        g = train.LinearParams(jnp.zeros((p.model_dim, p.n_classes), jnp.float64),
+                               jnp.zeros((p.n_classes,), jnp.float64))
 
         def grad_sums():
             nonlocal g
-            for X, idx, mask, start in rows.device_blocks(None, with_counts=True):
+            for X, idx, mask, start in rows.device_blocks(None, with_counts=True, log_scale=log_scale):
                 if q < 1.0:  # the same sample as train.fit_minibatch: a function of the row's global position
                     mask = mask * _sample(k_sample, q, start, mask.shape[0])
                 g = _grad_block(g, state.params, X, idx, mask, mean, scl, float(p.n), k=p.n_classes, clip=p.clip,

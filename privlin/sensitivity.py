@@ -28,7 +28,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-__all__ = ["U32", "grid_bits", "margin", "vector_sum", "segment_sum", "outer_sum", "directions", "x64"]
+__all__ = ["U32", "grid_bits", "margin", "vector_sum", "segment_sum", "outer_sum", "directions", "scaled_rows", "x64"]
 
 #: Unit roundoff of float32.
 U32 = 2.0**-24
@@ -191,8 +191,24 @@ def directions(X, fit_intercept: bool = False, *, norm: float | None = None) -> 
     if safe:
         n2 = jnp.sqrt(jnp.sum(X * X, axis=1, keepdims=True))
         return X / jnp.maximum(n2, 1e-30), n2[:, 0]
+    Xs, e = scaled_rows(X)
+    ns = jnp.sqrt(jnp.sum(Xs * Xs, axis=1))
+    h = e // 2
+    return Xs / jnp.maximum(ns, 1e-30)[:, None], ns * _pow2(h) * _pow2(e - h)  # the norm: inf past float32's range
+
+
+def _pow2(e) -> jax.Array:
+    """2**e (float32) for integers e in [−126, 127], built from its bits: exact.  (``jnp.exp2`` is not: XLA's CPU
+    kernel returns 0 for 2^−126, and any subnormal is flushed to 0.)"""
+    return jax.lax.bitcast_convert_type((jnp.asarray(e, jnp.int32) + 127) << 23, jnp.float32)
+
+
+def scaled_rows(X) -> tuple[jax.Array, jax.Array]:
+    """``(X_i·2^−e_i, e_i)`` per row, exact: e_i = ⌈log₂ max|x_i|⌉ (int32; 0 for a zero row), so a scaled row's
+    largest entry is about 1 and its sum of squares can neither overflow nor underflow.  The factor is applied as
+    two normal powers of two.  Entries XLA treats as zero (subnormals: it flushes them) count as zero."""
+    X = jnp.asarray(X, jnp.float32)
     m = jnp.max(jnp.abs(X), axis=1, keepdims=True)
-    scale = jnp.where(m > 0, jnp.exp2(-jnp.ceil(jnp.log2(jnp.where(m > 0, m, 1.0)))), 1.0)
-    Xs = X * scale
-    ns = jnp.sqrt(jnp.sum(Xs * Xs, axis=1, keepdims=True))
-    return Xs / jnp.maximum(ns, 1e-30), (ns / scale)[:, 0]
+    e = jnp.where(m > 0, jnp.ceil(jnp.log2(jnp.where(m > 0, m, 1.0))), 0.0).astype(jnp.int32)
+    h = e // 2
+    return X * _pow2(-h) * _pow2(h - e), e[:, 0]

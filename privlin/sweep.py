@@ -69,7 +69,9 @@ class SweepResult:
         center_noise_multiplier, learning_rate, steps, clip, center_share, accountant, neighbouring, private,
         seeded, accuracy on ``eval_split`` (None without evaluation data), eval_split, params (the estimator
         parameters), plan; ``key`` only with ``return_keys=True``.
-    coef : ndarray (S, D, K)
+    coef : list of ndarray (D', K)
+        Per setting; D' = D, or D + 1 where the setting's rows carry the radial coordinate (``radius`` in its
+        record: the released log₂ row norm, :mod:`privlin.radius`).
     intercept : ndarray (S, K)
     classes : ndarray (K,)
     means : list of (ndarray (D,) or None)
@@ -84,7 +86,7 @@ class SweepResult:
     """
 
     records: list[dict]
-    coef: np.ndarray = field(repr=False)
+    coef: list = field(repr=False)
     intercept: np.ndarray = field(repr=False)
     classes: np.ndarray = field(repr=False)
     total_epsilon: float = math.nan
@@ -111,7 +113,8 @@ class SweepResult:
 
     def predict(self, i: int, X: np.ndarray) -> np.ndarray:
         """Labels (n,) predicted by setting ``i`` on features X (n, D) (preprocessed as in training)."""
-        Xp = np.asarray(runner.preprocess_rows(self.records[i]["plan"], X, self.means[i], self.scalings[i]))
+        rec = self.records[i]
+        Xp = np.asarray(runner.preprocess_rows(rec["plan"], X, self.means[i], self.scalings[i], rec.get("radius")))
         return self.classes[np.argmax(Xp @ self.coef[i] + self.intercept[i], axis=1)]
 
     def model(self, i: int) -> DPLinearClassifier:
@@ -124,7 +127,8 @@ class SweepResult:
         est.mean_ = None if self.means[i] is None else np.asarray(self.means[i], np.float64)
         est.scaling_ = self.scalings[i]
         est.curvature_ = rec.get("curvature")
-        est.n_features_in_ = self.coef.shape[1]
+        est.radius_ = rec.get("radius")
+        est.n_features_in_ = rec["plan"].dim
         est.privacy_, est.ledger_ = rec["report"], None
         return est
 
@@ -263,13 +267,14 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     keys = noise.split(info.key, len(plans))
     released = runner.run(plans, source, list(keys), classes, block_rows=int(ests[0].block_rows),
                           memory_limit=int(ests[0].memory_limit), verbose=progress)
-    coef = np.stack([np.asarray(r.W, np.float32) for r in released])
+    coef = [np.asarray(r.W, np.float32) for r in released]
     intercept = np.stack([np.asarray(r.b, np.float32) for r in released])
     means = [None if r.mean is None else np.asarray(r.mean) for r in released]
     result = SweepResult([], coef, intercept, classes, total_eps, total_delta, eval_public, means,
                          [r.scaling for r in released])
     words = noise.key_data(keys) if return_keys else None
     curv = [None if r.curvature is None else float(r.curvature) for r in released]
+    radii = [None if r.radius is None else float(r.radius) for r in released]
     for i, (p, s) in enumerate(zip(plans, settings)):
         target = ests[i].epsilon
         rec = {"method": p.method, "epsilon": math.inf if target is None and not p.private else target,
@@ -277,11 +282,11 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
                "center_noise_multiplier": p.sigma_center if p.centered else None,
                "learning_rate": p.learning_rates_after(curv[i])[0],
                "steps": p.steps, "clip": p.clip, "center_share": p.center_share, "scale_share": p.scale_share,
-               "accountant": p.accountant, "curvature": curv[i],
+               "accountant": p.accountant, "curvature": curv[i], "radius": radii[i],
                "neighbouring": p.neighbouring, "private": p.private, "seeded": bool(seeded), "accuracy": None,
                "eval_split": None, "params": dict(s), "plan": p,
                "report": report_for(p, seeded=seeded, leaks=leaks, data=source.description, ledger=None,
-                                    curvature=curv[i])}
+                                    curvature=curv[i], radius=radii[i])}
         if return_keys:
             rec["key"] = words[i].tolist()
         result.records.append(rec)

@@ -18,12 +18,13 @@ def _gdp_mu(eps, delta):
 
 
 def test_full_batch_sigma_split_is_the_gdp_closed_form():
-    """sgd, T=100, 5% of μ² on centering, 15% on scaling (7.5% moments, 7.5% whitening): σ = √(T/((1-s)μ²)),
-    σ_r = 1/(√s_r μ) for each one-off release r."""
+    """sgd, T=100, 3% of μ² on the row norm, 5% on centering, 15% on scaling (7.5% moments, 7.5% whitening):
+    σ = √(T/((1-s)μ²)), σ_r = 1/(√s_r μ) for each one-off release r."""
     p = make_plan({"epsilon": 2.0, "delta": 1e-5}, n=1000, dim=8, n_classes=3)
     mu = _gdp_mu(2.0, 1e-5)
     assert (p.method, p.steps, p.sample_rate, p.accountant) == ("sgd", 100, 1.0, "gdp")
-    assert p.sigma == pytest.approx(math.sqrt(100 / (0.8 * mu**2)), rel=1e-6)
+    assert p.sigma == pytest.approx(math.sqrt(100 / (0.77 * mu**2)), rel=1e-6)
+    assert p.sigma_radius == pytest.approx(1 / (math.sqrt(0.03) * mu), rel=1e-6)
     assert p.sigma_center == pytest.approx(1 / (math.sqrt(0.05) * mu), rel=1e-6)
     assert p.sigma_scale == pytest.approx(1 / (math.sqrt(0.075) * mu), rel=1e-6)
     assert p.sigma_whiten == pytest.approx(1 / (math.sqrt(0.075) * mu), rel=1e-6)
@@ -48,9 +49,9 @@ def test_defaults_per_method():
 
 def test_subsampled_plan_meets_its_target_under_dp_accounting():
     p = make_plan({"epsilon": 3.0, "method": "minibatch", "batch_size": 64, "steps": 50}, n=2000, dim=4, n_classes=2)
-    assert p.scaled and p.whitened  # every release is in the event checked below
+    assert p.scaled and p.whitened and p.radial  # every release is in the event checked below
     acc = pld_privacy_accountant.PLDAccountant(NeighboringRelation.REPLACE_SPECIAL)
-    acc.compose(ev.ComposedDpEvent([ev.GaussianDpEvent(p.sigma_center), ev.GaussianDpEvent(p.sigma_scale),
+    acc.compose(ev.ComposedDpEvent([ev.GaussianDpEvent(p.sigma_radius), ev.GaussianDpEvent(p.sigma_center), ev.GaussianDpEvent(p.sigma_scale),
                                     ev.GaussianDpEvent(p.sigma_whiten),
                                     ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(0.032, ev.GaussianDpEvent(p.sigma)),
                                                            50)]))

@@ -130,3 +130,15 @@ def test_per_class_sums_of_extreme_snapped_values_equal_integer_arithmetic(m):
     want = np.zeros((4, 3), np.int64)
     np.add.at(want, seg, q)
     assert got.dtype == np.float64 and np.array_equal(got, want.astype(np.float64))
+
+
+def test_directions_of_rows_at_the_edge_of_float32():
+    """Rows whose largest entry is above 2^126 or near the smallest normal keep their direction (float64 numpy);
+    the returned norm is inf only where the float32 norm is.  (The scale factor was once ``exp2(−e)``, which XLA's
+    CPU kernel flushes to 0 for e ≥ 126: such rows became zero rows.)"""
+    X = np.array([[3e38, -3e38, 1.0], [1e38, 2e37, 0.0], [1.2e-38, -3e-38, 0.0], [1.0, 2.0, 2.0]], np.float32)
+    A, norms = sensitivity.directions(X)
+    ref = X.astype(np.float64)
+    ref_n = np.linalg.norm(ref, axis=1)
+    np.testing.assert_allclose(np.asarray(A, np.float64), ref / ref_n[:, None], rtol=2e-6, atol=1e-7)
+    assert np.isinf(norms[0]) and np.allclose(np.asarray(norms[1:], np.float64), ref_n[1:], rtol=1e-6)
