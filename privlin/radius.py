@@ -50,7 +50,7 @@ def log2_norms(X) -> jax.Array:
 
 def norm_counts(X, mask) -> jax.Array:
     """The histogram (BINS,) of ⌊log₂‖x‖⌋ over the rows with ``mask`` 1 and a nonzero norm: exact integer counts
-    (int32).  One row replaced by a null row moves one count by 1."""
+    (int32; a store has fewer than 2³¹ rows).  One row replaced by a null row moves one count by 1."""
     lg = log2_norms(X)
     live = (jnp.asarray(mask) > 0) & jnp.isfinite(lg)
     idx = jnp.clip(jnp.floor(jnp.where(live, lg, 0.0)) - LOG2_LOW, 0, BINS - 1).astype(jnp.int32)
@@ -59,10 +59,13 @@ def norm_counts(X, mask) -> jax.Array:
 
 def release_log_scale(counts, key, sigma: float, noisy=None) -> jax.Array:
     """log₂ R (a float32 scalar, an integer) from the counts with noise N(0, σ²) each; ``noisy``: counts already
-    released (secure mode's discrete Gaussian), then ``key`` and ``sigma`` are unused."""
+    released (secure mode's discrete Gaussian), then ``key`` and ``sigma`` are unused.  The noise is added in
+    float64 (trace under ``sensitivity.x64()``): a count stays exact, so one row still moves it by exactly 1
+    (in float32 a count above 2²⁴ would round by 2)."""
+    sensitivity._require_x64()
     if noisy is None:
-        noisy = jnp.asarray(counts, jnp.float32) + noise.gaussian(key, (BINS,), sigma)
-    noisy = jnp.asarray(noisy, jnp.float32)
+        noisy = jnp.asarray(counts, jnp.float64) + noise.gaussian(key, (BINS,), sigma, jnp.float64)
+    noisy = jnp.asarray(noisy, jnp.float64)
     j = jnp.argmax(noisy[:-1] + noisy[1:])
     return jnp.asarray(LOG2_LOW + j + 1, jnp.float32)
 

@@ -31,7 +31,7 @@ def test_privacy_report_is_recomputable_with_dp_accounting(digits):
     r = m.privacy_
     assert (r.accountant, r.neighbouring, r.steps, r.sample_rate, r.seeded) == ("gdp", "replace_special", 100, 1.0, True)
     assert r.epsilon == pytest.approx(2.0, rel=1e-6) and r.epsilon <= 2.0 and r.delta == 1e-5
-    assert set(r.noise_multipliers) == {"center", "scale", "whiten", "step"}  # every mechanism, in the event below
+    assert set(r.noise_multipliers) == {"radius", "center", "scale", "whiten", "step"}  # every mechanism, in the event below
     acc = pld_privacy_accountant.PLDAccountant()
     acc.compose(r.dp_event)
     assert acc.get_epsilon(1e-5) == pytest.approx(r.epsilon, rel=1e-3)
