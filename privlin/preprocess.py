@@ -19,7 +19,7 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from . import noise, sensitivity
+from . import noise, radius, sensitivity
 
 __all__ = ["normalize_rows", "row_sum", "private_mean", "Preprocessing", "apply"]
 
@@ -76,14 +76,17 @@ def private_mean(total, n: int, key: jax.Array, sigma: float, norm: float = 1.0)
 
 
 class Preprocessing(NamedTuple):
-    """What :func:`apply` needs: the row norm and the (noisy, public) mean or None."""
+    """What :func:`apply` needs: the row norm, the (noisy, public) mean or None, and the released log₂ of a typical
+    row norm (:mod:`privlin.radius`) or None."""
 
     norm: float = 1.0
-    mean: Optional[jax.Array] = None  # (d,)
+    mean: Optional[jax.Array] = None  # (d,), or (d + 1,) with the radial coordinate
+    log_scale: Optional[jax.Array] = None
 
 
 def apply(X, prep: Preprocessing):
-    """Normalize rows, subtract the released mean, normalize again (DP-RandP).
+    """Normalize rows (with ``prep.log_scale``: give them their radial coordinate, :func:`privlin.radius.embed`),
+    subtract the released mean, normalize again (DP-RandP).
 
     Parameters
     ----------
@@ -92,9 +95,9 @@ def apply(X, prep: Preprocessing):
 
     Returns
     -------
-    array (n, d) with rows of norm ``prep.norm`` (zero rows stay zero)
+    array (n, d) or (n, d + 1) with rows of norm ``prep.norm`` (zero rows stay zero)
     """
-    Xn = normalize_rows(X, prep.norm)
+    Xn = normalize_rows(X, prep.norm) if prep.log_scale is None else radius.embed(X, prep.log_scale) * prep.norm
     if prep.mean is None:
         return Xn
     return normalize_rows(Xn - jnp.asarray(prep.mean, Xn.dtype), prep.norm)

@@ -6,9 +6,10 @@ features, some backbones'), the class signal along the offset lives in the norm:
 mixture of BENCHMARKS.md reaches 94.2% normalized first against 97.4% centered first, and no later stage can
 recover the lost direction.  Rows keep it as one more coordinate next to their direction::
 
-    embed(x) = ( x/‖x‖ ,  clip(ln(‖x‖/R), −1, 1) )          (0 for an all-zero row)
+    embed(x) = ( x/‖x‖ ,  r ) / √(1 + r²),    r = clip(ln(‖x‖/R), −1, 1)          (0 for an all-zero row)
 
-a bounded, per-row map once R is fixed.  R, a typical row norm, must come from the data, so it is released:
+a bounded, per-row map once R is fixed, to rows of norm 1: it takes the place of the pipeline's first
+normalization (:func:`privlin.preprocess.apply`).  R, a typical row norm, must come from the data, so it is released:
 
 * **the release** — the histogram of ⌊log₂‖x‖⌋ over :data:`BINS` fixed bins (every finite float32 norm has one;
   all-zero rows are not counted), with noise N(0, σ_r²) on every count: one ``GaussianDpEvent(σ_r)``.  Under
@@ -42,10 +43,9 @@ RADIAL_CLIP = 1.0
 
 
 def log2_norms(X) -> jax.Array:
-    """log₂ of each row's L2 norm (m,) float32, without overflow or underflow for any finite row (rows are scaled
-    by a power of two first, exactly: :func:`privlin.sensitivity.scaled_rows`); −inf for an all-zero row."""
-    Xs, e = sensitivity.scaled_rows(X)
-    return e.astype(jnp.float32) + 0.5 * jnp.log2(jnp.sum(Xs * Xs, axis=1))
+    """log₂ of each row's L2 norm (m,) float32, without overflow or underflow for any finite row
+    (:func:`privlin.sensitivity.directions_and_log2_norms`); −inf for an all-zero row."""
+    return sensitivity.directions_and_log2_norms(X)[1]
 
 
 def norm_counts(X, mask) -> jax.Array:
@@ -71,13 +71,12 @@ def release_log_scale(counts, key, sigma: float, noisy=None) -> jax.Array:
 
 
 def embed(X, log_scale) -> jax.Array:
-    """Rows (m, d) → (m, d + 1): the direction and ln(‖x‖/R) clipped to ±:data:`RADIAL_CLIP` (float32; an
-    all-zero row stays zero).  ``log_scale``: log₂ R, released (may be traced)."""
-    A, _ = sensitivity.directions(X)
-    lg = log2_norms(X)
+    """Rows (m, d) → unit rows (m, d + 1): the direction and r = ln(‖x‖/R) clipped to ±:data:`RADIAL_CLIP`, over
+    √(1 + r²) (float32; an all-zero row stays zero).  ``log_scale``: log₂ R, released (may be traced)."""
+    A, lg = sensitivity.directions_and_log2_norms(X)
     r = jnp.clip((lg - log_scale) * math.log(2.0), -RADIAL_CLIP, RADIAL_CLIP)
-    r = jnp.where(jnp.isfinite(lg), r, 0.0)
-    return jnp.concatenate([A, r[:, None].astype(jnp.float32)], axis=1)
+    r = jnp.where(jnp.isfinite(lg), r, 0.0).astype(jnp.float32)[:, None]
+    return jnp.concatenate([A, r], axis=1) * jax.lax.rsqrt(1.0 + r * r)
 
 
 def resolves(n: int, sigma: float) -> bool:

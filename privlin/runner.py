@@ -100,28 +100,29 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
         counts = sensitivity.chunked(lambda t, x, m: t + radius.norm_counts(x, m), jnp.zeros(radius.BINS, jnp.int32),
                                      X, mask)
         log_scale = radius.release_log_scale(counts, release_key(key, "radius"), sigma_center * radial)
-        X = radius.embed(X, log_scale)
     if centered:
-        total = sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n),
-                                    jnp.zeros(X.shape[1], jnp.float64), X, mask)
+        total = sensitivity.chunked(lambda t, x, m: t + _row_sum(x, m, clip, n, log_scale),
+                                    jnp.zeros(X.shape[1] + (radial is not None), jnp.float64), X, mask)
         mean = preprocess.private_mean(total, n, k_center, sigma_center, clip)
     if scale is not None:  # ---- the scaling stage (privlin.scaling), on the centered rows
         ratio_m, ratio_w = scale
         scl = _scaling_in_memory(X, mask, n, k_scale, mean, normalize, sigma_center * ratio_m,
-                                 None if ratio_w is None else sigma_center * ratio_w)
+                                 None if ratio_w is None else sigma_center * ratio_w, log_scale)
     curv, intercept_scale = None, 1.0
-    Xp = None if method == "adam1" else _prep(X, clip, normalize, mean, scl)  # adam1 preprocesses chunk by chunk
+    Xp = None if method == "adam1" else _prep(X, clip, normalize, mean, scl, log_scale)  # adam1: chunk by chunk
     if curved is not None:  # ---- the curvature release lifts W's rate (sgd optimizer only: never adam1)
         curv = scaling.release_curvature(
             sensitivity.chunked(lambda t, x, m: t + scaling.second_moment_sum(x, m, n),
-                                jnp.zeros((X.shape[1],) * 2, jnp.float64), Xp, mask),
+                                jnp.zeros((Xp.shape[1],) * 2, jnp.float64), Xp, mask),
             n, release_key(key, "curvature"), sigma_center * curved)
         learning_rate, intercept_scale = _lifted_rates(lr_ceiling, curv, momentum, clip, fit_intercept)
     if method == "adam1":
         def add(acc, x, y, m):
-            return train.class_sums_update(acc, _prep(x, clip, normalize, mean, scl), y, m, clip, n, loss=loss,
+            return train.class_sums_update(acc, _prep(x, clip, normalize, mean, scl, log_scale), y, m, clip, n,
+                                           loss=loss,
                                            bias_init=bias_init, fit_intercept=fit_intercept, row_norm=clip if normalize else None)
-        sums = sensitivity.chunked(add, train.class_sums_init(X.shape[1], Y.shape[1]), X, Y, mask)
+        sums = sensitivity.chunked(add, train.class_sums_init(X.shape[1] + (radial is not None), Y.shape[1]), X, Y,
+                                   mask)
         params = train.adam1_step(sums, n, k_train, sigma, learning_rate, clip=clip, loss=loss, bias_init=bias_init,
                                   fit_intercept=fit_intercept)
     elif method == "sgd":
@@ -144,28 +145,29 @@ def _lifted_rates(ceiling, curvature, momentum, clip, fit_intercept):
     return lr_w, lr_b / lr_w
 
 
-def _prep(X, clip, normalize, mean, scl=None):
-    """Rows as the model sees them: normalized to ``clip``, centered by the released mean and normalized again,
-    then (with a released scaling) standardized and whitened, at norm ``clip``."""
+def _prep(X, clip, normalize, mean, scl=None, log_scale=None):
+    """Rows as the model sees them: normalized to ``clip`` (with a released ``log_scale``: with their radial
+    coordinate, :func:`privlin.radius.embed`), centered by the released mean and normalized again, then (with a
+    released scaling) standardized and whitened, at norm ``clip``."""
     if not normalize:
         return jnp.asarray(X, jnp.float32)
     if scl is None:
-        return preprocess.apply(X, preprocess.Preprocessing(clip, mean))
-    return scaling.apply(preprocess.apply(X, preprocess.Preprocessing(1.0, mean)), scl, clip)
+        return preprocess.apply(X, preprocess.Preprocessing(clip, mean, log_scale))
+    return scaling.apply(preprocess.apply(X, preprocess.Preprocessing(1.0, mean, log_scale)), scl, clip)
+
+
+def _row_sum(X, mask, clip, n, log_scale=None):
+    """The centering's exact sum of the rows at norm ``clip`` (with their radial coordinate where released)."""
+    return preprocess.row_sum(X if log_scale is None else radius.embed(X, log_scale), mask, clip, n)
 
 
 def preprocess_rows(plan: Plan, X, mean, scl=None, log_scale=None) -> jax.Array:
     """Rows as a fitted plan's model sees them (prediction uses this); ``log_scale``: the released log₂ R of a
     radial plan (its rows gain their radial coordinate first)."""
-    X = jnp.asarray(X)
-    if plan.radial:
-        if log_scale is None:
-            raise ValueError("this plan's rows carry a radial coordinate: pass the released log2 row norm")
-        X = _embed_jit(X, jnp.float32(log_scale))
-    return _prep_jit(X, plan.clip, plan.normalize, None if mean is None else jnp.asarray(mean), scl)
-
-
-_embed_jit = jax.jit(radius.embed)
+    if plan.radial and log_scale is None:
+        raise ValueError("this plan's rows carry a radial coordinate: pass the released log2 row norm")
+    return _prep_jit(jnp.asarray(X), plan.clip, plan.normalize, None if mean is None else jnp.asarray(mean), scl,
+                     None if log_scale is None or not plan.radial else jnp.float32(log_scale))
 
 
 _prep_jit = jax.jit(_prep, static_argnames=("clip", "normalize"))
@@ -339,10 +341,8 @@ class _Rows:
             X = np.zeros((rows, self.source.dim), np.float32)
         return _put_rows(X, idx, mask)
 
-    def device_blocks(self, desc: str | None, with_counts: bool = False, log_scale=None):
-        """Padded, sharded device blocks ``(X, idx, mask[, position of the block's first row])``; with
-        ``log_scale`` (a radial plan's released log₂ R) the rows carry their radial coordinate
-        (:func:`privlin.radius.embed`).
+    def device_blocks(self, desc: str | None, with_counts: bool = False):
+        """Padded, sharded device blocks ``(X, idx, mask[, position of the block's first row])``.
 
         One process: a short last block is padded to TAIL_ROWS multiples, and positions count real rows (so a
         streamed Poisson sample equals the in-memory one).  Several processes: every process yields the same
@@ -366,8 +366,6 @@ class _Rows:
         for host, m in tqdm(_read_ahead(padded()), desc=desc, disable=not self.verbose or desc is None,
                             leave=False):
             block, to = _put_rows(*host), host[0].shape[0]
-            if log_scale is not None:
-                block = (_embed_jit(block[0], log_scale), *block[1:])
             yield (*block, position) if with_counts else block
             position += to * jax.process_count() if multi else m
 
@@ -457,23 +455,26 @@ def _double_buffered(results):
 # ----------------------------------------------------------------------------- streaming
 
 @functools.partial(jax.jit, static_argnames=("clip",))
-def _row_sum_block(total, X, mask, clip, n):
-    return sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n), total, X, mask)
+def _row_sum_block(total, X, mask, clip, n, log_scale=None):
+    return sensitivity.chunked(lambda t, x, m: t + _row_sum(x, m, clip, n, log_scale), total, X, mask)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "bias_init", "fit_intercept"))
-def _class_sums_block(acc, X, idx, mask, mean, scl, n, *, k, clip, normalize, loss, bias_init, fit_intercept):
+def _class_sums_block(acc, X, idx, mask, mean, scl, log_scale, n, *, k, clip, normalize, loss, bias_init,
+                      fit_intercept):
     def update(a, x, i, m):
-        return train.class_sums_update(a, _prep(x, clip, normalize, mean, scl), jax.nn.one_hot(i, k), m, clip, n,
+        return train.class_sums_update(a, _prep(x, clip, normalize, mean, scl, log_scale), jax.nn.one_hot(i, k), m,
+                                       clip, n,
                                        loss=loss, bias_init=bias_init, fit_intercept=fit_intercept,
                                        row_norm=clip if normalize else None)
     return sensitivity.chunked(update, acc, X, idx, mask)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "fit_intercept"))
-def _grad_block(acc, params, X, idx, mask, mean, scl, n, *, k, clip, normalize, loss, fit_intercept):
+def _grad_block(acc, params, X, idx, mask, mean, scl, log_scale, n, *, k, clip, normalize, loss, fit_intercept):
     def update(a, x, i, m):
-        g = train.clipped_grad_sum(params, _prep(x, clip, normalize, mean, scl), jax.nn.one_hot(i, k), m, clip, n,
+        g = train.clipped_grad_sum(params, _prep(x, clip, normalize, mean, scl, log_scale), jax.nn.one_hot(i, k), m,
+                                   clip, n,
                                    loss=loss, fit_intercept=fit_intercept, row_norm=clip if normalize else None)
         return jax.tree.map(jnp.add, a, g)
     return sensitivity.chunked(update, acc, X, idx, mask)
@@ -577,8 +578,8 @@ def _centering(rows: _Rows, plans: list[Plan], keys: list, logs: list) -> list:
             total = jnp.zeros(p.model_dim, jnp.float64)
 
             def sums(total=total, clip=p.clip, n=float(p.n), log_scale=logs[i]):
-                for X, _, mask in rows.device_blocks("centering", log_scale=log_scale):
-                    total = _row_sum_block(total, X, mask, clip, n)
+                for X, _, mask in rows.device_blocks("centering"):
+                    total = _row_sum_block(total, X, mask, clip, n, log_scale)
                     yield total
 
             totals[group] = _double_buffered(sums())
@@ -595,13 +596,13 @@ def _centering(rows: _Rows, plans: list[Plan], keys: list, logs: list) -> list:
 
 # ---- the scaling stage (privlin.scaling): one pass for the moments, one for the whitening sum
 
-def _moments_add(total, X, mask, mean, n, normalize):
-    return total + scaling.moment_sums(_prep(X, 1.0, normalize, mean), mask, n)
+def _moments_add(total, X, mask, mean, log_scale, n, normalize):
+    return total + scaling.moment_sums(_prep(X, 1.0, normalize, mean, None, log_scale), mask, n)
 
 
-def _second_moment_add(total, X, mask, mean, shift, scale, n, normalize):
-    return total + scaling.second_moment_sum(scaling.scaled_rows(_prep(X, 1.0, normalize, mean), shift, scale),
-                                             mask, n)
+def _second_moment_add(total, X, mask, mean, log_scale, shift, scale, n, normalize):
+    return total + scaling.second_moment_sum(
+        scaling.scaled_rows(_prep(X, 1.0, normalize, mean, None, log_scale), shift, scale), mask, n)
 
 
 _moments_block = jax.jit(_moments_add, static_argnames=("normalize",))
@@ -621,16 +622,18 @@ def secure_releases(p: Plan) -> dict:
     return {name: out[name] for name in p.noise_multipliers()}
 
 
-def _scaling_in_memory(X, mask, n, key, mean, normalize, sigma_m, sigma_w):
+def _scaling_in_memory(X, mask, n, key, mean, normalize, sigma_m, sigma_w, log_scale=None):
     """The stage's releases on in-memory rows (traced inside :func:`train_rows`; 4096-row chunks)."""
     k_moments, k_rotate = noise.split(key)
-    sums = sensitivity.chunked(lambda t, x, m: _moments_add(t, x, m, mean, n, normalize),
-                               jnp.zeros((2, X.shape[1]), jnp.float64), X, mask)
+    dim = X.shape[1] + (log_scale is not None)
+    sums = sensitivity.chunked(lambda t, x, m: _moments_add(t, x, m, mean, log_scale, n, normalize),
+                               jnp.zeros((2, dim), jnp.float64), X, mask)
     shift, scale = scaling.release_moments(sums, n, k_moments, sigma_m)
     rotate = None
     if sigma_w is not None:
-        M = sensitivity.chunked(lambda t, x, m: _second_moment_add(t, x, m, mean, shift, scale, n, normalize),
-                                jnp.zeros((X.shape[1],) * 2, jnp.float64), X, mask)
+        M = sensitivity.chunked(lambda t, x, m: _second_moment_add(t, x, m, mean, log_scale, shift, scale, n,
+                                                                   normalize),
+                                jnp.zeros((dim, dim), jnp.float64), X, mask)
         rotate = scaling.release_rotation(M, n, k_rotate, sigma_w)
     return scaling.Scaling(shift, scale, rotate)
 
@@ -648,7 +651,7 @@ def _scaling(rows: _Rows, plans: list[Plan], keys: list, means: list, logs: list
 
         def passes(block_fn, total, *args):
             def sums(total=total):
-                for X, _, mask in rows.device_blocks("scaling", log_scale=logs[i]):
+                for X, _, mask in rows.device_blocks("scaling"):
                     total = block_fn(total, X, mask, *args, n, normalize=p.normalize)
                     yield total
             return _double_buffered(sums())
@@ -659,18 +662,19 @@ def _scaling(rows: _Rows, plans: list[Plan], keys: list, means: list, logs: list
             std, sens, bound = secure[name]
             return secure_noise.secure_gaussian_release(value, std, sens, bound=bound)
 
-        sums = passes(_moments_block, jnp.zeros((2, p.model_dim), jnp.float64), means[i])
+        sums = passes(_moments_block, jnp.zeros((2, p.model_dim), jnp.float64), means[i], logs[i])
         shift, scale = scaling.release_moments(sums, n, k_moments, p.sigma_scale, host_noise("scale", sums))
         rotate = None
         if p.whitened:
-            M = passes(_second_moment_block, jnp.zeros((p.model_dim,) * 2, jnp.float64), means[i], shift, scale)
+            M = passes(_second_moment_block, jnp.zeros((p.model_dim,) * 2, jnp.float64), means[i], logs[i], shift,
+                       scale)
             rotate = scaling.release_rotation(M, n, k_rotate, p.sigma_whiten, host_noise("whiten", scaling.upper(M)))
         out[i] = scaling.Scaling(shift, scale, rotate)
     return out
 
 
-def _curvature_add(total, X, mask, mean, scl, n, *, clip, normalize):
-    return total + scaling.second_moment_sum(_prep(X, clip, normalize, mean, scl), mask, n)
+def _curvature_add(total, X, mask, mean, scl, log_scale, n, *, clip, normalize):
+    return total + scaling.second_moment_sum(_prep(X, clip, normalize, mean, scl, log_scale), mask, n)
 
 
 _curvature_block = jax.jit(_curvature_add, static_argnames=("clip", "normalize"))
@@ -686,8 +690,9 @@ def _curvature(rows: _Rows, plans: list[Plan], keys: list, means: list, scls: li
         n = float(p.n)
 
         def sums(total=jnp.zeros((p.model_dim,) * 2, jnp.float64), p=p, i=i, n=n):
-            for X, _, mask in rows.device_blocks("curvature", log_scale=logs[i]):
-                total = _curvature_block(total, X, mask, means[i], scls[i], n, clip=p.clip, normalize=p.normalize)
+            for X, _, mask in rows.device_blocks("curvature"):
+                total = _curvature_block(total, X, mask, means[i], scls[i], logs[i], n, clip=p.clip,
+                                         normalize=p.normalize)
                 yield total
 
         M = _double_buffered(sums())
@@ -705,8 +710,8 @@ def _class_sums(rows: _Rows, p: Plan, mean, scl=None, log_scale=None):
 
     def sums():
         nonlocal acc
-        for X, idx, mask in rows.device_blocks("adam1 pass", log_scale=log_scale):
-            acc = _class_sums_block(acc, X, idx, mask, mean, scl, float(p.n), k=p.n_classes, clip=p.clip,
+        for X, idx, mask in rows.device_blocks("adam1 pass"):
+            acc = _class_sums_block(acc, X, idx, mask, mean, scl, log_scale, float(p.n), k=p.n_classes, clip=p.clip,
                                     normalize=p.normalize, loss=p.loss, bias_init=p.bias_init,
                                     fit_intercept=p.fit_intercept)
             yield acc
@@ -732,10 +737,11 @@ def _stream_steps(rows: _Rows, p: Plan, key, mean, scl=None, curv=None, log_scal
 
         def grad_sums():
             nonlocal g
-            for X, idx, mask, start in rows.device_blocks(None, with_counts=True, log_scale=log_scale):
+            for X, idx, mask, start in rows.device_blocks(None, with_counts=True):
                 if q < 1.0:  # the same sample as train.fit_minibatch: a function of the row's global position
                     mask = mask * _sample(k_sample, q, start, mask.shape[0])
-                g = _grad_block(g, state.params, X, idx, mask, mean, scl, float(p.n), k=p.n_classes, clip=p.clip,
+                g = _grad_block(g, state.params, X, idx, mask, mean, scl, log_scale, float(p.n), k=p.n_classes,
+                                clip=p.clip,
                                 normalize=p.normalize, loss=p.loss, fit_intercept=p.fit_intercept)
                 yield g
 

@@ -28,7 +28,8 @@ import math
 import jax
 import jax.numpy as jnp
 
-__all__ = ["U32", "grid_bits", "margin", "vector_sum", "segment_sum", "outer_sum", "directions", "scaled_rows", "x64"]
+__all__ = ["U32", "grid_bits", "margin", "vector_sum", "segment_sum", "outer_sum", "directions", "directions_and_log2_norms",
+           "scaled_rows", "x64"]
 
 #: Unit roundoff of float32.
 U32 = 2.0**-24
@@ -188,13 +189,31 @@ def directions(X, fit_intercept: bool = False, *, norm: float | None = None) -> 
         return X / norm, jnp.full((X.shape[0],), norm, jnp.float32)
     if fit_intercept:
         X = jnp.concatenate([X, jnp.ones((X.shape[0], 1), jnp.float32)], axis=1)
+    A, ns, e = _unit_rows(X, safe)
     if safe:
-        n2 = jnp.sqrt(jnp.sum(X * X, axis=1, keepdims=True))
-        return X / jnp.maximum(n2, 1e-30), n2[:, 0]
-    Xs, e = scaled_rows(X)
-    ns = jnp.sqrt(jnp.sum(Xs * Xs, axis=1))
+        return A, ns
     h = e // 2
-    return Xs / jnp.maximum(ns, 1e-30)[:, None], ns * _pow2(h) * _pow2(e - h)  # the norm: inf past float32's range
+    return A, ns * _pow2(h) * _pow2(e - h)  # the norm: inf past float32's range
+
+
+def directions_and_log2_norms(X) -> tuple[jax.Array, jax.Array]:
+    """:func:`directions` of rows (m, d) and log₂ of their norms (m,), from one scaling: finite for any nonzero
+    finite row (a norm past float32's range included), −inf for an all-zero row."""
+    safe = jnp.asarray(X).dtype == jnp.float16
+    A, ns, e = _unit_rows(jnp.asarray(X, jnp.float32), safe)
+    return A, jnp.log2(ns) + e.astype(jnp.float32)
+
+
+def _unit_rows(X, safe: bool):
+    """(directions, ns, e) of float32 rows: row i is ns_i·2^e_i times its direction (e = 0 for ``safe`` rows, which
+    were float16: their sum of squares can neither overflow nor underflow in float32)."""
+    if safe:
+        ns = jnp.sqrt(jnp.sum(X * X, axis=1))
+        e = jnp.zeros(X.shape[0], jnp.int32)
+    else:
+        X, e = scaled_rows(X)
+        ns = jnp.sqrt(jnp.sum(X * X, axis=1))
+    return X / jnp.maximum(ns, 1e-30)[:, None], ns, e
 
 
 def _pow2(e) -> jax.Array:

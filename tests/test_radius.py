@@ -57,7 +57,8 @@ def test_counts_move_by_at_most_one_per_null_row():
 
 
 def test_embedding_is_bounded_and_keeps_the_norm():
-    """Direction and clip(ln(‖x‖/R), ±1); finite for every finite row; an all-zero row stays zero."""
+    """(direction, r)/√(1 + r²), r = clip(ln(‖x‖/R), ±1): unit rows, finite for every finite row; an all-zero row
+    stays zero."""
     X = _adversarial_rows()
     E = np.asarray(radius.embed(X, jnp.float32(3.0)), np.float64)
     assert E.shape == (40, 7) and np.all(np.isfinite(E))
@@ -65,8 +66,10 @@ def test_embedding_is_bounded_and_keeps_the_norm():
     norms = np.linalg.norm(X.astype(np.float64), axis=1)
     live = norms > 0
     live[list(ZERO_ROWS)] = False
-    np.testing.assert_allclose(np.linalg.norm(E[live, :6], axis=1), 1.0, rtol=1e-5)
-    np.testing.assert_allclose(E[live, 6], np.clip(np.log(norms[live] / 8.0), -1, 1), atol=1e-5)
+    r = np.clip(np.log(norms[live] / 8.0), -1, 1)
+    np.testing.assert_allclose(np.linalg.norm(E[live], axis=1), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(E[live, :6], X[live] / norms[live, None] / np.sqrt(1 + r * r)[:, None], atol=1e-6)
+    np.testing.assert_allclose(E[live, 6], r / np.sqrt(1 + r * r), atol=1e-6)
 
 
 def test_release_finds_the_heaviest_pair_as_often_as_numpy_noise_does():
