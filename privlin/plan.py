@@ -173,7 +173,7 @@ class Plan:
         return shares.get("scale", 0.0) + shares.get("whiten", 0.0)
 
     def dp_event(self) -> _ev.DpEvent:
-        """The dp-accounting event of the whole plan (centering, scaling, then the training steps)."""
+        """The dp-accounting event of the whole plan (row norm, centering, scaling, curvature, then the steps)."""
         if not self.private:
             return _ev.NonPrivateDpEvent()
         extra = [s for name, s in self.noise_multipliers().items() if name != "step"]

@@ -32,7 +32,8 @@ import jax.numpy as jnp
 
 from . import noise, sensitivity
 
-__all__ = ["BINS", "LOG2_LOW", "log2_norms", "norm_counts", "release_log_scale", "embed", "resolves"]
+__all__ = ["BINS", "LOG2_LOW", "RADIAL_CLIP", "log2_norms", "norm_counts", "release_log_scale", "embed",
+           "resolves"]
 
 #: ⌊log₂‖x‖⌋ of a finite nonzero float32 row lies in [−149, 128 + ½·log₂ d]: bins LOG2_LOW … LOG2_LOW + BINS − 1
 #: (values outside are put in the end bins).
