@@ -63,7 +63,7 @@ def release_log_scale(counts, key, sigma: float, noisy=None) -> jax.Array:
     released (secure mode's discrete Gaussian), then ``key`` and ``sigma`` are unused.  The noise is added in
     float64 (trace under ``sensitivity.x64()``): a count stays exact, so one row still moves it by exactly 1
     (in float32 a count above 2²⁴ would round by 2)."""
-    sensitivity._require_x64()
+    sensitivity.require_x64()
     if noisy is None:
         noisy = jnp.asarray(counts, jnp.float64) + noise.gaussian(key, (BINS,), sigma, jnp.float64)
     noisy = jnp.asarray(noisy, jnp.float64)

@@ -28,7 +28,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-__all__ = ["U32", "grid_bits", "margin", "vector_sum", "segment_sum", "outer_sum", "directions", "directions_and_log2_norms",
+__all__ = ["U32", "grid_bits", "margin", "vector_sum", "segment_sum", "outer_sum", "directions", "directions_and_log2_norms", "require_x64",
            "scaled_rows", "x64"]
 
 #: Unit roundoff of float32.
@@ -44,7 +44,7 @@ def x64():
 
 def grid_bits(n) -> jax.Array:
     """Bits of grid resolution per snapped value so that n values of magnitude ≤ 1 sum below 2⁵² in any order."""
-    _require_x64()
+    require_x64()
     return _F64_BITS - 1 - jnp.ceil(jnp.log2(jnp.maximum(jnp.asarray(n, jnp.float64), 2.0)))
 
 
@@ -88,7 +88,7 @@ def chunked(fn, acc, *rows):
     return acc
 
 
-def _require_x64():
+def require_x64():
     if jnp.asarray(0.0, jnp.float64).dtype != jnp.float64:
         raise RuntimeError("privlin's exact sums need float64: trace them under privlin.sensitivity.x64()")
 
@@ -113,7 +113,7 @@ def _snap_vector(V, mask, bound):
     elementwise op XLA fuses into the sum that consumes it, so no snapped copy of the rows is materialized.
     ``mask`` holds 0 or 1 (a row in or out), so the product stays an integer.
     """
-    _require_x64()
+    require_x64()
     x = jnp.asarray(V, jnp.float32) * jnp.float32(2.0**VECTOR_BITS / bound)
     q = jnp.floor(x + jnp.float32(0.5))
     return q * jnp.asarray(mask, jnp.float32)[:, None]
