@@ -89,6 +89,7 @@ def chunked(fn, acc, *rows):
 
 
 def require_x64():
+    """Refuse to trace an exact sum (or a release that needs float64) without float64: it would silently be float32."""
     if jnp.asarray(0.0, jnp.float64).dtype != jnp.float64:
         raise RuntimeError("privlin's exact sums need float64: trace them under privlin.sensitivity.x64()")
 

@@ -66,9 +66,10 @@ class SweepResult:
     ----------
     records : list of dict
         Per setting: method, epsilon (target), achieved_epsilon, delta, noise_multiplier,
-        center_noise_multiplier, learning_rate, steps, clip, center_share, accountant, neighbouring, private,
-        seeded, accuracy on ``eval_split`` (None without evaluation data), eval_split, params (the estimator
-        parameters), plan; ``key`` only with ``return_keys=True``.
+        center_noise_multiplier, learning_rate (W's rate as run), steps, clip, center_share, scale_share,
+        accountant, neighbouring, private, seeded, accuracy on ``eval_split`` (None without evaluation data),
+        eval_split, curvature (the released bound, or None), radius (the released log₂ row norm, or None), params
+        (the estimator parameters), plan, report; ``key`` only with ``return_keys=True``.
     coef : list of ndarray (D', K)
         Per setting; D' = D, or D + 1 where the setting's rows carry the radial coordinate (``radius`` in its
         record: the released log₂ row norm, :mod:`privlin.radius`).
@@ -102,8 +103,8 @@ class SweepResult:
             self.scalings = [None] * len(self.records)
 
     COLUMNS = ("method", "epsilon", "achieved_epsilon", "delta", "noise_multiplier", "center_noise_multiplier",
-               "learning_rate", "steps", "clip", "center_share", "accuracy", "eval_split", "private", "seeded",
-               "accountant", "neighbouring")
+               "learning_rate", "steps", "clip", "center_share", "scale_share", "accuracy", "eval_split", "private",
+               "seeded", "accountant", "neighbouring", "curvature", "radius")
 
     def __len__(self) -> int:
         return len(self.records)
