@@ -78,7 +78,7 @@ def relation(neighbouring) -> dp_accounting.NeighboringRelation:
     return NEIGHBOURING[relation_name(neighbouring)]
 
 
-def _sensitivity_factor(neighbouring) -> float:
+def sensitivity_factor(neighbouring) -> float:
     """How far one neighbour moves a sum of contributions bounded by C, in units of C."""
     return 2.0 if relation_name(neighbouring) == "replace_one" else 1.0
 
@@ -150,7 +150,7 @@ def gdp_mu(noise_multipliers, neighbouring=DEFAULT_NEIGHBOURING) -> float:
         Under ``"replace_one"`` the sensitivity is 2C, which doubles μ.
     """
     sig = _multipliers(noise_multipliers)
-    return _sensitivity_factor(neighbouring) * float(np.sqrt(np.sum(1.0 / sig**2)))
+    return sensitivity_factor(neighbouring) * float(np.sqrt(np.sum(1.0 / sig**2)))
 
 
 def gdp_delta(mu: float, epsilon: float) -> float:
@@ -403,7 +403,7 @@ def _calibrate_noise(epsilon, delta, steps=1, sample_rate=1.0, accountant="gdp",
 
     if accountant == "gdp" and sample_rate >= 1.0:
         mu = gdp_mu_for(epsilon, delta)
-        sigma = _sensitivity_factor(neighbouring) * math.sqrt(steps + sum(1.0 / r**2 for r in ratios)) / mu
+        sigma = sensitivity_factor(neighbouring) * math.sqrt(steps + sum(1.0 / r**2 for r in ratios)) / mu
         step = 1e-12
         while eps_of(sigma) > epsilon:  # float rounding only: a few steps, each twice the last
             sigma *= 1 + step

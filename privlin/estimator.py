@@ -358,12 +358,13 @@ def report_for(plan: Plan, *, seeded: bool, leaks=(), data: str = "", ledger=Non
     its released curvature bound, which set the learning rates it ran with; ``radius``: its released log₂ row
     norm."""
     lr_w, lr_b = plan.learning_rates_after(curvature)
-    notes = _budget_note(plan)
+    parts = [_budget_note(plan)]
     if plan.curved and curvature is not None:
-        notes = (f"{notes}; " if notes else "") + (f"learning rate from the released curvature bound {curvature:.3g}: "
-                                                   f"weights {lr_w:.4g}, intercept {lr_b:.4g}")
+        parts.append(f"learning rate from the released curvature bound {curvature:.3g}: "
+                     f"weights {lr_w:.4g}, intercept {lr_b:.4g}")
     if plan.radial and radius is not None:
-        notes = (f"{notes}; " if notes else "") + f"radial coordinate around the released row norm 2^{radius:g}"
+        parts.append(f"radial coordinate around the released row norm 2^{radius:g}")
+    notes = "; ".join(p for p in parts if p) or None
     return PrivacyReport(
         epsilon=plan.epsilon, delta=plan.delta, noise_multipliers=plan.noise_multipliers(), steps=plan.steps,
         sample_rate=plan.sample_rate, accountant=plan.accountant, neighbouring=plan.neighbouring, seeded=seeded,

@@ -197,8 +197,12 @@ class Plan:
         """
         if not self.scaled:
             return None
-        ref = self.sigma_center if self.sigma_center > 0 else 1.0  # non-private: every σ is 0
-        return (self.sigma_scale / ref, self.sigma_whiten / ref if self.whitened else None)
+        return (self._per_center(self.sigma_scale), self._per_center(self.sigma_whiten) if self.whitened else None)
+
+    def _per_center(self, sigma: float) -> float:
+        """σ/σ_center: a one-off release's multiplier as a fixed multiple of the centering's (non-private: every σ
+        is 0, and so is the ratio)."""
+        return sigma / (self.sigma_center if self.sigma_center > 0 else 1.0)
 
     def learning_rates_after(self, curvature) -> tuple[float, float]:
         """(W's, b's) learning rate the fit ran with, given its released curvature bound (None: not released)."""
@@ -212,13 +216,13 @@ class Plan:
         """σ_curvature/σ_center (a fixed ratio, as in :meth:`scale_static`), or None without the release."""
         if not self.curved:
             return None
-        return self.sigma_curvature / (self.sigma_center if self.sigma_center > 0 else 1.0)
+        return self._per_center(self.sigma_curvature)
 
     def radius_static(self) -> float | None:
         """σ_radius/σ_center (a fixed ratio, as in :meth:`scale_static`), or None without the release."""
         if not self.radial:
             return None
-        return self.sigma_radius / (self.sigma_center if self.sigma_center > 0 else 1.0)
+        return self._per_center(self.sigma_radius)
 
     def static(self) -> tuple:
         """What a compiled trainer specializes on (hashable); plans with equal ``static()`` run vmapped together."""
@@ -368,10 +372,9 @@ def _scale_releases(epsilon, delta, share, n, dim, relation) -> dict:
     if math.isinf(epsilon):
         return {"scale": share / 2, "whiten": share / 2} if scaling.whitening_resolves(n, dim, 0.0) else {"scale": share}
     mu = accounting.gdp_mu_for(epsilon, delta)
-    factor = 2.0 if relation == "replace_one" else 1.0
 
     def sigma_of(s):
-        return factor / (math.sqrt(s) * mu)
+        return _release_sigma(s, mu, relation)
 
     if scaling.whitening_resolves(n, dim, sigma_of(share / 2)) and scaling.moments_resolve(n, dim, sigma_of(share / 2)):
         return {"scale": share / 2, "whiten": share / 2}
@@ -385,8 +388,7 @@ def _radius_pays(epsilon, delta, n, relation) -> bool:
     (:func:`privlin.radius.resolves`; decided, like :func:`_scale_releases`, from the GDP view of the budget)."""
     if math.isinf(epsilon):
         return True
-    factor = 2.0 if relation == "replace_one" else 1.0
-    return radius.resolves(n, factor / (math.sqrt(RADIUS_SHARE) * accounting.gdp_mu_for(epsilon, delta)))
+    return radius.resolves(n, _release_sigma(RADIUS_SHARE, accounting.gdp_mu_for(epsilon, delta), relation))
 
 
 def _curvature_pays(epsilon, delta, shares, n, dim, *, steps, q, momentum, clip, fit_intercept, relation) -> bool:
@@ -395,21 +397,26 @@ def _curvature_pays(epsilon, delta, shares, n, dim, *, steps, q, momentum, clip,
     that much: at 1.0× the k=100 mixture lost 0.2 points for nothing, at 1.9× it gained 2.0; BENCHMARKS.md), and
     the release can show a curvature at least 1.5× below the worst case.  Decided, like
     :func:`_scale_releases`, from the GDP view of the budget before calibration: public facts only."""
-    if dim < 2 or dim > scaling.WHITEN_MAX_DIM or float(n) * dim * dim > scaling.WHITEN_MAX_WORK:
+    if not scaling.second_moment_affordable(n, dim):
         return False
     if math.isinf(epsilon):
         return True
     mu = accounting.gdp_mu_for(epsilon, delta)
-    factor = 2.0 if relation == "replace_one" else 1.0
     rest = 1.0 - sum(shares.values()) - CURVATURE_SHARE
     if rest <= 0:
         return False
-    sigma = factor * q * math.sqrt(steps) / (math.sqrt(rest) * mu)
+    sigma = _release_sigma(rest, mu, relation) * q * math.sqrt(steps)  # T steps sharing the rest of μ²
     if _noise_rate(sigma, q * n, steps=steps, momentum=momentum, clip=clip) < 1.5 * _joint_cap(momentum, clip, fit_intercept):
         return False
-    std = factor / (math.sqrt(CURVATURE_SHARE) * mu) * scaling.curvature_sensitivity(n, dim)
+    std = _release_sigma(CURVATURE_SHARE, mu, relation) * scaling.curvature_sensitivity(n, dim)
     flattest = float(scaling.curvature_bound(n / dim, n, dim, std))  # the bound if the rows were isotropic
     return 1.5 * flattest < 1.0
+
+
+def _release_sigma(share, mu, relation) -> float:
+    """σ of a Gaussian release spending ``share`` of the GDP budget μ² (1/σ² = share·μ², sensitivity doubled under
+    ``replace_one``): the view in which the plan decides which releases to make."""
+    return accounting.sensitivity_factor(relation) / (math.sqrt(share) * mu)
 
 
 def _calibrate(epsilon, delta, *, steps, q, shares, accountant, relation) -> tuple[float, dict]:

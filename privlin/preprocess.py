@@ -42,8 +42,9 @@ def normalize_rows(X, norm: float = 1.0):
     return sensitivity.directions(X)[0] * norm
 
 
-def row_sum(X, mask, norm: float, n):
-    """Σ_i mask_i · (row i at norm ``norm``), exact (float64; :mod:`privlin.sensitivity`).
+def row_sum(X, mask, norm: float, n, log_scale=None):
+    """Σ_i mask_i · (row i at norm ``norm``), exact (float64; :mod:`privlin.sensitivity`); with ``log_scale``,
+    each row with its radial coordinate (:func:`privlin.radius.embed`), as :func:`apply` gives it.
 
     Each row enters at norm ``norm·(1 − η)`` (the margin that makes its snapped form ≤ ``norm``), so the sum
     moves by at most ``norm`` when one row is replaced by a null row (``replace_special``).  ``n``: the public
@@ -51,9 +52,9 @@ def row_sum(X, mask, norm: float, n):
 
     Returns
     -------
-    array (d,) float64
+    array (d,) or (d + 1,) float64
     """
-    A, _ = sensitivity.directions(X)
+    A, _ = sensitivity.directions(X if log_scale is None else radius.embed(X, log_scale))
     eta = sensitivity.margin(n, A.shape[1])
     return sensitivity.vector_sum(A * (norm * (1.0 - eta)), mask, norm, n)
 

@@ -95,14 +95,15 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
      curved, radial) = static
     k_center, k_scale, k_train = stage_keys(key)
     X = jnp.asarray(X, jnp.float32)
+    dim = X.shape[1] + (radial is not None)  # the model's inputs (Plan.model_dim)
     mean = scl = log_scale = None
     if radial is not None:  # ---- the row-norm release; the rows gain their radial coordinate (privlin.radius)
         counts = sensitivity.chunked(lambda t, x, m: t + radius.norm_counts(x, m), jnp.zeros(radius.BINS, jnp.int32),
                                      X, mask)
         log_scale = radius.release_log_scale(counts, release_key(key, "radius"), sigma_center * radial)
     if centered:
-        total = sensitivity.chunked(lambda t, x, m: t + _row_sum(x, m, clip, n, log_scale),
-                                    jnp.zeros(X.shape[1] + (radial is not None), jnp.float64), X, mask)
+        total = sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n, log_scale),
+                                    jnp.zeros(dim, jnp.float64), X, mask)
         mean = preprocess.private_mean(total, n, k_center, sigma_center, clip)
     if scale is not None:  # ---- the scaling stage (privlin.scaling), on the centered rows
         ratio_m, ratio_w = scale
@@ -113,7 +114,7 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
     if curved is not None:  # ---- the curvature release lifts W's rate (sgd optimizer only: never adam1)
         curv = scaling.release_curvature(
             sensitivity.chunked(lambda t, x, m: t + scaling.second_moment_sum(x, m, n),
-                                jnp.zeros((Xp.shape[1],) * 2, jnp.float64), Xp, mask),
+                                jnp.zeros((dim, dim), jnp.float64), Xp, mask),
             n, release_key(key, "curvature"), sigma_center * curved)
         learning_rate, intercept_scale = _lifted_rates(lr_ceiling, curv, momentum, clip, fit_intercept)
     if method == "adam1":
@@ -121,8 +122,7 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
             return train.class_sums_update(acc, _prep(x, clip, normalize, mean, scl, log_scale), y, m, clip, n,
                                            loss=loss,
                                            bias_init=bias_init, fit_intercept=fit_intercept, row_norm=clip if normalize else None)
-        sums = sensitivity.chunked(add, train.class_sums_init(X.shape[1] + (radial is not None), Y.shape[1]), X, Y,
-                                   mask)
+        sums = sensitivity.chunked(add, train.class_sums_init(dim, Y.shape[1]), X, Y, mask)
         params = train.adam1_step(sums, n, k_train, sigma, learning_rate, clip=clip, loss=loss, bias_init=bias_init,
                                   fit_intercept=fit_intercept)
     elif method == "sgd":
@@ -154,11 +154,6 @@ def _prep(X, clip, normalize, mean, scl=None, log_scale=None):
     if scl is None:
         return preprocess.apply(X, preprocess.Preprocessing(clip, mean, log_scale))
     return scaling.apply(preprocess.apply(X, preprocess.Preprocessing(1.0, mean, log_scale)), scl, clip)
-
-
-def _row_sum(X, mask, clip, n, log_scale=None):
-    """The centering's exact sum of the rows at norm ``clip`` (with their radial coordinate where released)."""
-    return preprocess.row_sum(X if log_scale is None else radius.embed(X, log_scale), mask, clip, n)
 
 
 def preprocess_rows(plan: Plan, X, mean, scl=None, log_scale=None) -> jax.Array:
@@ -456,7 +451,7 @@ def _double_buffered(results):
 
 @functools.partial(jax.jit, static_argnames=("clip",))
 def _row_sum_block(total, X, mask, clip, n, log_scale=None):
-    return sensitivity.chunked(lambda t, x, m: t + _row_sum(x, m, clip, n, log_scale), total, X, mask)
+    return sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n, log_scale), total, X, mask)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "bias_init", "fit_intercept"))

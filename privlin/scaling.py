@@ -54,7 +54,7 @@ from . import noise, preprocess, sensitivity
 
 __all__ = ["Scaling", "shrink", "moment_sums", "second_moment_sum", "release_moments", "release_rotation", "scaled_rows",
            "apply", "moment_noise_level", "rotation_noise_level", "moments_resolve", "whitening_resolves",
-           "WHITEN_MAX_DIM", "WHITEN_MAX_WORK", "release_curvature", "curvature_bound", "top_eigenvalue", "curvature_sensitivity",
+           "WHITEN_MAX_DIM", "WHITEN_MAX_WORK", "second_moment_affordable", "release_curvature", "curvature_bound", "top_eigenvalue", "curvature_sensitivity",
            "CURVATURE_Z"]
 
 #: Whitening needs a (d, d) float64 sum and its eigendecomposition; above this dimension only the diagonal is used.
@@ -89,12 +89,16 @@ def moments_resolve(n: int, dim: int, sigma_m: float) -> bool:
     return dim >= 2 and moment_noise_level(n, sigma_m) < 0.5
 
 
+def second_moment_affordable(n: int, dim: int) -> bool:
+    """Whether a (d, d) second-moment pass over N rows is worth making and bounded in cost: 2 ≤ d ≤ WHITEN_MAX_DIM
+    and N·d² ≤ WHITEN_MAX_WORK (whitening's release and the curvature release both need one)."""
+    return 2 <= dim <= WHITEN_MAX_DIM and float(n) * dim * dim <= WHITEN_MAX_WORK
+
+
 def whitening_resolves(n: int, dim: int, sigma_w: float) -> bool:
     """Whether the release can resolve at least two directions (eigenvalues sum to ≤ 1, so at most 1/τ_w of them
-    exceed τ_w) and its cost is bounded (d ≤ WHITEN_MAX_DIM, N·d² ≤ WHITEN_MAX_WORK)."""
-    if dim < 2 or dim > WHITEN_MAX_DIM or float(n) * dim * dim > WHITEN_MAX_WORK:
-        return False
-    return rotation_noise_level(n, dim, sigma_w) < 0.5
+    exceed τ_w) and its cost is bounded (:func:`second_moment_affordable`)."""
+    return second_moment_affordable(n, dim) and rotation_noise_level(n, dim, sigma_w) < 0.5
 
 
 # ----------------------------------------------------------------------------- exact sums (the private part)
