@@ -5,7 +5,11 @@
    row's contribution to a sum by ``norm``.
 2. The mean of the normalized rows is released with the Gaussian mechanism
    (noise ``sigma_center * norm`` on the sum, divided by the public N).  Its
-   noise multiplier enters the accountant beside the training steps.
+   noise multiplier enters the accountant beside the training steps.  The
+   noisy mean is then shrunk toward 0 by James–Stein (post-processing,
+   :func:`shrink`): where the noise is as large as the mean (few rows, small
+   ε, large d), subtracting it would add more error than the offset it
+   removes (digits pixels at ε=0.5: 70.6% → 80.3%, BENCHMARKS.md).
 3. Rows are centered by the noisy mean and normalized again, so the trainer's
    clipping sees rows of norm ``norm``.  The noise in the mean is the same for
    every row: a fixed, data-independent shift, which training tolerates well.
@@ -21,7 +25,7 @@ import jax.numpy as jnp
 
 from . import noise, radius, sensitivity
 
-__all__ = ["normalize_rows", "row_sum", "private_mean", "Preprocessing", "apply"]
+__all__ = ["normalize_rows", "row_sum", "shrink", "private_mean", "Preprocessing", "apply"]
 
 
 
@@ -59,8 +63,20 @@ def row_sum(X, mask, norm: float, n, log_scale=None):
     return sensitivity.vector_sum(A * (norm * (1.0 - eta)), mask, norm, n)
 
 
-def private_mean(total, n: int, key: jax.Array, sigma: float, norm: float = 1.0):
-    """The Gaussian-mechanism mean: (total + N(0, (sigma*norm)² I)) / n.
+def shrink(v, noise_std, target=None):
+    """James–Stein (positive part) estimate of a vector ``v`` (d,) seen through i.i.d. noise of std ``noise_std``,
+    shrunk toward the constant ``target`` (d − 2 degrees), or toward the mean of ``v`` when None (d − 3)."""
+    d = v.shape[-1]
+    dof = max(d - (3 if target is None else 2), 0)
+    center = jnp.mean(v) if target is None else target
+    r = v - center
+    factor = jnp.maximum(0.0, 1.0 - dof * noise_std**2 / jnp.maximum(jnp.sum(r * r), 1e-300))
+    return center + factor * r
+
+
+def private_mean(total, n: int, key: jax.Array, sigma: float, norm: float = 1.0, noisy=None):
+    """The released mean: the Gaussian mechanism on the sum, (total + N(0, (sigma*norm)² I)) / n, shrunk toward 0
+    (:func:`shrink`, post-processing: noise std ``sigma*norm/n`` per coordinate).
 
     Parameters
     ----------
@@ -72,8 +88,12 @@ def private_mean(total, n: int, key: jax.Array, sigma: float, norm: float = 1.0)
         Used once, for this statistic only.
     sigma : float
         Noise multiplier of the centering mechanism (``inf`` is not allowed: skip centering instead).
+    noisy : array (d,), optional
+        The already noised sum (secure mode draws the discrete Gaussian on the host); ``key`` is then unused.
     """
-    return jnp.asarray((total + noise.gaussian(key, total.shape, sigma * norm)) / n, jnp.float32)
+    if noisy is None:
+        noisy = total + noise.gaussian(key, total.shape, sigma * norm)
+    return jnp.asarray(shrink(jnp.asarray(noisy, jnp.float64) / n, sigma * norm / n, 0.0), jnp.float32)
 
 
 class Preprocessing(NamedTuple):

@@ -581,8 +581,8 @@ def _centering(rows: _Rows, plans: list[Plan], keys: list, logs: list) -> list:
         total = totals[group]
         if p.secure_mode:
             std, sens, bound = secure_releases(p)["center"]
-            means[i] = jnp.asarray(secure_noise.secure_gaussian_release(total, std, sens, bound=bound) / p.n,
-                                   jnp.float32)
+            means[i] = preprocess.private_mean(total, p.n, None, p.sigma_center, p.clip,
+                                               noisy=secure_noise.secure_gaussian_release(total, std, sens, bound=bound))
         else:
             k_center = stage_keys(keys[i])[0]
             means[i] = preprocess.private_mean(total, p.n, k_center, p.sigma_center, p.clip)

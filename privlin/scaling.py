@@ -52,7 +52,7 @@ import jax.numpy as jnp
 
 from . import noise, preprocess, sensitivity
 
-__all__ = ["Scaling", "shrink", "moment_sums", "second_moment_sum", "release_moments", "release_rotation", "scaled_rows",
+__all__ = ["Scaling", "moment_sums", "second_moment_sum", "release_moments", "release_rotation", "scaled_rows",
            "apply", "moment_noise_level", "rotation_noise_level", "moments_resolve", "whitening_resolves",
            "WHITEN_MAX_DIM", "WHITEN_MAX_WORK", "second_moment_affordable", "release_curvature", "curvature_bound", "top_eigenvalue", "curvature_sensitivity",
            "CURVATURE_Z"]
@@ -127,17 +127,6 @@ def second_moment_sum(Z, mask, n) -> jax.Array:
 
 # ----------------------------------------------------------------------------- releases and their public maps
 
-def shrink(v, noise_std, target=None):
-    """James–Stein (positive part) estimate of a vector ``v`` (d,) seen through i.i.d. noise of std ``noise_std``,
-    shrunk toward the constant ``target`` (d − 2 degrees), or toward the mean of ``v`` when None (d − 3)."""
-    d = v.shape[-1]
-    dof = max(d - (3 if target is None else 2), 0)
-    center = jnp.mean(v) if target is None else target
-    r = v - center
-    factor = jnp.maximum(0.0, 1.0 - dof * noise_std**2 / jnp.maximum(jnp.sum(r * r), 1e-300))
-    return center + factor * r
-
-
 def release_moments(sums, n, key, sigma_m, noisy=None) -> tuple[jax.Array, jax.Array]:
     """(shift, scale) from :func:`moment_sums` with noise N(0, 2σ_m²) per coordinate (``GaussianDpEvent(σ_m)``).
 
@@ -147,8 +136,8 @@ def release_moments(sums, n, key, sigma_m, noisy=None) -> tuple[jax.Array, jax.A
     if noisy is None:
         noisy = sums + noise.gaussian(key, sums.shape, math.sqrt(2.0) * sigma_m)
     tau = moment_noise_level(n, sigma_m)
-    m = shrink(jnp.asarray(noisy[0], jnp.float64) / n, tau, 0.0)
-    var = jnp.maximum(shrink(jnp.asarray(noisy[1], jnp.float64) / n - m * m, tau), 0.0)
+    m = preprocess.shrink(jnp.asarray(noisy[0], jnp.float64) / n, tau, 0.0)
+    var = jnp.maximum(preprocess.shrink(jnp.asarray(noisy[1], jnp.float64) / n - m * m, tau), 0.0)
     floor = tau + 1e-6 * jnp.mean(var)  # ε = ∞: no noise, but no division by a zero variance either
     scale = jax.lax.rsqrt(var + jnp.maximum(floor, 1e-30))
     return jnp.asarray(m, jnp.float32), jnp.asarray(scale / jnp.max(scale), jnp.float32)

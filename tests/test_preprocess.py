@@ -44,11 +44,28 @@ def test_row_sum_sensitivity_is_the_norm():
 
 def test_private_mean_noise_std_is_sigma_times_norm():
     d, sigma, norm, n = 200_000, 4.0, 2.0, 10
-    total = np.zeros(d, np.float32)
+    total = np.full(d, 1e4 * n, np.float32)  # a mean far above the noise: James-Stein leaves it (factor > 0.9999)
     m = np.asarray(P.private_mean(total, n, make_key(0).key, sigma, norm))
     # the noise on the SUM has std sigma*norm; the mean divides it by the public n
     assert np.std(m * n) == pytest.approx(sigma * norm, rel=0.02)
-    assert abs(np.mean(m * n)) < 5 * sigma * norm / np.sqrt(d)
+    assert abs(np.mean(m * n - total)) < 5 * sigma * norm / np.sqrt(d) + 1e-4 * 1e4 * n
+
+
+def test_private_mean_shrinks_noise_toward_zero():
+    """James-Stein on the released mean: across draws, its squared error is below the unshrunk mean's (d·τ²,
+    the closed form) where the noise is as large as the mean, and far below it where the rows are centered
+    already; a mean far above the noise is kept."""
+    d, n, sigma = 50, 100, 20.0
+    tau = sigma / n
+    rng = np.random.default_rng(0)
+    for scale, most in ((0.0, 0.1), (1.0, 0.6)):
+        m = rng.normal(size=d) * tau * scale  # ‖m‖² ≈ scale²·d·τ²
+        err = [np.sum((np.asarray(P.private_mean((m * n).astype(np.float32), n, make_key(s).key, sigma))
+                       - m) ** 2) for s in range(200)]
+        assert np.mean(err) < most * d * tau**2
+    big = np.full(d, 100 * tau, np.float32)
+    kept = np.asarray(P.private_mean(big * n, n, make_key(1).key, sigma))
+    assert np.linalg.norm(kept - big) < 1.3 * np.sqrt(d) * tau
 
 
 def test_private_mean_fresh_noise_per_key():
