@@ -70,7 +70,7 @@ def shrink(v, noise_std, target=None):
     dof = max(d - (3 if target is None else 2), 0)
     center = jnp.mean(v) if target is None else target
     r = v - center
-    factor = jnp.maximum(0.0, 1.0 - dof * noise_std**2 / jnp.maximum(jnp.sum(r * r), 1e-300))
+    factor = jnp.maximum(0.0, 1.0 - dof * noise_std**2 / jnp.maximum(jnp.sum(r * r), jnp.finfo(r.dtype).tiny))
     return center + factor * r
 
 
@@ -93,7 +93,7 @@ def private_mean(total, n: int, key: jax.Array, sigma: float, norm: float = 1.0,
     """
     if noisy is None:
         noisy = total + noise.gaussian(key, total.shape, sigma * norm)
-    return jnp.asarray(shrink(jnp.asarray(noisy, jnp.float64) / n, sigma * norm / n, 0.0), jnp.float32)
+    return jnp.asarray(shrink(jnp.asarray(noisy) / n, sigma * norm / n, 0.0), jnp.float32)  # float64 under x64
 
 
 class Preprocessing(NamedTuple):
