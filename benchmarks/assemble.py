@@ -23,7 +23,7 @@ Goals at a glance (met / not met; the rows give the numbers and the reasons):
   0.58–1.15× the float32 code they replaced; issue 19 on the H100 reading from disk (cold): adam1 1.14× the
   `blocks()` read, with centering 1.57×, a DP-SGD step 0.79×, `blocks()` 0.98 of raw; DP-SGD step from the page
   cache 2.20× (36 864-d); store `blocks()` ≥ 0.8 of raw cold on the CPU (0.81); `vip_toy` digits probe with the
-  defaults at ε=8 ≥ 90% (91.9%, 5 seeds; 91.0% in the quickstart, 3 draws).
+  defaults at ε=8 ≥ 90% (91.9%, 5 seeds; 91.3% in the quickstart, 3 draws).
 - not met: analytic clipping ≥ 100× vmap(grad) (80×); featurize with the 3072-d `blocks` head (1.18×); featurize
   end to end on the H100 (2066 img/s with JPEG decoding on 16 CPUs; 2.5× the forward); DP-MAE under bf16 autocast
   (1.71× / 1.37×); 20-setting DP-SGD grid ≤ 3× one fit (17.6×, compute-bound on a CPU); `blocks()` ≥ 0.8 of raw
