@@ -129,7 +129,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         radial coordinate last).
     intercept_ : ndarray (k,)
     mean_ : ndarray (d,) or (d + 1,) or None
-        Released noisy mean of the normalized rows (public output of the centering mechanism).
+        Released noisy mean of the normalized rows (public output of the centering mechanism, shrunk toward 0 by
+        James–Stein: :func:`privlin.preprocess.private_mean`).
     radius_ : float or None
         log₂ of the released typical row norm R (:mod:`privlin.radius`), where the plan buys it.
     scaling_ : privlin.scaling.Scaling or None
