@@ -94,6 +94,14 @@ DATASETS = {
 TABULAR = ("iris", "mix-a", "mix-b", "mix-c", "mix-d", "mix-e")
 
 
+def load_dataset(name, stores):
+    """(title, Xtr, ytr, Xte, yte, k) of a :data:`DATASETS` entry; labels int64; ``stores``: the digits stores' folder."""
+    title, load = DATASETS[name]
+    Xtr, ytr, Xte, yte = load() if load else digits_features(name, stores)
+    ytr, yte = np.asarray(ytr).astype(np.int64), np.asarray(yte).astype(np.int64)
+    return title, Xtr, ytr, Xte, yte, int(max(ytr.max(), yte.max()) + 1)
+
+
 def standardized(Xtr, Xte):
     from sklearn.preprocessing import StandardScaler
 
@@ -163,10 +171,7 @@ def main(argv=None):
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     lines, wins, rows_total, gaps = [], 0, 0, {}
     for name in args.only.split(","):
-        title, load = DATASETS[name]
-        Xtr, ytr, Xte, yte = load() if load else digits_features(name, args.stores)
-        ytr, yte = np.asarray(ytr).astype(np.int64), np.asarray(yte).astype(np.int64)
-        k = int(max(ytr.max(), yte.max()) + 1)
+        title, Xtr, ytr, Xte, yte, k = load_dataset(name, args.stores)
         ref = math.nan if args.privlin_only else nonprivate(Xtr, ytr, Xte, yte)
         for eps in args.eps:
             t = time.time()
@@ -205,10 +210,7 @@ def free_standardization(args):
     normalization, centering and scaling from ε, the second is handed the standardization for free."""
     lines = []
     for name in args.only.split(","):
-        title, load = DATASETS[name]
-        Xtr, ytr, Xte, yte = load() if load else digits_features(name, args.stores)
-        ytr, yte = np.asarray(ytr).astype(np.int64), np.asarray(yte).astype(np.int64)
-        k = int(max(ytr.max(), yte.max()) + 1)
+        title, Xtr, ytr, Xte, yte, k = load_dataset(name, args.stores)
         S, T = opacus_rows(Xtr, Xte)
         U = Xtr.astype(np.float64) / np.linalg.norm(Xtr.astype(np.float64), axis=1, keepdims=True)
         m = U.mean(0)

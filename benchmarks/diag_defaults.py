@@ -54,11 +54,8 @@ def main(argv=None):
           "scale=False | privlin ∞ T=1000 | LR on privlin's rows | LR on privlin's rows, scale=False |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.only.split(","):
-        title, load = bd.DATASETS[name]
-        Xtr, ytr, Xte, yte = load() if load else bd.digits_features(name, "/tmp/privlin-bench-digits")
-        ytr, yte = np.asarray(ytr).astype(np.int64), np.asarray(yte).astype(np.int64)
+        title, Xtr, ytr, Xte, yte, k = bd.load_dataset(name, "/tmp/privlin-bench-digits")
         Xtr, Xte = np.asarray(Xtr, np.float64), np.asarray(Xte, np.float64)
-        k = int(max(ytr.max(), yte.max()) + 1)
         S, T = bd.standardized(Xtr, Xte)
         cells = [_lr(S, T, ytr, yte, 1.0), _lr(_unit(S), _unit(T), ytr, yte, 1e4)]
         U, Ut = _unit(Xtr), _unit(Xte)
