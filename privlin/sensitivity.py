@@ -193,8 +193,7 @@ def directions(X, fit_intercept: bool = False, *, norm: float | None = None) -> 
     A, ns, e = _unit_rows(X, safe)
     if safe:
         return A, ns
-    h = e // 2
-    return A, ns * _pow2(h) * _pow2(e - h)  # the norm: inf past float32's range
+    return A, _times_pow2(ns, e)  # the norm: inf past float32's range
 
 
 def directions_and_log2_norms(X) -> tuple[jax.Array, jax.Array]:
@@ -223,6 +222,13 @@ def _pow2(e) -> jax.Array:
     return jax.lax.bitcast_convert_type((jnp.asarray(e, jnp.int32) + 127) << 23, jnp.float32)
 
 
+def _times_pow2(x, e) -> jax.Array:
+    """x·2^e for int32 e in [−252, 254], as two normal powers of two (:func:`_pow2`): exact wherever the result
+    is a normal float32 (both factors move x the same way, so the intermediate is between x and the result)."""
+    h = e // 2
+    return x * _pow2(h) * _pow2(e - h)
+
+
 def scaled_rows(X) -> tuple[jax.Array, jax.Array]:
     """``(X_i·2^−e_i, e_i)`` per row, exact: e_i = ⌈log₂ max|x_i|⌉ (int32; 0 for a zero row), so a scaled row's
     largest entry is about 1 and its sum of squares can neither overflow nor underflow.  The factor is applied as
@@ -230,5 +236,4 @@ def scaled_rows(X) -> tuple[jax.Array, jax.Array]:
     X = jnp.asarray(X, jnp.float32)
     m = jnp.max(jnp.abs(X), axis=1, keepdims=True)
     e = jnp.where(m > 0, jnp.ceil(jnp.log2(jnp.where(m > 0, m, 1.0))), 0.0).astype(jnp.int32)
-    h = e // 2
-    return X * _pow2(-h) * _pow2(h - e), e[:, 0]
+    return _times_pow2(X, -e), e[:, 0]
