@@ -21,17 +21,17 @@ Goals at a glance (met / not met; the rows give the numbers and the reasons):
   1.04× memory of a non-private batch (vip_toy, CPU; 1.21× / 1.15× ViT-B slice; **1.25× / 1.18× full ViT-B on the
   H100 in fp32**, 2.1× opacus' ghost clipping); secure_mode fit 1.72× the plain-noise fit; exact sums cost
   0.58–1.15× the float32 code they replaced; issue 19 on the H100 reading from disk (cold): adam1 1.14× the
-  `blocks()` read, with centering 1.57×, a DP-SGD step 0.79×, `blocks()` 0.98 of raw; DP-SGD step from the page
-  cache 2.20× (36 864-d); store `blocks()` ≥ 0.8 of raw cold on the CPU (0.81); `vip_toy` digits probe with the
+  `blocks()` read, with centering 1.57×, a DP-SGD step 0.79×, `blocks()` 0.98 of raw; from the page cache, 327,680
+  × 36 864 (24 GB), page-locked blocks: adam1 1.56×, with centering 2.69×, DP-SGD step 1.28×; store `blocks()` ≥ 0.8 of raw cold on the CPU (0.81); `vip_toy` digits probe with the
   defaults at ε=8 ≥ 90% (91.9%, 5 seeds; 91.3% in the quickstart, 3 draws).
 - not met: analytic clipping ≥ 100× vmap(grad) (80×); featurize with the 3072-d `blocks` head (1.18×); featurize
   end to end on the H100 (2066 img/s with JPEG decoding on 16 CPUs; 2.5× the forward); DP-MAE under bf16 autocast
   (1.71× / 1.37×); 20-setting DP-SGD grid ≤ 3× one fit (17.6×, compute-bound on a CPU); `blocks()` ≥ 0.8 of raw
-  warm (0.67 CPU, 0.52 H100); issue 19 from the page cache on the H100: adam1 2.51× (goal 2×), with centering 4.22×
-  (3.5×); issue 19 on the 2-core CPU: adam1 13.5×, centering 23.6×, DP-SGD step 29.8× (float16 conversion and
+  warm (0.67 CPU, 0.50–0.71 H100); issue 19 from the page cache on the H100 on a 0.3 GB store (a fit's fixed cost
+  against a 24 ms read): adam1 3.83×, centering 6.66×, DP-SGD step 2.66×; issue 19 on the 2-core CPU: adam1 13.5×, centering 23.6×, DP-SGD step 29.8× (float16 conversion and
   float64 arithmetic, see the section); the 1.28M × 36 864 store fit (94 GB: larger than the lent machine's disk;
-  262,144 rows fit in 4.2 s); issue 15's defaults ≥ tuned Opacus on every row and within 1 point of non-private at
-  ε=8 on every tabular set (≥ Opacus on 28/40 rows, level on 2 more; ε=8 gaps: iris 2.7 points, every mixture
+  327,680 rows fit in 3.3 s); issue 15's defaults ≥ tuned Opacus on every row and within 1 point of non-private at
+  ε=8 on every tabular set (≥ Opacus on 31/40 rows: 28 above, 3 level; ε=8 gaps: iris 2.0 points, every mixture
   ≤ 0.5 after the curvature release and the radial coordinate; causes measured in "Why the defaults fall
   short").
 - The privlin speed and sweep rows were measured before the exact sums; the "exact-sums" section gives now/before

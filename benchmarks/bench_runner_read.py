@@ -15,6 +15,10 @@ included), DP-SGD ``T=2`` streamed (reported per step: one streamed pass each). 
 ``--repeats`` alternated runs after one warm-up (JIT compilation excluded); ``--cold`` drops every store file from
 the page cache (``posix_fadvise(DONTNEED)``) before each run, so the store is read from the disk.
 
+On a CUDA device the runner reads blocks into page-locked host memory (``privlin.runner.PAGE_LOCKED``); there the
+``blocks() → device`` and ``adam1 streamed`` rows are also run with ordinary (pageable) buffers, in the same
+alternation, and the two routes' seeded fits must give bit-identical weights (the DMA must not race the reader).
+
 ``--reuse PATH`` keeps the store at PATH between runs (made if absent).  Stores larger than a few GB are made from
 one random block of rows rotated per shard (the values do not change the work).  JAX picks its default device
 (``JAX_PLATFORMS=cpu`` to force the CPU); the device is named in the output.
@@ -35,7 +39,10 @@ import warnings
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import numpy as np  # noqa: E402
+
 import stores  # noqa: E402
+from privlin import runner  # noqa: E402
 from _results import write_section  # noqa: E402
 from bench_privlin_speed import build_store  # noqa: E402
 from bench_store_read import RawInto, drop_cache, timed  # noqa: E402
@@ -89,17 +96,41 @@ def main(argv=None):
 
         def blocks_to_device():  # the read plus the host-to-device copy a fit cannot avoid (the runner's), no compute
             import jax
-            from privlin.runner import _put_rows
+            locked = runner._page_locked()
             last = None
-            for X, _ in split.blocks(rows=args.block_rows):
-                last = _put_rows(X)
+            for X, _ in split.blocks(rows=args.block_rows, page_locked=locked):
+                last = runner._put_rows(X)
+                if locked:
+                    jax.block_until_ready(last)
             jax.block_until_ready(last)
 
+        def fit(kw):
+            return privlin.fit(path, epsilon=1.0, delta=1e-5, classes=range(args.k), random_state=0,
+                               block_rows=args.block_rows, **kw)
+
+        def pageable(fn):  # the same run through ordinary host buffers
+            def run():
+                runner.PAGE_LOCKED = False
+                try:
+                    return fn()
+                finally:
+                    runner.PAGE_LOCKED = True
+            return run
+
         runs = {"raw file read": lambda: raw(), "blocks()": read_blocks, "blocks() → device": blocks_to_device}
+        both = runner._page_locked()
+        if both:
+            runs["blocks() → device, pageable"] = pageable(blocks_to_device)
         for name in args.fits:
             kw, _ = FITS[name]
-            runs[name] = (lambda kw=kw: privlin.fit(path, epsilon=1.0, delta=1e-5, classes=range(args.k),
-                                                    random_state=0, block_rows=args.block_rows, **kw))
+            runs[name] = lambda kw=kw: fit(kw)
+            if both and name == "adam1 streamed":
+                runs[name + ", pageable"] = pageable(lambda kw=kw: fit(kw))
+                a, b = fit(kw), pageable(lambda kw=kw: fit(kw))()
+                same = np.array_equal(a.coef_, b.coef_) and np.array_equal(a.intercept_, b.intercept_)
+                print(f"page-locked and pageable seeded fits bit-identical: {same}", flush=True)
+                if not same:
+                    raise SystemExit("page-locked route changed the fit")
         wall, _ = timed(runs, args.repeats, before_each=(lambda: drop_cache(path)) if args.cold else None)
     finally:
         if tmp:
@@ -117,11 +148,12 @@ def main(argv=None):
              "|---|---:|---:|---:|---:|---|"]
     raw_s, blocks_s = wall["raw file read"], wall["blocks()"]
     for name, s in wall.items():
-        passes = FITS[name][1] if name in FITS else 1
+        passes = FITS[name.removesuffix(", pageable")][1] if name.removesuffix(", pageable") in FITS else 1
         per = " per step" if name.startswith("sgd") else ""
+        goal = GOALS.get(name, "")
         div = 2 if name.startswith("sgd") else 1  # T=2: two streamed passes, reported per step
         lines.append(f"| {name} | {s:.3f} | {gb * passes / s:.2f} | {s / div / raw_s:.2f}×{per} | "
-                     f"{s / div / blocks_s:.2f}×{per} | {GOALS.get(name, '')} |")
+                     f"{s / div / blocks_s:.2f}×{per} | {goal} |")
     lines.append("")
     lines.append(f"`blocks()` reads at **{raw_s / blocks_s:.2f}** of the raw file bandwidth.")
     text = "\n".join(lines)

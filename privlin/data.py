@@ -52,8 +52,9 @@ class Source:
     #: Every value is finite by construction (a store's writer refuses NaN/inf): no per-block check needed.
     finite = False
 
-    def blocks(self, rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """``(X (b, dim), y (b,))`` of this process's rows in row order, X as stored."""
+    def blocks(self, rows: int, page_locked: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(X (b, dim), y (b,))`` of this process's rows in row order, X as stored (in page-locked host memory
+        where asked and the source reads into buffers of its own)."""
         raise NotImplementedError
 
     def block_count(self, rows: int) -> int:
@@ -104,7 +105,7 @@ class ArraySource(Source):
     def labels(self) -> np.ndarray:
         return self.y
 
-    def blocks(self, rows: int):
+    def blocks(self, rows: int, page_locked: bool = False):  # views of X: nothing to read into
         for start in range(0, self.n, rows):
             yield self.X[start:start + rows], self.y[start:start + rows]
 
@@ -141,8 +142,8 @@ class SplitSource(Source):
     def labels(self) -> np.ndarray:
         return np.asarray(self.split.labels[:])[self.split.valid_mask()]
 
-    def blocks(self, rows: int):
-        yield from self.split.blocks(rows=rows, shards=self.shards)
+    def blocks(self, rows: int, page_locked: bool = False):
+        yield from self.split.blocks(rows=rows, shards=self.shards, page_locked=page_locked)
 
     def block_size(self, rows: int) -> int:
         """Blocks are whole shards."""

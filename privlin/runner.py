@@ -41,6 +41,9 @@ TAIL_ROWS = 8192
 #: Most bytes of stored rows in one streamed block: ``block_rows`` rows of a 36 864-d float16 store would be
 #: 4.8 GB, times the float32 copy on the device; blocks are cut to this size (whole CHUNK_ROWS multiples).
 BLOCK_BYTES = 256 << 20
+#: Stream a store's blocks through page-locked host buffers when the device is a GPU (see :func:`_page_locked`);
+#: benchmarks switch it off to measure the ordinary route in the same run.
+PAGE_LOCKED = True
 
 
 class Released(NamedTuple):
@@ -231,7 +234,7 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
     for i, released in zip(rest, _stream(rows, [plans[i] for i in rest], [keys[i] for i in rest])):
         out[i] = released
     for r in out:  # exact sums of finite, clipped rows and finite noise: anything else is a bug, never released
-        if not (np.all(np.isfinite(np.asarray(r.W))) and np.all(np.isfinite(np.asarray(r.b)))):
+        if not bool(jnp.isfinite(r.W).all() & jnp.isfinite(r.b).all()):  # on the device: no copy of W to the host
             raise RuntimeError("privlin produced non-finite weights (an internal error): nothing is released")
     return out
 
@@ -306,9 +309,9 @@ class _Rows:
         self.block_rows = stream_block_rows(int(block_rows), source.dim * source.itemsize)
         self.k = len(classes)
 
-    def host_blocks(self):
+    def host_blocks(self, page_locked: bool = False):
         """``(X, idx int32, mask float32)``: null rows (unknown label, non-finite value) zeroed and masked out."""
-        for X, y in self.source.blocks(self.block_rows):
+        for X, y in self.source.blocks(self.block_rows, page_locked=page_locked):
             idx, known = label_index(self.classes, y)
             if X.dtype not in (np.float16, np.float32):
                 X = np.asarray(X, np.float32)
@@ -345,12 +348,13 @@ class _Rows:
         global padded stream.
         """
         multi = jax.process_count() > 1
+        locked = _page_locked()
         count = self.source.block_count(self.block_rows) if multi else None
         size = _padded_len(self.source.block_size(self.block_rows)) if multi else None
 
         def padded():  # (padded host block, its row count)
             nonlocal size
-            for X, idx, mask in self._host_blocks_padded_to(count):
+            for X, idx, mask in self._host_blocks_padded_to(count, locked):
                 m = X.shape[0]
                 if not multi:
                     size = size or _padded_len(m)
@@ -361,18 +365,37 @@ class _Rows:
         for host, m in tqdm(_read_ahead(padded()), desc=desc, disable=not self.verbose or desc is None,
                             leave=False):
             block, to = _put_rows(*host), host[0].shape[0]
+            if locked:  # the copy is an asynchronous DMA from the buffer the reader will reuse: let it finish
+                jax.block_until_ready(block)
             yield (*block, position) if with_counts else block
             position += to * jax.process_count() if multi else m
 
-    def _host_blocks_padded_to(self, count):
+    def _host_blocks_padded_to(self, count, page_locked: bool):
         """Host blocks, then empty ones up to ``count`` (None: as many as there are)."""
         produced = 0
-        for block in self.host_blocks():
+        for block in self.host_blocks(page_locked):
             produced += 1
             yield block
         while count is not None and produced < count:
             produced += 1
             yield (np.zeros((0, self.source.dim), np.float32), np.zeros(0, np.int32), np.zeros(0, np.float32))
+
+
+def _page_locked() -> bool:
+    """Whether streamed blocks are read into page-locked host memory: where the default device is a CUDA GPU, which
+    copies it by DMA at ~6x the rate of ordinary memory (an H100: 47 vs 8 GB/s, ``benchmarks/diag_h2d.py``).  Off
+    where :data:`PAGE_LOCKED` is False or torch sees no CUDA device (then blocks stay in ordinary memory)."""
+    return PAGE_LOCKED and jax.default_backend() == "gpu" and _torch_cuda()
+
+
+@functools.cache
+def _torch_cuda() -> bool:
+    """torch (whose pinned allocator :func:`stores.buffers.page_locked` uses) sees a CUDA device."""
+    try:
+        import torch
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
 
 
 def stream_block_rows(block_rows: int, row_bytes: int) -> int:

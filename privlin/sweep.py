@@ -31,7 +31,7 @@ import numpy as np
 from dp_accounting import dp_event as _ev
 
 from . import accounting, data, noise, runner
-from .estimator import DPLinearClassifier, plans_for, report_for
+from .estimator import DPLinearClassifier, coef_of, plans_for, report_for
 from .plan import DEFAULT_EPSILON
 from .report import PrivacyLeakWarning
 
@@ -123,7 +123,7 @@ class SweepResult:
         rec = self.records[i]
         est = DPLinearClassifier(**{**rec["params"], "classes": self.classes})
         est.classes_, est.plan_ = self.classes, rec["plan"]
-        est.coef_ = np.asarray(self.coef[i], np.float64).T.copy()
+        est.coef_ = coef_of(self.coef[i])
         est.intercept_ = np.asarray(self.intercept[i], np.float64).copy()
         est.mean_ = None if self.means[i] is None else np.asarray(self.means[i], np.float64)
         est.scaling_ = self.scalings[i]

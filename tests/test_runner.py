@@ -217,6 +217,42 @@ def test_read_ahead_streams_in_order_and_stops_with_its_consumer():
     assert stream_block_rows(65536, 10**9) == 4096 and stream_block_rows(100, 10**9) == 100
 
 
+def test_page_locked_route_reads_into_its_buffers_and_changes_no_bit(store, rows, monkeypatch):
+    """On a GPU streamed blocks are read into page-locked buffers (a DMA copies them while the reader fills the next
+    one): here the route is forced on the CPU with an allocator that records what it hands out, and the seeded fit
+    must be the pageable one bit for bit, every block read through those buffers."""
+    import stores
+    from stores import buffers
+    from privlin import runner
+
+    p = params("sgd", True, epsilon=2.0, random_state=3, block_rows=128)
+    plain = privlin.fit(store, memory_limit=0, **p)
+    handed = []
+
+    def recording(nbytes):
+        handed.append(nbytes)
+        return buffers.pageable(nbytes)
+    monkeypatch.setattr(buffers, "page_locked", recording)
+    monkeypatch.setattr(runner, "_page_locked", lambda: True)
+    locked = privlin.fit(stores.open(str(store.url)), memory_limit=0, **p)  # a new Split: recorded allocator
+    np.testing.assert_array_equal(locked.coef_, plain.coef_)
+    np.testing.assert_array_equal(locked.intercept_, plain.intercept_)
+    np.testing.assert_array_equal(locked.mean_, plain.mean_)
+    assert 0 < len(handed) <= buffers.Recycler.KEEP  # reused across blocks and passes, never more than KEEP
+
+
+def test_page_locked_buffers_need_cuda_and_stay_off_without_a_gpu():
+    from stores import buffers
+    from privlin import runner
+
+    if jax.default_backend() != "gpu":
+        assert not runner._page_locked()
+    import torch
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="need a CUDA device"):
+            buffers.page_locked(16)
+
+
 def test_plan_mismatch_and_key_count_are_refused(rows):
     from privlin import data, runner
     from privlin.plan import make_plan
