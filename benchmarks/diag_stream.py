@@ -1,17 +1,20 @@
 """Where a streamed fit's time goes on a large store (issue 19): read, host-to-device copy plus compute, fixed cost.
 
-    python benchmarks/diag_stream.py [--n 98304] [--d 36864] [--k 1000] [--repeats 3]
+    python benchmarks/diag_stream.py [--n 98304] [--d 36864] [--k 1000] [--repeats 3] [--profile]
 
 Rows, each the median of ``--repeats`` alternated runs after a warm-up, warm page cache: ``blocks()`` as the runner
 reads it (page-locked where the device is a GPU) with the reader's thread count and with one thread per CPU;
 ``adam1`` streamed as shipped; the same fit fed from blocks already in memory (copy + compute, no read); the same
 fit with one reading thread per CPU; and the fit on one block of the store (the fixed cost: plan, accounting,
-compile-cache lookups, ledger).
+compile-cache lookups, ledger, the copy of the weights to the host).  ``--profile`` then profiles the one-block
+fit once (cProfile, top functions by cumulative and own time; a host wait on the device shows as ``numpy.asarray``).
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
+import pstats
 import shutil
 import sys
 import tempfile
@@ -35,6 +38,7 @@ def main():
     p.add_argument("--d", type=int, default=36864)
     p.add_argument("--k", type=int, default=1000)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--profile", action="store_true", help="then profile the one-block fit")
     a = p.parse_args()
     warnings.simplefilter("ignore")
     import privlin
@@ -86,6 +90,12 @@ def main():
                 f"adam1 streamed, {os.cpu_count()} threads": with_pool(wide_pool, lambda: privlin.fit(path, **kw)),
                 "adam1 on one block (fixed cost)": lambda: privlin.fit(small, **kw)}
         wall, cpu = timed(runs, a.repeats)
+        if a.profile:
+            prof = cProfile.Profile()
+            prof.runcall(privlin.fit, small, **kw)
+            st = pstats.Stats(prof)
+            st.sort_stats("cumulative").print_stats(30)
+            st.sort_stats("tottime").print_stats(15)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{a.n:,} x {a.d} float16, k={a.k}, block {rows} rows, page-locked {locked}, {device_name()}, "

@@ -308,7 +308,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
 def coef_of(W) -> np.ndarray:
     """scikit-learn's ``coef_`` (k, d') float64 from weights W (d', k), transposed where W lives: on a GPU the
     transpose is a cheap device copy, where a transposing copy on the host took 0.21 s of a 0.55 s one-block fit
-    (d=36 864, k=1000, H100 box; ``benchmarks/diag_fixed_cost.py``)."""
+    (d=36 864, k=1000, H100 box; ``benchmarks/diag_stream.py --profile``)."""
     return np.array(W.T, dtype=np.float64, order="C")
 
 
