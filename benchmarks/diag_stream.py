@@ -39,6 +39,9 @@ def main():
     p.add_argument("--k", type=int, default=1000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--profile", action="store_true", help="then profile the one-block fit")
+    p.add_argument("--read-variants", action="store_true",
+                   help="also blocks() without the read-ahead hint, with 4 and 12 threads, and with checksums skipped "
+                        "(a bound, never shipped)")
     a = p.parse_args()
     warnings.simplefilter("ignore")
     import privlin
@@ -89,6 +92,29 @@ def main():
                 "adam1 streamed": lambda: privlin.fit(path, **kw), "adam1 from blocks in memory": from_memory,
                 f"adam1 streamed, {os.cpu_count()} threads": with_pool(wide_pool, lambda: privlin.fit(path, **kw)),
                 "adam1 on one block (fixed cost)": lambda: privlin.fit(small, **kw)}
+        if a.read_variants:
+            from stores import chunks
+            file_cls = chunks._LocalFile
+
+            def patched(fn, obj, name, value):
+                def run():
+                    old = getattr(obj, name)
+                    setattr(obj, name, value)
+                    try:
+                        return fn()
+                    finally:
+                        setattr(obj, name, old)
+                return run
+            runs["blocks(), no WILLNEED hint"] = patched(read, file_cls, "will_read", lambda self, o, n: None)
+            runs["blocks(), 4 threads"] = with_pool(ThreadPoolExecutor(4), read)
+            runs["blocks(), 12 threads"] = with_pool(ThreadPoolExecutor(12), read)
+            deeper = lambda blocks, depth=1: ahead(blocks, depth=3)  # noqa: E731
+            ahead = runner._read_ahead
+            fit = lambda: privlin.fit(path, **kw)  # noqa: E731
+            runs["adam1 streamed, read-ahead 3 blocks"] = patched(patched(fit, buffers.Recycler, "KEEP", 6),
+                                                                  runner, "_read_ahead", deeper)
+            runs["blocks(), checksums skipped (bound)"] = patched(read, chunks.ShardFiles, "_check",
+                                                                  lambda self, *args: None)
         wall, cpu = timed(runs, a.repeats)
         if a.profile:
             prof = cProfile.Profile()
