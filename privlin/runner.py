@@ -384,18 +384,11 @@ class _Rows:
 def _page_locked() -> bool:
     """Whether streamed blocks are read into page-locked host memory: where the default device is a CUDA GPU, which
     copies it by DMA at ~6x the rate of ordinary memory (an H100: 47 vs 8 GB/s, ``benchmarks/diag_h2d.py``).  Off
-    where :data:`PAGE_LOCKED` is False or torch sees no CUDA device (then blocks stay in ordinary memory)."""
-    return PAGE_LOCKED and jax.default_backend() == "gpu" and _torch_cuda()
-
-
-@functools.cache
-def _torch_cuda() -> bool:
-    """torch (whose pinned allocator :func:`stores.buffers.page_locked` uses) sees a CUDA device."""
-    try:
-        import torch
-        return bool(torch.cuda.is_available())
-    except ImportError:
+    where :data:`PAGE_LOCKED` is False or the reader cannot allocate it (then blocks stay in ordinary memory)."""
+    if not PAGE_LOCKED or jax.default_backend() != "gpu":
         return False
+    from stores import buffers  # privlin imports stores (and zarr) only where a store is read
+    return buffers.can_page_lock()
 
 
 def stream_block_rows(block_rows: int, row_bytes: int) -> int:

@@ -5,6 +5,7 @@ into memory already mapped; so a split reuses its block buffers, but only once n
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -44,10 +45,20 @@ def page_locked(nbytes: int) -> np.ndarray:
     """Page-locked (pinned) host memory, for blocks bound for a CUDA device: the GPU copies it by DMA (47 GB/s on an
     H100 against 8 GB/s from pageable memory, which the driver stages through its own pinned buffer;
     ``benchmarks/diag_h2d.py``).  From torch's pinned allocator; the array keeps its tensor alive."""
-    import torch
-    if not torch.cuda.is_available():
+    if not can_page_lock():
         raise RuntimeError("page-locked buffers need a CUDA device (torch.cuda.is_available() is False)")
+    import torch
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True).numpy()
+
+
+@functools.cache
+def can_page_lock() -> bool:
+    """Whether :func:`page_locked` can allocate: torch, whose pinned allocator it uses, sees a CUDA device."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
 
 
 def _idle_refcount() -> int:

@@ -248,6 +248,7 @@ def test_page_locked_buffers_need_cuda_and_stay_off_without_a_gpu():
     if jax.default_backend() != "gpu":
         assert not runner._page_locked()
     import torch
+    assert buffers.can_page_lock() == torch.cuda.is_available()
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="need a CUDA device"):
             buffers.page_locked(16)
