@@ -57,6 +57,18 @@ GOALS = {"adam1 streamed": "≤ 2×", "adam1 + centering, streamed": "≤ 3.5×"
          "blocks()": "≥ 0.8 of raw bandwidth"}
 
 
+def patched(fn, obj, name, value):
+    """``fn`` run with ``obj.name`` set to ``value`` (restored after): a variant of a run, in the same process."""
+    def run():
+        old = getattr(obj, name)
+        setattr(obj, name, value)
+        try:
+            return fn()
+        finally:
+            setattr(obj, name, old)
+    return run
+
+
 def device_name() -> str:
     import jax
     dev = jax.devices()[0]
@@ -109,13 +121,7 @@ def main(argv=None):
                                block_rows=args.block_rows, **kw)
 
         def pageable(fn):  # the same run through ordinary host buffers
-            def run():
-                runner.PAGE_LOCKED = False
-                try:
-                    return fn()
-                finally:
-                    runner.PAGE_LOCKED = True
-            return run
+            return patched(fn, runner, "PAGE_LOCKED", False)
 
         runs = {"raw file read": lambda: raw(), "blocks()": read_blocks, "blocks() → device": blocks_to_device}
         both = runner._page_locked()
@@ -148,12 +154,11 @@ def main(argv=None):
              "|---|---:|---:|---:|---:|---|"]
     raw_s, blocks_s = wall["raw file read"], wall["blocks()"]
     for name, s in wall.items():
-        passes = FITS[name.removesuffix(", pageable")][1] if name.removesuffix(", pageable") in FITS else 1
+        passes = FITS.get(name.removesuffix(", pageable"), (None, 1))[1]
         per = " per step" if name.startswith("sgd") else ""
-        goal = GOALS.get(name, "")
         div = 2 if name.startswith("sgd") else 1  # T=2: two streamed passes, reported per step
         lines.append(f"| {name} | {s:.3f} | {gb * passes / s:.2f} | {s / div / raw_s:.2f}×{per} | "
-                     f"{s / div / blocks_s:.2f}×{per} | {goal} |")
+                     f"{s / div / blocks_s:.2f}×{per} | {GOALS.get(name, '')} |")
     lines.append("")
     lines.append(f"`blocks()` reads at **{raw_s / blocks_s:.2f}** of the raw file bandwidth.")
     text = "\n".join(lines)

@@ -29,7 +29,7 @@ from stores import buffers  # noqa: E402
 from privlin import data, runner  # noqa: E402
 from bench_privlin_speed import build_store  # noqa: E402
 from bench_store_read import timed  # noqa: E402
-from bench_runner_read import device_name  # noqa: E402
+from bench_runner_read import device_name, patched  # noqa: E402
 
 
 def main():
@@ -58,14 +58,8 @@ def main():
                   memory_limit=0)
         default_pool, wide_pool = buffers.io_pool(), ThreadPoolExecutor(os.cpu_count())
 
-        def with_pool(pool, fn):
-            def run():
-                buffers._POOL = pool
-                try:
-                    return fn()
-                finally:
-                    buffers._POOL = default_pool
-            return run
+        def with_pool(pool, fn):  # the reader's threads replaced by ``pool``
+            return patched(fn, buffers, "_POOL", pool)
 
         def read():
             for X, _ in split.blocks(rows=rows, page_locked=locked):
@@ -96,15 +90,6 @@ def main():
             from stores import chunks
             file_cls = chunks._LocalFile
 
-            def patched(fn, obj, name, value):
-                def run():
-                    old = getattr(obj, name)
-                    setattr(obj, name, value)
-                    try:
-                        return fn()
-                    finally:
-                        setattr(obj, name, old)
-                return run
             runs["blocks(), no WILLNEED hint"] = patched(read, file_cls, "will_read", lambda self, o, n: None)
             runs["blocks(), 4 threads"] = with_pool(ThreadPoolExecutor(4), read)
             runs["blocks(), 12 threads"] = with_pool(ThreadPoolExecutor(12), read)
