@@ -111,7 +111,7 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
     if scale is not None:  # ---- the scaling stage (privlin.scaling), on the centered rows
         ratio_m, ratio_w = scale
         scl = _scaling_in_memory(X, mask, n, k_scale, mean, normalize, sigma_center * ratio_m,
-                                 None if ratio_w is None else sigma_center * ratio_w, log_scale)
+                                 None if ratio_w is None else sigma_center * ratio_w, log_scale, dim)
     curv, intercept_scale = None, 1.0
     Xp = None if method == "adam1" else _prep(X, clip, normalize, mean, scl, log_scale)  # adam1: chunk by chunk
     if curved is not None:  # ---- the curvature release lifts W's rate (sgd optimizer only: never adam1)
@@ -633,10 +633,10 @@ def secure_releases(p: Plan) -> dict:
     return {name: out[name] for name in p.noise_multipliers()}
 
 
-def _scaling_in_memory(X, mask, n, key, mean, normalize, sigma_m, sigma_w, log_scale=None):
-    """The stage's releases on in-memory rows (traced inside :func:`train_rows`; 4096-row chunks)."""
+def _scaling_in_memory(X, mask, n, key, mean, normalize, sigma_m, sigma_w, log_scale, dim):
+    """The stage's releases on in-memory rows (traced inside :func:`train_rows`; 4096-row chunks); ``dim``: the
+    model's inputs, as :func:`train_rows` derived them."""
     k_moments, k_rotate = noise.split(key)
-    dim = X.shape[1] + (log_scale is not None)
     sums = sensitivity.chunked(lambda t, x, m: _moments_add(t, x, m, mean, log_scale, n, normalize),
                                jnp.zeros((2, dim), jnp.float64), X, mask)
     shift, scale = scaling.release_moments(sums, n, k_moments, sigma_m)

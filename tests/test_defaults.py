@@ -151,7 +151,7 @@ def test_without_noise_the_map_whitens():
     Z /= np.linalg.norm(Z, axis=1, keepdims=True)
     with sensitivity.x64():
         s = runner._scaling_in_memory(jnp.asarray(Z), jnp.ones(len(Z)), len(Z), jax.random.split(jax.random.key(0)), None, True,
-                                      0.0, 0.0)
+                                      0.0, 0.0, None, Z.shape[1])
     assert np.allclose(np.linalg.norm(np.asarray(scaling.apply(Z, s)), axis=1), 1.0, atol=1e-5)
     S = np.asarray(scaling.scaled_rows(Z, s.shift, s.scale), np.float64)
     W = S @ np.asarray(s.rotate, np.float64)
