@@ -166,17 +166,16 @@ class SplitSource(Source):
 
     def ledger(self, *, cap=None, ledger=None):
         """The ledger file beside the split: always charged (a ``ledger`` argument may only name that file)."""
-        from .ledger import PrivacyLedger, ledger_path
+        from .ledger import PrivacyLedger
 
         if self.url is None:
             if ledger is None:
                 raise ValueError("this split's store has no path or URL to keep a ledger beside; "
                                  "pass ledger=PrivacyLedger(path)")
             return ArraySource.ledger(self, cap=cap, ledger=ledger)
-        own = ledger_path(self.url, self.split.name)
-        led = PrivacyLedger(own, cap=cap, anchor=_StoreAnchor(self.url, self.split.name))
+        led = PrivacyLedger.for_split(self.url, self.split.name, anchored=True, cap=cap)
         if ledger is not None and ledger.path != led.path:
-            raise ValueError(f"a store split is charged on its own ledger ({own}); the ledger passed "
+            raise ValueError(f"a store split is charged on its own ledger ({led.path}); the ledger passed "
                              f"({ledger.where}) would bypass it")
         self._record_backbone_training(led)
         return led
@@ -196,23 +195,6 @@ class SplitSource(Source):
                    epsilon=float(record["epsilon"]), delta=float(record["delta"]), entry_id=entry_id,
                    params={"weights_sha256": record["weights_sha256"], "n": record["n"]},
                    neighbouring=record["neighbouring"])
-
-
-class _StoreAnchor:
-    """A split ledger's anchor: its length and head in the split's sealed metadata (``stores.anchor``)."""
-
-    def __init__(self, url: str, split: str):
-        self.url, self.split = url, split
-
-    def get(self):
-        from stores.anchor import ledger_anchor
-
-        return ledger_anchor(self.url, self.split)
-
-    def set(self, entries: int, head: str) -> None:
-        from stores.anchor import set_ledger_anchor
-
-        set_ledger_anchor(self.url, self.split, entries, head)
 
 
 def _process_count() -> int:

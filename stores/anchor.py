@@ -12,9 +12,18 @@ import zarr
 from . import location, seal
 from .writer import consolidate
 
-__all__ = ["ledger_anchor", "set_ledger_anchor"]
+__all__ = ["has_split", "ledger_anchor", "set_ledger_anchor"]
 
 KEY = "privacy_ledger"
+
+
+def has_split(url, split: str) -> bool:
+    """Whether the store at ``url`` has a split ``split`` to anchor a ledger in (False where there is no store)."""
+    try:
+        zarr.open_group(location.make_store(url, read_only=True), path=split, mode="r", use_consolidated=False)
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError, zarr.errors.NodeNotFoundError):
+        return False
+    return True
 
 
 def ledger_anchor(url, split: str) -> dict | None:

@@ -121,6 +121,23 @@ class _Document:
                 "entries": [e.to_dict() for e in self.entries], "previous": self.head, "head": head}
 
 
+class StoreAnchor:
+    """A split ledger's anchor: its length and head in the split's sealed metadata (``stores.anchor``)."""
+
+    def __init__(self, url: str, split: str):
+        self.url, self.split = url, split
+
+    def get(self):
+        from stores.anchor import ledger_anchor
+
+        return ledger_anchor(self.url, self.split)
+
+    def set(self, entries: int, head: str) -> None:
+        from stores.anchor import set_ledger_anchor
+
+        set_ledger_anchor(self.url, self.split, entries, head)
+
+
 class PrivacyLedger:
     """The privacy spent on one private split, composed by PLD, and its cap.
 
@@ -158,9 +175,18 @@ class PrivacyLedger:
         return cls(None, cap=cap, neighbouring=neighbouring)
 
     @classmethod
-    def for_split(cls, store_url: str | os.PathLike, split: str, **kwargs) -> "PrivacyLedger":
-        """The ledger beside split ``split`` of the store at ``store_url``."""
-        return cls(ledger_path(os.fspath(store_url), split), **kwargs)
+    def for_split(cls, store_url: str | os.PathLike, split: str, *, anchored: bool | None = None,
+                  **kwargs) -> "PrivacyLedger":
+        """The ledger beside split ``split`` of the store at ``store_url``, anchored in the split's sealed metadata
+        (every handle on a split's ledger must move its anchor, or the next one reads the ledger as damaged).
+        ``anchored``: None anchors it where the split exists (beside a path with no store: an unanchored file);
+        True requires the split."""
+        from stores.anchor import has_split
+
+        url = os.fspath(store_url)
+        if anchored is None:
+            anchored = has_split(url, split)
+        return cls(ledger_path(url, split), anchor=StoreAnchor(url, split) if anchored else None, **kwargs)
 
     @classmethod
     def load(cls, path, **kwargs) -> "PrivacyLedger":

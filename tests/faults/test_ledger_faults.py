@@ -139,3 +139,25 @@ def test_one_total_with_its_delta_everywhere(charged, capsys):
     assert out["epsilon"] == pytest.approx(eps) and out["delta"] == 1e-5
     m = privlin.fit(url, epsilon=0.1, method="adam1", random_state=0)
     assert m.privacy_.ledger_spent == led.spent()
+
+
+def test_charges_through_for_split_keep_the_store_anchor(charged, digits):
+    """README's route: array fits charged on ``PrivacyLedger.for_split(store, "train")``, then a store fit on the same
+    split.  Every charge must move the split's anchor, or the next store fit reads its own ledger as damaged."""
+    from privlin.ledger import PrivacyLedger
+
+    url, _ = charged
+    Xtr, _, ytr, _ = digits
+    for seed in range(3):
+        privlin.DPLinearClassifier(epsilon=1.0, method="adam1", classes=range(10), random_state=seed,
+                                   ledger=PrivacyLedger.for_split(url, "train")).fit(Xtr, ytr)
+    _fit(url)
+    assert len(as_source(url, "train").ledger()) == 2 + 3 + 1
+
+
+def test_for_split_beside_no_store_has_no_anchor(tmp_path):
+    from privlin.ledger import PrivacyLedger
+
+    led = PrivacyLedger.for_split(str(tmp_path / "none.zarr"), "train")
+    led.charge(privlin.accounting.dp_event(2.0), mechanism="fit", epsilon=1.0, delta=1e-5)
+    assert len(PrivacyLedger.for_split(str(tmp_path / "none.zarr"), "train")) == 1
