@@ -37,8 +37,9 @@ def build_parser():
     p.add_argument("--steps", type=cli.Interval(int, 1), nargs="+", default=[100], help="sgd steps")
     p.add_argument("--clip", type=POSITIVE, default=1.0)
     p.add_argument("--no-normalize", dest="normalize", action="store_false", help="do not scale rows to norm clip")
-    p.add_argument("--center-share", type=cli.Interval(float, 0, 1, closed="left"), default=0.0,
-                   help="share of the budget for private centering (0: no centering)")
+    p.add_argument("--center-share", type=cli.Interval(float, 0, 1, closed="left"), default=None,
+                   help="share of the budget μ² for private centering (default: privlin's plan, 5%%; 0: no "
+                        "centering, and so no scaling stage)")
     p.add_argument("--draws", type=cli.Interval(int, 1), default=1,
                    help="noise draws per setting (each is a fit, charged; >1 draws error bars)")
     p.add_argument("--split", default="train", help="private training split")
@@ -60,9 +61,15 @@ def settings(args) -> list[dict]:
             for lr in (args.lr or [None]):
                 for t in (args.steps if m == "sgd" else [None]):
                     todo.append(dict(method=m, epsilon=e, delta=args.delta, learning_rate=lr, steps=t,
-                                     clip=args.clip, normalize=args.normalize, center=args.center_share > 0,
-                                     **({"center_share": args.center_share} if args.center_share > 0 else {})))
+                                     clip=args.clip, normalize=args.normalize, **_centering(args)))
     return todo
+
+
+def _centering(args) -> dict:
+    """Only what the command line changes: with neither flag, the plan decides, as ``privlin.sweep`` does."""
+    if args.center_share is None:
+        return {}
+    return {"center": False} if args.center_share == 0 else {"center_share": args.center_share}
 
 
 def line_label(record: dict, args) -> str:

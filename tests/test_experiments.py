@@ -9,6 +9,7 @@ import pytest
 
 from experiments import eps_sweep, quickstart, reproduce_mehta, reproduce_randp
 from experiments.plotting import plot_privacy_curves
+import privlin
 from privlin.ledger import PrivacyLedger
 
 
@@ -109,6 +110,24 @@ def test_eps_sweep_cli_with_private_selection_writes_csv_and_png(tmp_path, capsy
     eps, delta = led.spent()
     assert f"ledger total ε={eps:.4g} at δ={delta:g} over 1 entries" in text
     assert "[val]: this run ε=0.5" in text
+
+
+def test_eps_sweep_cli_runs_the_library_defaults_unless_told(tmp_path):
+    """The command line is privlin.sweep's defaults (private centering, scaling where the plan buys it): one plan."""
+    from privlin.plan import make_plan
+
+    args = eps_sweep.build_parser().parse_args(["s.zarr", "--eps", "0.5", "8", "--method", "adam1", "sgd"])
+    for setting in eps_sweep.settings(args):
+        library = {k: setting[k] for k in ("method", "epsilon", "delta")}
+        ours, theirs = (make_plan(p, n=5000, dim=64, n_classes=10) for p in
+                        (privlin.DPLinearClassifier(**setting).get_params(),
+                         privlin.DPLinearClassifier(**library).get_params()))
+        assert ours == theirs and ours.centered
+    off = eps_sweep.settings(eps_sweep.build_parser().parse_args(["s.zarr", "--center-share", "0"]))
+    assert all(make_plan(privlin.DPLinearClassifier(**s).get_params(), n=5000, dim=64, n_classes=10).center_share
+               == 0 for s in off)
+    share = eps_sweep.settings(eps_sweep.build_parser().parse_args(["s.zarr", "--center-share", "0.1"]))
+    assert all(s["center_share"] == 0.1 for s in share)
 
 
 def test_eps_sweep_plot_connects_each_method_and_csv_is_in_percent(tmp_path, capsys, store, figures):
