@@ -13,7 +13,8 @@ What it does, and what is private:
 2. On each store, one :func:`privlin.sweep.sweep` trains every (method, ε) privately, sharing data passes.
    Settings are fixed in advance, not tuned on digits' accuracy: ``DPLinearClassifier``'s defaults for
    ``adam1`` and ``sgd`` (the plan's rules, :mod:`privlin.plan`: rows normalized to norm 1 = the clip norm,
-   privately centered with 5% of the budget, and for ``sgd`` privately standardized and whitened with 15%);
+   privately centered with 5% of the budget, and for ``sgd`` privately standardized with 15%, and whitened
+   where that release resolves);
    δ = 1e-5; zero-out neighbours (N public).
    Each point is the mean ± sd over ``--seeds`` noise draws from OS entropy.  Every fit is charged to the ledger
    beside the store.

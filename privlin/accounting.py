@@ -105,7 +105,7 @@ def compose_epsilon(events: Iterable[_ev.DpEvent], delta: float, *, neighbouring
     events = list(events)
     if any(_non_private(e) for e in events):
         return math.inf
-    sigmas = _flatten_gaussians(_ev.ComposedDpEvent(events))
+    sigmas = _gdp_sigmas(events)
     if sigmas is not None:
         sigmas = [s for s in sigmas if np.isfinite(s)]
         return gdp_epsilon(sigmas, _check_delta(delta), neighbouring) if sigmas else 0.0
@@ -119,6 +119,16 @@ def compose_epsilon(events: Iterable[_ev.DpEvent], delta: float, *, neighbouring
     if n == 0:
         return 0.0
     return max(0.0, float(acc.get_epsilon(_check_delta(delta))))
+
+
+def _gdp_sigmas(events: list) -> list[float] | None:
+    """σ of every Gaussian when all ``events`` are full-batch Gaussians (exact GDP composes them), else None."""
+    return _flatten_gaussians(_ev.ComposedDpEvent(events))
+
+
+def composition_name(events: Iterable[_ev.DpEvent]) -> str:
+    """How :func:`compose_epsilon` composes ``events``: ``"exact GDP"`` or ``"PLD"`` (for reports)."""
+    return "exact GDP" if _gdp_sigmas(list(events)) is not None else "PLD"
 
 
 def _check_delta(delta: float) -> float:

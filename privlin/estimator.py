@@ -2,7 +2,8 @@
 
 The thin public layer: settings stored by ``__init__``, validated once in ``fit``, then one path for every
 input — :func:`privlin.data.as_source` (arrays or a store split), :func:`privlin.plan.make_plan` (every
-default, every σ), :func:`privlin.runner.run` (normalize → private centering → training).  ``privlin.fit``
+default, every σ), :func:`privlin.runner.run` (normalize → the private releases the plan buys: row norm, centering, scaling,
+curvature → training).  ``privlin.fit``
 and ``privlin.evaluate`` are the same estimator on a store.
 """
 from __future__ import annotations
@@ -47,7 +48,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     Parameters
     ----------
     epsilon : float or None, default=1.0
-        Privacy budget ε > 0 of the whole fit (centering + training); ``inf`` is the labelled non-private
+        Privacy budget ε > 0 of the whole fit (every release: row norm, centering, scaling, curvature, training);
+        ``inf`` is the labelled non-private
         baseline.  None only with ``noise_multiplier`` (then the report gives the ε it achieves).
     delta : float, default=1e-5
         δ in (0, 1); choose δ ≪ 1/N.
@@ -102,7 +104,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         None: "gdp" (exact) for full-batch methods, "pld" for minibatch.
     neighbouring : {"replace_special", "replace_one"}, default="replace_special"
         dp-accounting's relation: zero-out (one example replaced by a null one; N public) or substitution.
-    random_state : int, numpy Generator, JAX key or None, default=None
+    random_state : int ≥ 0, numpy Generator or RandomState, JAX key or None, default=None
         None draws the noise seed from the OS CSPRNG; a seed makes the noise reproducible
         (and so known to whoever knows the seed; ``privacy_.seeded`` says so).
     block_rows : int, default=65536
@@ -169,7 +171,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "accountant": [StrOptions(set(accounting.ACCOUNTANTS)), None],
         "neighbouring": [StrOptions({"replace_special", "replace_one"})],
-        "random_state": ["random_state", jax.Array],
+        "random_state": ["random_state", Interval(Integral, 0, None, closed="left"), np.random.Generator, jax.Array],
         "block_rows": [Interval(Integral, 1, None, closed="left")],
         "memory_limit": [Interval(Integral, 0, None, closed="left")],
         "verbose": ["boolean"],

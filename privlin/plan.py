@@ -58,7 +58,8 @@ class Plan:
         The guarantee of the plan (ε = inf: the non-private baseline).  When the noise multiplier was given
         rather than calibrated, ε is the one it achieves.
     neighbouring : str
-        dp-accounting's relation name (``"replace_special"``, ``"replace_one"``, ``"add_or_remove_one"``).
+        dp-accounting's relation name (``"replace_special"`` or ``"replace_one"``; add/remove is refused: N is
+        published).
     accountant : {"gdp", "pld", "rdp", "none"}
     n, dim, n_classes : int
         Public facts the plan was made for.

@@ -50,6 +50,15 @@ def test_seeded_fits_repeat_and_unseeded_fits_differ(digits):
     assert not np.array_equal(a.coef_, c.coef_)
 
 
+@pytest.mark.parametrize("seed", [lambda: 2**40, lambda: np.random.default_rng(7), lambda: np.random.RandomState(7)],
+                         ids=["int above 2**32", "numpy Generator", "RandomState"])
+def test_every_documented_random_state_is_accepted_repeats_and_says_seeded(digits, seed):
+    Xtr, _, ytr, _ = digits
+    kw = dict(epsilon=1.0, classes=range(10), method="adam1")
+    a, b = (DPLinearClassifier(random_state=seed(), **kw).fit(Xtr, ytr) for _ in range(2))
+    assert np.array_equal(a.coef_, b.coef_) and a.privacy_.seeded
+
+
 def test_minibatch_method_uses_pld_and_meets_budget(digits):
     Xtr, Xte, ytr, yte = digits
     m = DPLinearClassifier(epsilon=4.0, method="minibatch", steps=50, batch_size=256, classes=range(10),

@@ -1,5 +1,6 @@
 """The privacy ledger: PLD totals equal dp-accounting's, the stored cap binds every charge, concurrent writers
 lose nothing, and every privlin path that reads private rows is charged."""
+import math
 import json
 import os
 import subprocess
@@ -382,3 +383,18 @@ def test_a_privacy_record_of_other_weights_is_refused(tmp_path):
     with pytest.raises(ValueError, match="does not belong to these weights"):
         weights_privacy(tmp_path / "w.pth", "0" * 64)
     assert weights_privacy(os.path.join(src, "vip_toy.pth"), "x") is None  # non-private weights: nothing to charge
+
+
+def test_summary_names_how_it_composed_and_the_gdp_total_is_the_closed_form():
+    """Full-batch Gaussians compose exactly (μ = √Σσ⁻²): the total solves the GDP δ(ε) curve; a Poisson entry: PLD."""
+    from scipy.stats import norm
+
+    led = L.PrivacyLedger.in_memory()
+    led.charge(FIT, mechanism="fit", epsilon=1.0, delta=1e-5)
+    led.charge(CENTER, mechanism="center", epsilon=0.3, delta=1e-5)
+    eps, _ = led.spent(1e-5)
+    mu = math.sqrt(1 / 3.0**2 + 1 / 10.0**2)
+    assert norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2) == pytest.approx(1e-5, rel=1e-6)
+    assert "total (exact GDP composition of 2 entries)" in led.summary(1e-5)
+    led.charge(SWEEP, mechanism="sweep", epsilon=4.0, delta=1e-5)
+    assert "total (PLD composition of 3 entries)" in led.summary(1e-5)

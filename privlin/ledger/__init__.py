@@ -1,8 +1,8 @@
 """A privacy ledger: what a private split has already paid, and the cap it may not pass.
 
 Every mechanism run on a private split (a fit, a sweep, a private selection, a non-private release such as
-a k-NN accuracy) is recorded as a dp-accounting event before it reads a row; the ledger composes them with
-a privacy-loss-distribution accountant (:func:`privlin.accounting.compose_epsilon`) into the total spent.
+a k-NN accuracy) is recorded as a dp-accounting event before it reads a row; the ledger composes them into the total spent
+(:func:`privlin.accounting.compose_epsilon`: exact GDP when every entry is a full-batch Gaussian, else PLD).
 
 The ledger is policy, not a per-call argument: its document stores the neighbouring relation and the cap,
 and every charge is checked against the stored cap, whoever charges.  A cap passed by a caller may set or
@@ -139,7 +139,8 @@ class StoreAnchor:
 
 
 class PrivacyLedger:
-    """The privacy spent on one private split, composed by PLD, and its cap.
+    """The privacy spent on one private split (composed exactly by GDP when every entry is a full-batch Gaussian,
+    else by PLD: :func:`privlin.accounting.compose_epsilon`), and its cap.
 
     Parameters
     ----------
@@ -253,7 +254,8 @@ class PrivacyLedger:
         return min(sum(e.delta for e in entries), 0.5) if entries else 0.0
 
     def spent(self, delta: float | None = None) -> tuple[float, float]:
-        """Total ``(epsilon, delta)`` paid so far, composed by PLD (at :meth:`default_delta` unless given)."""
+        """Total ``(epsilon, delta)`` paid so far, by :func:`privlin.accounting.compose_epsilon` (at
+        :meth:`default_delta` unless given)."""
         doc = self._doc()
         delta = self.default_delta(doc.entries, doc.cap or self._requested_cap) if delta is None else float(delta)
         return self._compose(doc.entries, delta, self._relation_of(doc)), delta
@@ -410,7 +412,7 @@ class PrivacyLedger:
 
     # -- display ----------------------------------------------------------------------
     def summary(self, delta: float | None = None) -> str:
-        """The history, one line per entry, then the PLD total with its δ."""
+        """The history, one line per entry, then the total (and how it was composed) with its δ."""
         doc = self._doc()
         rel = self._relation_of(doc)
         lines = [f"privacy ledger: {self.where}  [{rel}]"]
@@ -423,7 +425,8 @@ class PrivacyLedger:
         delta = self.default_delta(doc.entries, cap) if delta is None else delta
         if doc.entries:
             total = self._compose(doc.entries, delta, rel)
-            lines.append(f"total (PLD composition of {len(doc.entries)} entries): ε={total:.4g} at δ={delta:.3g}")
+            how = accounting.composition_name(e.event for e in doc.entries)
+            lines.append(f"total ({how} composition of {len(doc.entries)} entries): ε={total:.4g} at δ={delta:.3g}")
         if cap is not None:
             lines.append(f"cap: ε={cap[0]:g} at δ={cap[1]:g}")
         return "\n".join(lines)
