@@ -9,6 +9,12 @@ Class-list policy (one everywhere): the classes given by the caller; else the st
 which ``featurize`` writes from the dataset's public metadata (labels index it, so the classes are
 ``0 .. len-1``); else the set of private labels, read with a :class:`PrivacyLeakWarning` (that set is then
 released without noise).
+
+Rows skipped at extraction (``featurize --skip-bad``: an image that did not decode) are null rows of a private
+fit: N is the split's row count, skipped rows included (fixed when the split was created, so public), and a
+skipped row reaches the runner as a zero row marked invalid, which contributes nothing (the zero-out
+neighbour).  Whether one private image decodes therefore changes no released N, σ or plan.  Only the
+non-private helpers (:meth:`Source.blocks`: evaluation, k-NN) leave skipped rows out: they have no features.
 """
 from __future__ import annotations
 
@@ -29,10 +35,11 @@ class Source:
     Attributes
     ----------
     n : int
-        Rows (public under the neighbouring relation), all processes together.
+        Rows a private fit counts (public under the neighbouring relation: the N of the plan, the report and the
+        ledger), all processes together.  A store split's row count, rows skipped at extraction included.
     n_local, n_local_max : int
-        Rows this process reads, and the most any process reads (public: from the store's layout).  Under
-        ``jax.distributed`` each process reads its own share; otherwise both equal ``n``.
+        Rows this process's :meth:`fit_blocks` yields, and the most any process's does (public: from the store's
+        layout).  Under ``jax.distributed`` each process reads its own share; otherwise both equal ``n``.
     dim : int
     in_memory : bool
         The rows are already in memory (arrays).
@@ -53,9 +60,24 @@ class Source:
     finite = False
 
     def blocks(self, rows: int, page_locked: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """``(X (b, dim), y (b,))`` of this process's rows in row order, X as stored (in page-locked host memory
-        where asked and the source reads into buffers of its own)."""
+        """``(X (b, dim), y (b,))`` of this process's rows that have features (a store's skipped rows left out),
+        in row order, X as stored (in page-locked host memory where asked and the source reads into buffers of
+        its own).  For the non-private helpers (evaluation, k-NN, counts of correct predictions); a private fit
+        reads :meth:`fit_blocks`."""
         raise NotImplementedError
+
+    def fit_blocks(self, rows: int, page_locked: bool = False) -> Iterator[tuple]:
+        """``(X (b, dim), y (b,), valid)`` of every row a private fit counts in N (this process's share), in row
+        order: ``valid`` is None where every row of the block has features, else a bool (b,) that is False for a
+        null row (a store's skipped row), whose features are zero.  ``n_local`` rows in all."""
+        for X, y in self.blocks(rows, page_locked=page_locked):
+            yield X, y, None
+
+    @property
+    def n_valid(self) -> int:
+        """Rows :meth:`blocks` yields on this process (private for a private split: whether its images decoded;
+        for the non-private helpers, e.g. the denominator of an accuracy)."""
+        return self.n_local
 
     def block_count(self, rows: int) -> int:
         """How many blocks :meth:`blocks` yields on the process that yields the most (public)."""
@@ -66,7 +88,7 @@ class Source:
         return int(rows)
 
     def labels(self) -> np.ndarray:
-        """All labels (n,): private, read only by the class-list fallback."""
+        """The labels of the rows with features (``n_valid``,): private, read only by the class-list fallback."""
         raise NotImplementedError
 
     def published_classes(self):
@@ -74,7 +96,8 @@ class Source:
         return None
 
     def ids(self) -> np.ndarray:
-        """Row identifiers (n,): the store's ids, else the row numbers as strings."""
+        """Identifiers of the rows :meth:`blocks` yields, in its order: the store's ids, else the row numbers as
+        strings."""
         return np.arange(self.n).astype(str)
 
     def ledger(self, *, cap=None, ledger=None):
@@ -127,23 +150,42 @@ class SplitSource(Source):
 
     def __init__(self, split, store=None):
         self.split, self.store = split, store
-        self.n = len(split)
+        lay = split.layout
+        # N: the split's rows, skipped ones included (the layout, fixed before any image was decoded).  Not
+        # len(split), which counts the rows whose image decoded: one private image would move it.
+        self.n = int(lay.n_rows)
         self.dim = int(split.dim)
         self.url = _split_url(split)
         self.description = f"store {self.url or '(no path)'}, split {split.name!r}"
-        shares = _shard_shares(split.layout.n_shards, _process_count())
-        valid = split.valid_mask()
-        counts = [int(valid[s.start * split.layout.shard_rows:s.stop * split.layout.shard_rows].sum()) for s in shares]
+        shares = _shard_shares(lay.n_shards, _process_count())
+        counts = [max(0, min(s.stop * lay.shard_rows, lay.n_rows) - s.start * lay.shard_rows) for s in shares]
         self.shards = shares[_process_index()]
         self.n_local, self.n_local_max = counts[_process_index()], max(counts)
-        self._shard_rows = split.layout.shard_rows
-        self.itemsize = 2 if np.dtype(split.layout.dtype) == np.float16 else 4
+        self._shard_rows = lay.shard_rows
+        self.itemsize = 2 if np.dtype(lay.dtype) == np.float16 else 4
+
+    @property
+    def n_valid(self) -> int:
+        lay = self.split.layout
+        return int(self.split.valid_mask()[self.shards.start * lay.shard_rows:self.shards.stop * lay.shard_rows].sum())
 
     def labels(self) -> np.ndarray:
         return np.asarray(self.split.labels[:])[self.split.valid_mask()]
 
     def blocks(self, rows: int, page_locked: bool = False):
         yield from self.split.blocks(rows=rows, shards=self.shards, page_locked=page_locked)
+
+    def fit_blocks(self, rows: int, page_locked: bool = False):
+        """Every row of this process's shards; a skipped row's features are zeroed here (the store holds zeros
+        from featurize, but any finite values from another writer), so it is a null row whatever it holds."""
+        for X, y, valid in self.split.blocks(rows=rows, shards=self.shards, page_locked=page_locked,
+                                             with_skipped=True):
+            if valid.all():
+                yield X, y, None
+            else:
+                X[~valid] = 0  # the reader's own buffer, handed to us: no copy
+                yield X, y, valid
+            del X, y
 
     def block_size(self, rows: int) -> int:
         """Blocks are whole shards."""

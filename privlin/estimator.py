@@ -430,12 +430,13 @@ def evaluate(model: DPLinearClassifier, data_, split: str = "test", *, block_row
     """Accuracy of ``model`` on a store split (streamed) or on arrays ``(X, y)``.
 
     Reads the split's labels without noise: evaluate on a split you may look at (a public or held-out test
-    split), not on private training rows.
+    split), not on private training rows.  The accuracy is over the rows that have features: a store's rows
+    skipped at extraction (images that did not decode) have no prediction and are left out of both counts.
     """
     source = data.as_source(data_, split)
+    if source.n_valid == 0:
+        raise ValueError(f"split {split!r} has no rows with features")
     right = 0
     for X, y in source.blocks(block_rows):
         right += int(np.sum(model.predict(np.asarray(X, np.float32)) == y))
-    if source.n == 0:
-        raise ValueError(f"split {split!r} has no rows")
-    return right / source.n
+    return right / source.n_valid

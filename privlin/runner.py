@@ -13,9 +13,9 @@ and the same key split (:func:`stage_keys`); the stages are :mod:`privlin.prepro
   statistic on the host with the discrete Gaussian.  Rows are sharded over ``jax.devices()`` (and over hosts
   under ``jax.distributed``); every noise draw is made once, on the global sum.
 
-Rows whose label is not in the public class list, and rows with a non-finite value, are null rows: they
-contribute nothing (the zero-out relation), and nothing about them is reported.  Every sum is divided by the
-public N, never by a count of rows.
+Rows whose label is not in the public class list, rows with a non-finite value, and a store's rows skipped at
+extraction (counted in N) are null rows: they contribute nothing (the zero-out relation), and nothing about
+them is reported.  Every sum is divided by the public N, never by a count of rows.
 """
 from __future__ import annotations
 
@@ -310,9 +310,12 @@ class _Rows:
         self.k = len(classes)
 
     def host_blocks(self, page_locked: bool = False):
-        """``(X, idx int32, mask float32)``: null rows (unknown label, non-finite value) zeroed and masked out."""
-        for X, y in self.source.blocks(self.block_rows, page_locked=page_locked):
+        """``(X, idx int32, mask float32)`` of every row counted in N: null rows (a store's skipped row, unknown
+        label, non-finite value) zeroed and masked out."""
+        for X, y, valid in self.source.fit_blocks(self.block_rows, page_locked=page_locked):
             idx, known = label_index(self.classes, y)
+            if valid is not None:  # a store's skipped row (its features already zero): a null row
+                known = known & valid
             if X.dtype not in (np.float16, np.float32):
                 X = np.asarray(X, np.float32)
             if not self.source.finite:  # a store's writer refuses NaN/inf: only arrays need the pass

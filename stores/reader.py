@@ -214,7 +214,9 @@ class RowArray:
 class Split:
     """One split: ``features`` (N, D), ``labels`` (N,), ``ids`` (N,), read lazily and verified.
 
-    ``len(split)`` counts the valid rows (rows skipped at extraction are dropped by every reader).
+    ``len(split)`` counts the valid rows (rows skipped at extraction are dropped by every reader, unless
+    ``blocks(with_skipped=True)`` asks for them); ``split.layout.n_rows`` is the split's row count, skipped rows
+    included (fixed when the split was created, before any image was decoded).
     """
 
     def __init__(self, group: zarr.Group, name: str):
@@ -315,7 +317,7 @@ class Split:
         return int(self.valid_mask().sum())
 
     def blocks(self, rows: int = 65536, dtype=None, shards: range | None = None,
-               page_locked: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+               page_locked: bool = False, with_skipped: bool = False) -> Iterator[tuple[np.ndarray, ...]]:
         """Yield ``(X, y)`` NumPy blocks of the valid rows in row order without loading the split.
 
         Parameters
@@ -329,11 +331,17 @@ class Split:
             Only these shards (a contiguous range, e.g. one process's share of a split); default all.
         page_locked : bool
             Read into page-locked host memory (needs CUDA), which a GPU copies ~6x faster than ordinary memory.
+        with_skipped : bool
+            Yield every row, skipped ones included (their features and labels as stored), and the valid mask:
+            ``(X, y, valid)``, blocks aligned with the shards (what a reader that keeps the split's row count,
+            e.g. privlin's private fits, reads).
 
         Yields
         ------
         X : ndarray (b, D)
         y : ndarray (b,) int64
+        valid : ndarray (b,) bool
+            Only with ``with_skipped``: False for a row skipped at extraction.
 
         Notes
         -----
@@ -353,16 +361,19 @@ class Split:
         step = -(-int(rows) // lay.shard_rows) * lay.shard_rows
         first, last = shards.start * lay.shard_rows, min(shards.stop * lay.shard_rows, lay.n_rows)
         for start in range(first, last, step):
-            X, y = self._block(start, min(start + step, last), valid, dtype, self._buffers[bool(page_locked)])
-            yield X, y
+            stop = min(start + step, last)
+            X, y = self._block(start, stop, None if with_skipped else valid, dtype,
+                               self._buffers[bool(page_locked)])
+            yield (X, y, valid[start:stop]) if with_skipped else (X, y)
             del X, y  # so the buffer can be reused if the caller let go of it too
 
-    def _block(self, start: int, stop: int, valid: np.ndarray, dtype, pool: buffers.Recycler):
+    def _block(self, start: int, stop: int, valid: np.ndarray | None, dtype, pool: buffers.Recycler):
+        """Rows ``[start, stop)``; with ``valid``, only the valid ones."""
         X = pool.take((stop - start, self.dim), self.layout.dtype)
         self._read_features_parallel(start, stop, X)
         y = self._rows("labels", start, stop)
-        keep = valid[start:stop]
-        if not keep.all():
+        keep = None if valid is None else valid[start:stop]
+        if keep is not None and not keep.all():
             X, y = np.compress(keep, X, axis=0, out=pool.take((int(keep.sum()), self.dim), X.dtype)), y[keep]
         if dtype is not None and np.dtype(dtype) != X.dtype:
             converted = pool.take(X.shape, dtype)

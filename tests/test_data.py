@@ -58,15 +58,74 @@ def test_label_index_marks_unknown_labels_as_null_rows():
     assert idx.tolist() == [1, 2, 0, 0, 0, 0] and known.tolist() == [True, True, False, True, False, False]
 
 
-def test_rows_skipped_at_extraction_are_not_trained_on(make_store, blobs):
-    X, y = blobs(256, seed=2)
-    valid = np.ones(256, bool)
-    valid[::5] = False
-    st = make_store({"train": (X, y)}, valid={"train": valid})
-    m_store = privlin.fit(st, epsilon=4, method="adam1", classes=range(K), random_state=1)
-    m_arr = privlin.fit((X[valid], y[valid]), epsilon=4, method="adam1", classes=range(K), random_state=1)
-    assert m_store.privacy_.n_rows == int(valid.sum())
-    np.testing.assert_array_equal(m_store.coef_, m_arr.coef_)
+def _rel(a, b):
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+def _skipped(blobs, n=300, seed=2):
+    """Rows, labels and a valid mask with skipped rows spread over the shards (of 64 rows) and one whole shard."""
+    X, y = blobs(n, seed=seed)
+    valid = np.ones(n, bool)
+    valid[::7] = False
+    valid[128:192] = False
+    return X, y, valid
+
+
+def test_a_split_source_counts_skipped_rows_in_n_and_yields_them_as_null_rows(make_store, blobs):
+    X, y, valid = _skipped(blobs)
+    rng = np.random.default_rng(0)
+    garbage = np.where(valid[:, None], X, rng.normal(scale=50, size=X.shape)).astype(np.float32)
+    st = make_store({"train": (garbage, y)}, valid={"train": valid})
+    src = data.as_source(st, "train")
+    assert (src.n, src.n_local, src.n_local_max, src.n_valid) == (300, 300, 300, int(valid.sum()))
+    got = list(src.fit_blocks(128))
+    Xs = np.concatenate([b[0] for b in got])
+    ys = np.concatenate([b[1] for b in got])
+    vs = np.concatenate([np.ones(len(b[1]), bool) if b[2] is None else b[2] for b in got])
+    np.testing.assert_array_equal(vs, valid)  # every row, in row order, with its mask
+    np.testing.assert_array_equal(Xs, np.where(valid[:, None], X, 0))  # a skipped row's features are zeroed
+    np.testing.assert_array_equal(ys, y)
+    Xb, yb = (np.concatenate(a) for a in zip(*src.blocks(128)))  # the helpers' blocks: rows with features only
+    np.testing.assert_array_equal(Xb, X[valid])
+    np.testing.assert_array_equal(yb, y[valid])
+    assert list(src.ids()) == [f"train{i}" for i in np.flatnonzero(valid)]  # aligned with blocks()
+    # whether one more image decoded changes no public number: N is the split's row count
+    one_more = valid.copy()
+    one_more[5] = False
+    other = data.as_source(make_store({"train": (X, y)}, valid={"train": one_more}), "train")
+    assert (other.n, other.n_local, other.n_local_max) == (src.n, src.n_local, src.n_local_max)
+
+
+@pytest.mark.parametrize("method", ["adam1", "sgd", "minibatch"])
+def test_rows_skipped_at_extraction_count_in_n_and_contribute_nothing(make_store, blobs, method):
+    """N (report, ledger, plan) is the split's row count; a skipped row is a null row: the fit equals, bit for
+    bit, the fit on arrays where that row is null by its label, and the fit where it holds garbage features."""
+    from privlin import DPLinearClassifier
+
+    X, y, valid = _skipped(blobs)
+    rng = np.random.default_rng(0)
+    zeroed = np.where(valid[:, None], X, 0).astype(np.float32)  # what featurize --skip-bad writes
+    garbage = np.where(valid[:, None], X, rng.normal(scale=50, size=X.shape)).astype(np.float32)
+    y_garbage = np.where(valid, y, rng.integers(0, K, len(y)))  # labels in the class list: only the mask nulls them
+    Xte, yte, vte = _skipped(blobs, n=150, seed=3)
+    st_zero = make_store({"train": (zeroed, y), "test": (Xte, yte)}, valid={"train": valid, "test": vte})
+    st_garbage = make_store({"train": (garbage, y_garbage)}, valid={"train": valid})
+    p = dict(epsilon=4.0, method=method, steps=None if method == "adam1" else 4, classes=range(K), batch_size=100,
+             random_state=1, block_rows=128)
+    ref = DPLinearClassifier(**p).fit(zeroed, np.where(valid, y, -1))  # skipped rows: null by an unknown label
+    fits = {(name, limit): privlin.fit(st, memory_limit=limit, **p)
+            for name, st in (("zero", st_zero), ("garbage", st_garbage)) for limit in (2**30, 0)}
+    for (name, limit), m in fits.items():
+        assert m.privacy_.n_rows == 300 and m.plan_ == ref.plan_, (name, limit)
+        assert m.ledger_.entries[-1].params["n"] == 300
+    for limit in (2**30, 0):  # garbage in a skipped row changes no bit
+        np.testing.assert_array_equal(fits["garbage", limit].coef_, fits["zero", limit].coef_)
+        np.testing.assert_array_equal(fits["garbage", limit].intercept_, fits["zero", limit].intercept_)
+    np.testing.assert_array_equal(fits["zero", 2**30].coef_, ref.coef_)  # in memory: one path, bit for bit
+    np.testing.assert_array_equal(fits["zero", 2**30].intercept_, ref.intercept_)
+    assert _rel(fits["zero", 0].coef_, ref.coef_) < 1e-5  # streamed (a minibatch sample keeps row positions)
+    # evaluation is over the rows that have features: a skipped test image has no prediction
+    assert privlin.evaluate(ref, st_zero) == pytest.approx(ref.score(Xte[vte], yte[vte]))
 
 
 def test_store_errors(make_store, blobs, tmp_path):
