@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from dp_accounting import dp_event as _ev
 
-from . import accounting, data
+from . import accounting, data, sensitivity
 from .noise import gaussian, make_key
 from .sweep import SweepResult, correct_counts
 
@@ -117,8 +117,9 @@ def select_private(result: SweepResult, validation, *, epsilon: float, delta: fl
         led.charge(event, mechanism="privlin.selection/report_noisy_max_gaussian", epsilon=epsilon, delta=delta,
                    params={"candidates": len(result), "n": source.n, "seeded": info.seeded})
     counts = correct_counts(result, source)
-    noisy = np.asarray(jnp.asarray(counts, jnp.float32)
-                       + gaussian(info.key, (len(result),), sigma * math.sqrt(len(result))))
+    with sensitivity.x64():  # counts exact in float64 (float32 has no odd integers past 2²⁴), noise in float64
+        noisy = np.asarray(jnp.asarray(counts, jnp.float64)
+                           + gaussian(info.key, (len(result),), sigma * math.sqrt(len(result)), jnp.float64))
     i = int(np.argmax(noisy))
     rec = dict(result.records[i], index=i, selected_on=f"{split} (private: report-noisy-max, ε={epsilon:g})",
                selection_epsilon=epsilon, selection_delta=delta)

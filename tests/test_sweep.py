@@ -89,16 +89,18 @@ def test_noise_of_different_settings_is_independent_and_has_the_stated_scale():
     K, D, S = 10, 2000, 5
     keys = noise.split(make_key(11).key, S)
     sig = jnp.asarray([0.5, 1.0, 2.0, 4.0, 8.0])
-    with sensitivity.x64():  # class sums are float64, as in the runner
+    with sensitivity.x64():  # class sums and noise are float64, as in the runner
         g0 = train.adam1_gradient(train.class_sums_init(D, K))
-    g = np.asarray(jax.vmap(lambda k, s: train.privatize(g0, k, s, 2.0).W)(keys, sig))
+        g = np.asarray(jax.vmap(lambda k, s: train.privatize(g0, k, s, 2.0).W)(keys, sig))
     Z = (g / (2.0 * np.asarray(sig))[:, None, None]).reshape(S, -1)
     m = Z.shape[1]
     np.testing.assert_allclose(Z.std(1), 1.0, rtol=0.025)
     C = np.corrcoef(Z)
     off = C[~np.eye(S, dtype=bool)]
     assert np.abs(off).max() < 5 / math.sqrt(m)  # independent draws: |r| ~ 1/sqrt(m)
-    g2 = np.asarray(jax.vmap(lambda k, s: train.privatize(g0, k, s, 2.0).W)(jnp.stack([keys[0], keys[0]]), sig[:2]))
+    with sensitivity.x64():
+        g2 = np.asarray(jax.vmap(lambda k, s: train.privatize(g0, k, s, 2.0).W)(jnp.stack([keys[0], keys[0]]),
+                                                                                   sig[:2]))
     assert np.corrcoef(g2.reshape(2, -1))[0, 1] > 0.999  # the same key twice: r = 1, the check has teeth
 
 
