@@ -304,10 +304,13 @@ def as_source(data, split: str | None = "train") -> Source:
 def public_classes(source: Source, classes=None, *, stacklevel: int = 3) -> tuple[np.ndarray, list[str]]:
     """The public class list (sorted) and the leaks it caused (see the module docstring for the policy).
 
+    A list read from the private labels is read (and checked) before any charge (``privlin.estimator.plans_for``):
+    its errors come with its PrivacyLeakWarning, never after a ledger entry.
+
     Raises
     ------
     ValueError
-        Duplicates in a given list, or fewer than 2 classes.
+        Duplicates in a given list, fewer than 2 classes, or private labels that do not sort into a list.
     """
     leaks = []
     if classes is not None:
@@ -321,7 +324,11 @@ def public_classes(source: Source, classes=None, *, stacklevel: int = 3) -> tupl
         warnings.warn("classes inferred from the private labels: the class list is not covered by the privacy "
                       "guarantee; pass classes=... to avoid this", PrivacyLeakWarning, stacklevel=stacklevel)
         leaks.append("classes")
-        out = np.unique(source.labels())
+        try:
+            out = np.unique(source.labels())
+        except TypeError:  # labels of kinds that do not sort together (None among ints, ...)
+            raise ValueError("the private labels are of types that cannot be ordered into a class list; pass "
+                             "classes=...") from None
     if out.size < 2:
         raise ValueError(f"a classifier needs at least 2 classes; got {out.size} class: {out.tolist()}")
     return out, leaks

@@ -234,7 +234,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
             Bad settings (ε ≤ 0, δ ∉ (0, 1), ...), NaN/inf features or mismatched lengths in arrays,
             fewer than two classes.
         privlin.ledger.PrivacyBudgetExceeded
-            The data's ledger would pass its cap (nothing was read).
+            The data's ledger would pass its cap (no row was read).
         """
         if y is None and _is_store_like(X):
             source = data.as_source(X, "train")
@@ -328,10 +328,12 @@ def _secure_checks(plans) -> None:
 def plans_for(source: data.Source, params_list, *, classes, budget, ledger, charge, stacklevel: int = 6):
     """Plans for ``source``, charged before any private row is read: ``(classes, plans, leaks, ledger)``.
 
-    The order is the guarantee: public checks (parameters, N, d) and the plans first; then
-    ``charge(ledger, plans)`` (which may refuse); only then, if no class list is given or published, the
-    private labels (PrivacyLeakWarning).  The class count never changes the noise, so the charged event is
-    the one that runs.
+    The order is the guarantee: public checks (parameters, N, d) and the plans first; then the ledger; then,
+    if no class list is given or published, the private labels for one (PrivacyLeakWarning: that list is
+    released unprotected) and its checks (at least 2 classes) — after the ledger's cap was checked, so a
+    refused fit reads nothing, and before the charge, so no error that depends on a private row comes after
+    it; then ``charge(ledger, plans)`` (which may refuse).  The class count never changes the noise, so the
+    charged event is the one that runs.
     """
     known = classes is not None or source.published_classes() is not None
     cls_, leaks = data.public_classes(source, classes, stacklevel=stacklevel) if known else (None, [])
@@ -340,15 +342,35 @@ def plans_for(source: data.Source, params_list, *, classes, budget, ledger, char
     leaks += _public_setting_leaks(plans, stacklevel)
     _secure_checks(plans)
     led = source.ledger(cap=budget, ledger=ledger)
-    if led is not None:
-        charge(led, plans)
-    if cls_ is None:
+    if cls_ is None:  # the warned leak: read before the charge, so its errors ("1 class") come before it too
+        if led is not None:
+            _refuse_before_reading(led, plans, charge)
         cls_, more = data.public_classes(source, None, stacklevel=stacklevel)
         leaks += more
-        charged = [p.dp_event() for p in plans]
+        planned = [p.dp_event() for p in plans]
         plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=cls_.size) for p in params_list]
-        assert [p.dp_event() for p in plans] == charged, "the class count changed the noise"
+        assert [p.dp_event() for p in plans] == planned, "the class count changed the noise"
+    if led is not None:
+        charge(led, plans)
     return cls_, plans, leaks, led
+
+
+def _refuse_before_reading(led, plans, charge) -> None:
+    """Raise the ledger's PrivacyBudgetExceeded now, before the labels are read, if ``charge`` would be refused.
+
+    A refusal is left to ``charge`` itself (so it records a budget asked for, as a refused charge does); should
+    the charge pass after all (another writer changed the ledger in between) the fit stops anyway, charged and
+    with nothing read: conservative.
+    """
+    from dp_accounting import dp_event as _ev
+
+    from .ledger import PrivacyBudgetExceeded
+
+    try:
+        led.check(_ev.ComposedDpEvent([p.dp_event() for p in plans]), mechanism="this fit")
+    except PrivacyBudgetExceeded:
+        charge(led, plans)
+        raise
 
 
 def _entry_params(plan: Plan, seeded: bool) -> dict:

@@ -128,6 +128,35 @@ def test_rows_skipped_at_extraction_count_in_n_and_contribute_nothing(make_store
     assert privlin.evaluate(ref, st_zero) == pytest.approx(ref.score(Xte[vte], yte[vte]))
 
 
+def test_a_class_list_read_from_the_labels_fails_before_the_charge(blobs):
+    """One label value and no class list: the error comes with the leak warning, before any ledger entry."""
+    from privlin import DPLinearClassifier
+    from privlin.sweep import sweep
+
+    X, _ = blobs(64, seed=6)
+    one = np.zeros(64, np.int64)
+    led = PrivacyLedger.in_memory()
+    with pytest.warns(privlin.PrivacyLeakWarning, match="inferred"), \
+            pytest.raises(ValueError, match="at least 2 classes"):
+        DPLinearClassifier(epsilon=1.0, ledger=led, random_state=0).fit(X, one)
+    assert len(led) == 0
+    with pytest.warns(privlin.PrivacyLeakWarning, match="inferred"), \
+            pytest.raises(ValueError, match="at least 2 classes"):
+        sweep((X, one), epsilon=[1.0, 2.0], ledger=led, random_state=0, eval_split=None)
+    assert len(led) == 0
+    odd = one.astype(object)
+    odd[3] = None
+    with pytest.warns(privlin.PrivacyLeakWarning, match="inferred"), pytest.raises(ValueError, match="classes="):
+        sweep((X, odd), epsilon=[1.0], ledger=led, random_state=0, eval_split=None)
+    assert len(led) == 0
+    led.set_cap(0.5, 1e-5)  # a refused fit still reads no label: the cap is checked first
+    source = data.ArraySource(X, np.arange(64) % 2)
+    source.labels = lambda: pytest.fail("labels read before a refused charge")
+    with pytest.raises(privlin.ledger.PrivacyBudgetExceeded):
+        DPLinearClassifier(epsilon=1.0, ledger=led, random_state=0).fit(source)
+    assert len(led) == 0
+
+
 def test_store_errors(make_store, blobs, tmp_path):
     X, y = blobs(128, seed=3)
     st = make_store({"train": (X, y)})
