@@ -17,6 +17,7 @@ for the global sum, and is the same on every process.  ``secure_mode`` does not 
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import NamedTuple
 
@@ -24,8 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["KeyInfo", "KEY_BITS", "make_key", "split", "split_named", "fold_in", "bits", "uniform", "normal",
-           "gaussian", "bernoulli", "key_data"]
+__all__ = ["KeyInfo", "KEY_BITS", "make_key", "split", "split_named", "fold_in", "bits", "normal",
+           "gaussian", "bernoulli", "bernoulli_threshold", "key_data"]
 
 #: Entropy of an unseeded key, drawn from ``os.urandom``.
 KEY_BITS = 128
@@ -107,11 +108,6 @@ def bits(key, shape) -> jax.Array:
     return jax.random.bits(key[0], shape, jnp.uint32) ^ jax.random.bits(key[1], shape, jnp.uint32)
 
 
-def uniform(key, shape) -> jax.Array:
-    """float32 uniforms in [0, 1) on a 2⁻²⁴ grid."""
-    return (bits(key, shape) >> 8).astype(jnp.float32) * (2.0**-24)
-
-
 def normal(key, shape, dtype=jnp.float32) -> jax.Array:
     """Standard normals, from 52-bit uniforms in float64 (:func:`normal_from_bits`), cast to ``dtype``.  Traced
     under ``privlin.sensitivity.x64()``: without float64 it refuses rather than draw a truncated normal."""
@@ -146,6 +142,18 @@ def gaussian(key, shape, stddev, dtype=jnp.float32) -> jax.Array:
     return stddev * normal(key, shape, dtype)
 
 
-def bernoulli(key, p, shape) -> jax.Array:
-    """Bools, each True with probability ``p`` (a Poisson sample's membership draws)."""
-    return uniform(key, shape) < p
+def bernoulli(key, p: float, shape) -> jax.Array:
+    """Bools, each True with probability :func:`bernoulli_rate` ``(p)`` ≤ ``p`` (a Poisson sample's membership
+    draws): never above the rate the accountant was told, whose amplification grows with it."""
+    t = bernoulli_threshold(p)
+    if t >= 2**32:
+        return jnp.ones(tuple(shape), bool)
+    return bits(key, shape) < jnp.uint32(t)
+
+
+def bernoulli_threshold(p: float) -> int:
+    """⌊p·2³²⌋: uint32 bits below it occur with probability ⌊p·2³²⌋/2³² ∈ (p − 2⁻³², p] (a 2⁻²⁴ float32 grid
+    rounds p *up*, by as much as 6e-8)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"a probability is in [0, 1], got {p}")
+    return math.floor(p * 2**32)
