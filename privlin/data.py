@@ -334,13 +334,36 @@ def public_classes(source: Source, classes=None, *, stacklevel: int = 3) -> tupl
     return out, leaks
 
 
+#: dtype kinds within which ``np.searchsorted`` orders labels exactly as ``==`` matches them.
+_ORDERED_KINDS = ("biuf", "U", "S")
+
+
 def label_index(classes: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Class index (int32) and a bool mask of the rows whose label is in ``classes``.
 
     A row whose label is not in the public list is a null row: it contributes nothing (zero-out), and no
-    error reveals it.
+    error reveals it.  It runs after the charge, so it never raises, whatever a row's label is.  Labels of a kind that sorts with the classes (numbers with numbers, text with text) are looked up
+    by ``searchsorted``; any other (an object array holding a None or a string among ints, ...) is matched by
+    equality (a dict lookup: ``1.0`` matches class ``1`` as it does there), and an unmatched or unhashable
+    label is a null row.
     """
-    y = np.asarray(y)
-    idx = np.clip(np.searchsorted(classes, y), 0, len(classes) - 1)
-    known = classes[idx] == y
-    return np.where(known, idx, 0).astype(np.int32), known
+    classes, y = np.asarray(classes), np.asarray(y)
+    if len(classes) and any(classes.dtype.kind in k and y.dtype.kind in k for k in _ORDERED_KINDS):
+        idx = np.clip(np.searchsorted(classes, y), 0, len(classes) - 1)
+        known = classes[idx] == y
+    else:
+        positions = {}
+        for i, c in enumerate(classes.tolist()):
+            positions.setdefault(c, i)
+        idx = np.fromiter((_lookup(positions, v) for v in y.reshape(-1).tolist()), np.int64,
+                          count=y.size).reshape(y.shape)
+        known = idx >= 0
+    return np.where(known, idx, 0).astype(np.int32), np.asarray(known, bool)
+
+
+def _lookup(positions: dict, label) -> int:
+    """The class position of one label, -1 where it matches none (or cannot be compared at all)."""
+    try:
+        return positions.get(label, -1)
+    except Exception:  # noqa: BLE001 - an unhashable or uncomparable label is a null row, never an error
+        return -1

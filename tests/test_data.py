@@ -157,6 +157,38 @@ def test_a_class_list_read_from_the_labels_fails_before_the_charge(blobs):
     assert len(led) == 0
 
 
+def test_labels_of_another_type_are_null_rows_never_errors():
+    classes = np.arange(3)
+    idx, known = data.label_index(classes, np.array([0, None, "a", 2.0, [1], 1], dtype=object))
+    assert idx.tolist() == [0, 0, 0, 2, 0, 1] and known.tolist() == [True, False, False, True, False, True]
+    idx, known = data.label_index(classes, np.array(["0", "1"]))  # text is not a number
+    assert not known.any()
+    idx, known = data.label_index(np.array(["a", "b"]), np.array([0, 1]))
+    assert not known.any()
+
+
+@pytest.mark.parametrize("memory_limit", [2**30, 0])
+def test_a_sweep_on_an_object_label_array_makes_odd_labels_null_rows(blobs, memory_limit):
+    """A None and a string among int labels (object y): no error after the charge; those rows are null rows,
+    exactly as rows whose label is not in the class list."""
+    from privlin.sweep import sweep
+
+    X, y = blobs(120, seed=7)
+    odd = y.astype(object)
+    odd[3], odd[10] = None, "cat"
+    nulls = y.copy()
+    nulls[[3, 10]] = -1
+    kw = dict(epsilon=[1.0, 4.0], classes=range(K), method="sgd", steps=3, random_state=0, eval_split=None,
+              memory_limit=memory_limit, block_rows=64)
+    led = PrivacyLedger.in_memory()
+    res = sweep((X, odd), ledger=led, **kw)
+    ref = sweep((X, nulls), **kw)
+    assert len(led) == 1
+    for a, b in zip(res.coef, ref.coef):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(res.intercept, ref.intercept)
+
+
 def test_store_errors(make_store, blobs, tmp_path):
     X, y = blobs(128, seed=3)
     st = make_store({"train": (X, y)})
