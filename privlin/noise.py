@@ -145,10 +145,14 @@ def gaussian(key, shape, stddev, dtype=jnp.float32) -> jax.Array:
 def bernoulli(key, p: float, shape) -> jax.Array:
     """Bools, each True with probability :func:`bernoulli_rate` ``(p)`` ≤ ``p`` (a Poisson sample's membership
     draws): never above the rate the accountant was told, whose amplification grows with it."""
-    t = bernoulli_threshold(p)
-    if t >= 2**32:
-        return jnp.ones(tuple(shape), bool)
-    return bits(key, shape) < jnp.uint32(t)
+    if isinstance(p, (int, float)):
+        t = jnp.uint64(bernoulli_threshold(p))
+    else:  # traced: ⌊p·2³²⌋ is exact in float64 (a power-of-two scaling)
+        from .sensitivity import require_x64
+
+        require_x64()
+        t = jnp.floor(jnp.asarray(p, jnp.float64) * 2.0**32).astype(jnp.uint64)
+    return bits(key, shape).astype(jnp.uint64) < t
 
 
 def bernoulli_threshold(p: float) -> int:

@@ -504,7 +504,7 @@ def _adam1_release_many(sums, n, keys, sigmas, lrs, clip, *, loss, bias_init, fi
     return jax.vmap(one)(keys, sigmas, lrs)
 
 
-_sample = jax.jit(train.poisson_mask, static_argnames=("length",))
+_sample = jax.jit(train.poisson_mask, static_argnames=("length", "sample_rate"))  # q: the accountant's float
 
 
 @functools.partial(jax.jit, static_argnames=("optimizer", "fit_intercept"))

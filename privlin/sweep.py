@@ -9,8 +9,8 @@ method=m)`` trains, and a record equals ``DPLinearClassifier(**record["params"],
 Why it is honest
 ----------------
 Every setting draws fresh noise from its own key (``privlin.noise.split`` of one 128-bit base key).  Keys are secret:
-they are not returned unless ``return_keys=True`` (then every record says ``seeded``: whoever holds a key
-can subtract its noise).  Every record states its own (ε, δ): the guarantee of releasing *that one model*.
+they are not returned unless ``return_keys=True`` (then :attr:`SweepResult.keys` holds them, apart from every
+record, report and CSV, and every record says ``seeded``: whoever holds a key can subtract its noise).  Every record states its own (ε, δ): the guarantee of releasing *that one model*.
 Releasing several, or picking the best by looking at private data, costs more: :attr:`SweepResult.total_epsilon`
 is the composition of every setting (what the ledger is charged, before any row is read),
 :meth:`SweepResult.best` marks its pick ``private=False`` unless the evaluation split is public, and
@@ -69,7 +69,7 @@ class SweepResult:
         center_noise_multiplier, learning_rate (W's rate as run), steps, clip, center_share, scale_share,
         accountant, neighbouring, private, seeded, accuracy on ``eval_split`` (None without evaluation data),
         eval_split, curvature (the released bound, or None), radius (the released log₂ row norm, or None), params
-        (the estimator parameters), plan, report; ``key`` only with ``return_keys=True``.
+        (the estimator parameters), plan, report.  Never a key.
     coef : list of ndarray (D', K)
         Per setting; D' = D, or D + 1 where the setting's rows carry the radial coordinate (``radius`` in its
         record: the released log₂ row norm, :mod:`privlin.radius`).
@@ -84,6 +84,9 @@ class SweepResult:
     total_delta : float
     eval_public : bool
         Whether the evaluation split was declared public (then picking by its accuracy is free).
+    keys : list of ndarray (2, 2) uint32, or None
+        Each setting's noise key, only with ``return_keys=True`` (kept out of the records, so no record, report or
+        CSV carries one).
     """
 
     records: list[dict]
@@ -95,6 +98,7 @@ class SweepResult:
     eval_public: bool = False
     means: list = field(default=None, repr=False)
     scalings: list = field(default=None, repr=False)
+    keys: list | None = field(default=None, repr=False)
 
     def __post_init__(self):
         if self.means is None:
@@ -222,7 +226,7 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     budget, ledger
         As for :class:`DPLinearClassifier`: the composition of every setting is charged before any row is read.
     return_keys : bool
-        Put each setting's key in its record (then the records say ``seeded``).
+        Return each setting's key in :attr:`SweepResult.keys` (then the records say ``seeded``).
     progress : bool
         Progress bars over the data passes.
     **grid
@@ -244,6 +248,11 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     ests = [_validated(s) for s in settings]
     source = data.as_source(data_, split)
     evaluation = _evaluation_source(data_, eval_data, eval_split)
+    if evaluation is not None and _same_rows(source, evaluation):
+        raise ValueError("the evaluation rows are the training rows: their accuracy is not private (it is released "
+                         "without noise). Evaluate on a held-out split, or pass eval_split=None")
+    if evaluation is not None and evaluation.n == 0:
+        raise ValueError("the evaluation split has no rows")
     if len({repr(e.classes) for e in ests}) > 1:
         raise ValueError("every setting of a sweep must use the same classes")
     if len({e.neighbouring for e in ests}) > 1:
@@ -273,7 +282,8 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     means = [None if r.mean is None else np.asarray(r.mean) for r in released]
     result = SweepResult([], coef, intercept, classes, total_eps, total_delta, eval_public, means,
                          [r.scaling for r in released])
-    words = noise.key_data(keys) if return_keys else None
+    if return_keys:
+        result.keys = list(noise.key_data(keys))
     curv = [None if r.curvature is None else float(r.curvature) for r in released]
     radii = [None if r.radius is None else float(r.radius) for r in released]
     for i, (p, s) in enumerate(zip(plans, settings)):
@@ -288,12 +298,8 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
                "eval_split": None, "params": dict(s), "plan": p,
                "report": report_for(p, seeded=seeded, leaks=leaks, data=source.description, ledger=None,
                                     curvature=curv[i], radius=radii[i])}
-        if return_keys:
-            rec["key"] = words[i].tolist()
         result.records.append(rec)
     if evaluation is not None:
-        if evaluation.n == 0:
-            raise ValueError("the evaluation split has no rows")
         acc = correct_counts(result, evaluation) / evaluation.n
         for i, rec in enumerate(result.records):
             rec["accuracy"], rec["eval_split"] = float(acc[i]), (eval_split or "eval")
@@ -306,6 +312,14 @@ def _total(plans) -> float:
         return math.inf
     return accounting.compose_epsilon([p.dp_event() for p in plans], max(p.delta for p in plans),
                                       neighbouring=plans[0].neighbouring)
+
+
+def _same_rows(train, evaluation) -> bool:
+    """Whether the evaluation source reads the training rows (the same store split, or the same arrays)."""
+    if getattr(train, "url", None) is not None:
+        return getattr(evaluation, "url", None) == train.url and evaluation.split.name == train.split.name
+    X, Xe = getattr(train, "X", None), getattr(evaluation, "X", None)
+    return X is not None and Xe is not None and np.may_share_memory(X, Xe)
 
 
 def _evaluation_source(data_, eval_data, eval_split):

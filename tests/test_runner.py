@@ -79,7 +79,7 @@ def test_sweep_record_equals_the_estimator_with_its_key(rows, method, center):
     settings = [params(method, center, epsilon=e) for e in (1.0, 8.0)]
     res = sweep((Xtr, ytr), settings=settings, random_state=5, return_keys=True, eval_split=None)
     for i, rec in enumerate(res.records):
-        key = jax.random.wrap_key_data(np.asarray(rec["key"], np.uint32))
+        key = jax.random.wrap_key_data(np.asarray(res.keys[i], np.uint32))
         est = DPLinearClassifier(**settings[i], random_state=key).fit(Xtr, ytr)
         assert est.plan_ == rec["plan"] and rec["seeded"]
         assert _rel(res.coef[i].T, est.coef_) < 1e-5
@@ -92,7 +92,7 @@ def test_sweep_record_equals_the_estimator_with_its_key(rows, method, center):
 def test_default_settings_of_sweep_and_fit_are_one_plan(store, method):
     res = sweep(store, epsilon=1.0, method=method, classes=range(K), return_keys=True)
     model = privlin.fit(store, epsilon=1.0, method=method, classes=range(K),
-                        random_state=jax.random.wrap_key_data(np.asarray(res.records[0]["key"], np.uint32)))
+                        random_state=jax.random.wrap_key_data(np.asarray(res.keys[0], np.uint32)))
     assert res.records[0]["plan"] == model.plan_
     assert _rel(res.coef[0].T, model.coef_) < 1e-5
 

@@ -127,9 +127,24 @@ def test_keys_stay_secret_unless_asked(data):
     res = sweep((X, y), epsilon=[1.0, 2.0], classes=CLASSES, eval_split=None)
     assert all("key" not in r and r["seeded"] is False for r in res.records)
     shown = sweep((X, y), epsilon=[1.0, 2.0], classes=CLASSES, eval_split=None, return_keys=True)
-    assert all(np.shape(r["key"]) == (2, 2) and r["seeded"] is True for r in shown.records)  # it can denoise
-    assert len({str(r["key"]) for r in shown.records}) == 2
+    assert all("key" not in r and r["seeded"] is True for r in shown.records) and res.keys is None
+    assert [np.shape(k) for k in shown.keys] == [(2, 2)] * 2 and len({k.tobytes() for k in shown.keys}) == 2
     assert "seeded" in str(shown.records[0]["report"])
+
+
+def test_evaluating_on_the_training_rows_is_refused_before_the_charge(make_store, blobs, data):
+    X, y = blobs(240, d=12, seed=0)
+    st = make_store({"train": (X[:180], y[:180]), "test": (X[180:], y[180:])})
+    with pytest.raises(ValueError, match="evaluation rows are the training rows"):
+        sweep(st, split="test", epsilon=1.0, classes=CLASSES)  # eval_split defaults to "test"
+    from privlin.data import as_source
+    assert len(as_source(st, "test").ledger()) == 0
+    Xa, ya = data
+    led = PrivacyLedger.in_memory()
+    with pytest.raises(ValueError, match="evaluation rows are the training rows"):
+        sweep((Xa, ya), epsilon=1.0, classes=CLASSES, eval_data=(Xa, ya), ledger=led)
+    assert len(led) == 0
+    assert sweep((Xa, ya), epsilon=1.0, classes=CLASSES, eval_data=(Xa.copy(), ya)).records[0]["accuracy"] > 0
 
 
 def test_best_on_a_private_split_is_flagged_not_private(make_store, blobs):
