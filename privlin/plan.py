@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 from dp_accounting import dp_event as _ev
 
-from . import accounting, radius, scaling
+from . import accounting, radius, scaling, sensitivity
 
 __all__ = ["Plan", "make_plan", "default_learning_rate", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS",
            "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "RADIUS_SHARE", "ADAM_LR",
@@ -268,6 +268,9 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
     n, dim, k = int(n), int(dim), (0 if n_classes is None else int(n_classes))
     if n < 1:
         raise ValueError("no rows to fit on")
+    if n > sensitivity.MAX_ROWS:
+        raise ValueError(f"{n} rows: the exact sums a released statistic is computed with hold at most "
+                         f"{sensitivity.MAX_ROWS} (privlin.sensitivity); fit on a random subset of that size")
     if n_classes is not None and k < 2:
         raise ValueError(f"a classifier needs at least 2 classes; got {k}")
     method = p["method"]

@@ -96,3 +96,13 @@ def test_impossible_plans_are_clear_errors(params, match):
         make_plan(params, n=100, dim=2, n_classes=2)
     with pytest.raises(ValueError, match="2 classes"):
         make_plan({}, n=100, dim=2, n_classes=1)
+
+
+def test_more_rows_than_an_exact_sum_holds_are_refused_by_the_plan():
+    """N ≤ 2³⁰ is what keeps every released sum exact (sensitivity's grids); checked from the public N, before any
+    charge."""
+    from privlin import sensitivity
+
+    make_plan({"epsilon": 1.0, "delta": 1e-9}, n=sensitivity.MAX_ROWS, dim=8, n_classes=2)
+    with pytest.raises(ValueError, match="exact sums"):
+        make_plan({"epsilon": 1.0, "delta": 1e-9}, n=sensitivity.MAX_ROWS + 1, dim=8, n_classes=2)
