@@ -251,7 +251,7 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     if evaluation is not None and _same_rows(source, evaluation):
         raise ValueError("the evaluation rows are the training rows: their accuracy is not private (it is released "
                          "without noise). Evaluate on a held-out split, or pass eval_split=None")
-    if evaluation is not None and evaluation.n == 0:
+    if evaluation is not None and evaluation.n_valid == 0:
         raise ValueError("the evaluation split has no rows")
     if len({repr(e.classes) for e in ests}) > 1:
         raise ValueError("every setting of a sweep must use the same classes")
@@ -300,7 +300,7 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
                                     curvature=curv[i], radius=radii[i])}
         result.records.append(rec)
     if evaluation is not None:
-        acc = correct_counts(result, evaluation) / evaluation.n
+        acc = correct_counts(result, evaluation) / evaluation.n_valid  # a skipped test image has no prediction
         for i, rec in enumerate(result.records):
             rec["accuracy"], rec["eval_split"] = float(acc[i]), (eval_split or "eval")
     return result

@@ -126,6 +126,11 @@ def test_rows_skipped_at_extraction_count_in_n_and_contribute_nothing(make_store
     assert _rel(fits["zero", 0].coef_, ref.coef_) < 1e-5  # streamed (a minibatch sample keeps row positions)
     # evaluation is over the rows that have features: a skipped test image has no prediction
     assert privlin.evaluate(ref, st_zero) == pytest.approx(ref.score(Xte[vte], yte[vte]))
+    if method == "adam1":  # and so is a sweep's: the same accuracy as evaluate
+        from privlin.sweep import sweep
+
+        res = sweep(st_zero, settings=[p], random_state=1)
+        assert res.records[0]["accuracy"] == pytest.approx(privlin.evaluate(res.model(0), st_zero))
 
 
 def test_a_class_list_read_from_the_labels_fails_before_the_charge(blobs):
