@@ -95,6 +95,9 @@ class Source:
         """The class names the data's provenance publishes, or None."""
         return None
 
+    #: NumPy dtype kind of the labels (schema, public), or None where unknown.
+    label_kind: str | None = None
+
     def ids(self) -> np.ndarray:
         """Identifiers of the rows :meth:`blocks` yields, in its order: the store's ids, else the row numbers as
         strings."""
@@ -121,6 +124,7 @@ class ArraySource(Source):
             raise ValueError("under jax.distributed each process reads its share of a store split; pass the store "
                              "(arrays would be fitted once per process)")
         self.X, self.y = X, y
+        self.label_kind = y.dtype.kind
         self.n, self.dim = X.shape
         self.n_local = self.n_local_max = self.n
         self.itemsize = 2 if X.dtype == np.float16 else 4
@@ -147,6 +151,8 @@ class SplitSource(Source):
     in_memory = False
 
     finite = True
+
+    label_kind = "i"  # a store's labels are int64 class indices (stores.reader)
 
     def __init__(self, split, store=None):
         self.split, self.store = split, store
@@ -318,6 +324,11 @@ def public_classes(source: Source, classes=None, *, stacklevel: int = 3) -> tupl
         out = np.unique(given)
         if out.size != given.size:
             raise ValueError("classes contains duplicates")
+        kinds = {k in "biuf" if k in "biufUS" else None for k in (out.dtype.kind, source.label_kind or "O")}
+        if kinds == {True, False}:  # numbers against strings: no label would match, every row a null row
+            raise ValueError(f"classes are {'numbers' if out.dtype.kind in 'biuf' else 'strings'} but the labels are "
+                             f"not ({out[:3].tolist()}... against labels of dtype kind {source.label_kind!r}); a "
+                             "store's labels are class indices 0..K-1 (its names: store.attrs['classes'])")
     elif source.published_classes() is not None:
         out = np.arange(len(source.published_classes()))
     else:

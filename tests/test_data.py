@@ -230,3 +230,21 @@ def test_arrays_charge_only_a_given_ledger_or_budget(blobs):
     assert src.ledger(ledger=shared) is shared
     capped = src.ledger(cap=(1.0, 1e-5))
     assert capped.path is None and capped.cap == (1.0, 1e-5)
+
+
+def test_a_class_list_of_another_kind_than_the_labels_is_refused_before_the_charge(make_store, blobs):
+    """Names for a store's int labels (or ints for string labels) would make every row a null row: refused."""
+    from privlin import DPLinearClassifier
+    from privlin.ledger import PrivacyLedger
+
+    X, y = blobs(120)
+    st = make_store({"train": (X, y)})
+    with pytest.raises(ValueError, match="classes are strings"):
+        privlin.fit(st, epsilon=1.0, classes=["a", "b", "c", "d"])
+    assert len(data.as_source(st, "train").ledger()) == 0
+    led = PrivacyLedger.in_memory()
+    with pytest.raises(ValueError, match="classes are numbers"):
+        DPLinearClassifier(epsilon=1.0, classes=range(4), ledger=led).fit(X, np.array(list("abcd"))[y])
+    assert len(led) == 0
+    DPLinearClassifier(epsilon=1.0, classes=list("abcd"), ledger=led).fit(X, np.array(list("abcd"))[y])
+    assert len(led) == 1
