@@ -33,9 +33,15 @@ Goals at a glance (met / not met; the rows give the numbers and the reasons):
   327,680 rows fit in 3.3 s); issue 15's defaults ≥ tuned Opacus on every row and within 1 point of non-private at
   ε=8 on every tabular set (≥ Opacus on 31/40 rows: 28 above, 3 level; ε=8 gaps: iris 2.0 points, every mixture
   ≤ 0.5 after the curvature release and the radial coordinate; causes measured in "Why the defaults fall
-  short").
+  short"; accounted private tuning by default measured and not adopted: each trial gets 0.49–0.65 of μ, and even
+  picked on the test split it loses to the untuned defaults on 30 of 35 rows, "Would accounted private tuning
+  by default pay?").
 - The privlin speed and sweep rows were measured before the exact sums; the "exact-sums" section gives now/before
   for the same paths, in one run.
+- Every privlin row was measured before ea2f2b8, which draws Gaussian noise from 52-bit float64 uniforms (tail to
+  8.21σ; the float32 sampler stopped at 5.33σ, PRIVACY.md). Same law inside ±5.3σ, so accuracy rows stand; a draw
+  costs 2.2–4.6× the float32 one on this CPU (36 864 × 1000: 1.89 s vs 0.85 s; 768 × 100: 5.7 vs 1.2 ms, one-off
+  timing, not a benchmark row), not yet re-measured inside the fits.
 """
 
 
