@@ -16,7 +16,6 @@ default cannot win at these sizes.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 
