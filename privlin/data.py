@@ -352,11 +352,11 @@ _ORDERED_KINDS = ("biuf", "U", "S")
 def label_index(classes: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Class index (int32) and a bool mask of the rows whose label is in ``classes``.
 
-    A row whose label is not in the public list is a null row: it contributes nothing (zero-out), and no
-    error reveals it.  It runs after the charge, so it never raises, whatever a row's label is.  Labels of a kind that sorts with the classes (numbers with numbers, text with text) are looked up
-    by ``searchsorted``; any other (an object array holding a None or a string among ints, ...) is matched by
-    equality (a dict lookup: ``1.0`` matches class ``1`` as it does there), and an unmatched or unhashable
-    label is a null row.
+    A row whose label is not in the public list is a null row: it contributes nothing (zero-out), and no error
+    reveals it.  It runs after the charge, so it never raises, whatever a row's label is.  Labels of a kind that sorts
+    with the classes (numbers with numbers, text with text) are looked up by ``searchsorted``; any other (an object
+    array holding a None or a string among ints, ...) is matched by equality (a dict lookup: ``1.0`` matches class
+    ``1`` as it does there), and an unmatched or unhashable label is a null row.
     """
     classes, y = np.asarray(classes), np.asarray(y)
     if len(classes) and any(classes.dtype.kind in k and y.dtype.kind in k for k in _ORDERED_KINDS):

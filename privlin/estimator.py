@@ -2,9 +2,9 @@
 
 The thin public layer: settings stored by ``__init__``, validated once in ``fit``, then one path for every
 input — :func:`privlin.data.as_source` (arrays or a store split), :func:`privlin.plan.make_plan` (every
-default, every σ), :func:`privlin.runner.run` (normalize → the private releases the plan buys: row norm, centering, scaling,
-curvature → training).  ``privlin.fit``
-and ``privlin.evaluate`` are the same estimator on a store.
+default, every σ), :func:`privlin.runner.run` (normalize → the private releases the plan buys: row norm,
+centering, scaling, curvature → training).  ``privlin.fit`` and ``privlin.evaluate`` are the same estimator on
+a store.
 """
 from __future__ import annotations
 

@@ -9,8 +9,9 @@ method=m)`` trains, and a record equals ``DPLinearClassifier(**record["params"],
 Why it is honest
 ----------------
 Every setting draws fresh noise from its own key (``privlin.noise.split`` of one 128-bit base key).  Keys are secret:
-they are not returned unless ``return_keys=True`` (then :attr:`SweepResult.keys` holds them, apart from every
-record, report and CSV, and every record says ``seeded``: whoever holds a key can subtract its noise).  Every record states its own (ε, δ): the guarantee of releasing *that one model*.
+they are not returned unless ``return_keys=True`` (then :attr:`SweepResult.keys` holds them, apart from every record,
+report and CSV, and every record says ``seeded``: whoever holds a key can subtract its noise).  Every record states
+its own (ε, δ): the guarantee of releasing *that one model*.
 Releasing several, or picking the best by looking at private data, costs more: :attr:`SweepResult.total_epsilon`
 is the composition of every setting (what the ledger is charged, before any row is read),
 :meth:`SweepResult.best` marks its pick ``private=False`` unless the evaluation split is public, and

@@ -1,8 +1,9 @@
 """A privacy ledger: what a private split has already paid, and the cap it may not pass.
 
 Every mechanism run on a private split (a fit, a sweep, a private selection, a non-private release such as
-a k-NN accuracy) is recorded as a dp-accounting event before it reads a row; the ledger composes them into the total spent
-(:func:`privlin.accounting.compose_epsilon`: exact GDP when every entry is a full-batch Gaussian, else PLD).
+a k-NN accuracy) is recorded as a dp-accounting event before it reads a row; the ledger composes them into the
+total spent (:func:`privlin.accounting.compose_epsilon`: exact GDP when every entry is a full-batch Gaussian, else
+PLD).
 
 The ledger is policy, not a per-call argument: its document stores the neighbouring relation and the cap,
 and every charge is checked against the stored cap, whoever charges.  A cap passed by a caller may set or
