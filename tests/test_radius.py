@@ -131,13 +131,14 @@ def test_streamed_secure_and_swept_fits_release_what_the_in_memory_fit_does():
         runner.preprocess_rows(a.plan_, X, a.mean_, a.scaling_)
     s = DPLinearClassifier(**{**kw, "random_state": None}, secure_mode=True).fit(X, y)
     assert s.radius_ == a.radius_  # 1500 rows in two bins against noise of sd ~4: the same pair
+    Xt, yt = _offset_mixture(500, 1)
     res = sweep((X, y), settings=[{"epsilon": 8.0, "classes": [0, 1]}, {"epsilon": 8.0, "classes": [0, 1],
                                                                          "radial": False}],
-                eval_data=(X, y), random_state=0)
+                eval_data=(Xt, yt), random_state=0)  # held out: a sweep refuses to score its training rows
     assert res.records[0]["radius"] is not None and res.records[1]["radius"] is None
     assert [c.shape for c in res.coef] == [(9, 2), (8, 2)]
     for i in range(2):
-        assert res.model(i).score(X, y) == pytest.approx(res.records[i]["accuracy"])
+        assert res.model(i).score(Xt, yt) == pytest.approx(res.records[i]["accuracy"])
 
 
 def test_the_coordinate_recovers_the_signal_along_the_offset():
