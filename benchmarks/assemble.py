@@ -40,8 +40,9 @@ Goals at a glance (met / not met; the rows give the numbers and the reasons):
   for the same paths, in one run.
 - Every privlin row was measured before ea2f2b8, which draws Gaussian noise from 52-bit float64 uniforms (tail to
   8.21σ; the float32 sampler stopped at 5.33σ, PRIVACY.md). Same law inside ±5.3σ, so accuracy rows stand; a draw
-  costs 2.2–4.6× the float32 one on this CPU (36 864 × 1000: 1.89 s vs 0.85 s; 768 × 100: 5.7 vs 1.2 ms, one-off
-  timing, not a benchmark row), not yet re-measured inside the fits.
+  costs 1.2–2.2× the float32 one on this CPU (36 864 × 1000: 1.04 s vs 0.85 s; 768 × 100: 2.7 vs 1.2 ms; the
+  quickstart's 30-fit `vip_toy` sweep 21.0 s vs 18.4–20.0 s cold, 1.1 s vs 1.0–1.1 s warm: one-off timings, not
+  benchmark rows), not yet re-measured inside the fit rows.
 """
 
 

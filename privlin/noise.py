@@ -102,38 +102,41 @@ def fold_in(key, data) -> jax.Array:
     return jax.vmap(lambda k: jax.random.fold_in(k, data))(key)
 
 
-def bits(key, shape) -> jax.Array:
-    """uint32 random bits: the XOR of the two halves' streams (uniform and secret if either half is)."""
+def bits(key, shape, dtype=jnp.uint32) -> jax.Array:
+    """Random bits (uint32, or uint64 under float64): the XOR of the two halves' streams (uniform and secret if
+    either half is)."""
     shape = tuple(shape)
-    return jax.random.bits(key[0], shape, jnp.uint32) ^ jax.random.bits(key[1], shape, jnp.uint32)
+    return jax.random.bits(key[0], shape, dtype) ^ jax.random.bits(key[1], shape, dtype)
 
 
 def normal(key, shape, dtype=jnp.float32) -> jax.Array:
     """Standard normals, from 52-bit uniforms in float64 (:func:`normal_from_bits`), cast to ``dtype``.  Traced
     under ``privlin.sensitivity.x64()``: without float64 it refuses rather than draw a truncated normal."""
-    b = bits(key, (2,) + tuple(shape))
-    return normal_from_bits(b[0], b[1]).astype(dtype)
+    from .sensitivity import require_x64
+
+    require_x64()
+    return normal_from_bits(bits(key, shape, jnp.uint64)).astype(dtype)
 
 
 #: The largest |z| :func:`normal` can draw: √2·erfinv(1 − 2⁻⁵²) = Φ⁻¹(1 − 2⁻⁵³).
 NORMAL_TAIL = 8.2095
 
 
-def normal_from_bits(hi, lo) -> jax.Array:
-    """The float64 normal of two uint32 words: u = (m + ½)·2⁻⁵¹ − 1, m the top 52 of their 64 bits, lies in
+def normal_from_bits(b) -> jax.Array:
+    """The float64 normal of uint64 random bits: u = (m + ½)·2⁻⁵¹ − 1, m = b >> 12 (the top 52 bits), lies in
     [−1 + 2⁻⁵², 1 − 2⁻⁵²] (exact in float64), and z = √2·erfinv(u).
 
     Why 52 bits: a normal is only as wide as its uniform's finest step.  From 23-bit float32 uniforms (what
     ``jax.random.normal`` draws in float32) no |z| exceeds 5.33, and a truncated Gaussian is not the Gaussian
     mechanism: a neighbour whose sum sits Δ away makes the outputs beyond the truncation impossible, an extra
     δ of about φ(5.33)·‖Δ‖₁/σ ≈ 3e-7·‖Δ‖₁/σ per release, which T steps of a d·k gradient can push past the δ
-    claimed.  At 52 bits the tail is cut at 8.21σ, and that δ is below 1e-14·‖Δ‖₁/σ.
+    claimed.  At 52 bits the tail is cut at 8.21σ, and that δ is below 1e-14·‖Δ‖₁/σ.  (One uint64 draw, not two
+    uint32 ones: the same bits, and a third less XLA compile time in a sweep.)
     """
     from .sensitivity import require_x64
 
     require_x64()
-    m = (hi.astype(jnp.uint64) << 20) | (lo.astype(jnp.uint64) >> 12)  # 52 bits
-    u = (m.astype(jnp.float64) + 0.5) * (2.0**-51) - 1.0
+    u = ((b >> 12).astype(jnp.float64) + 0.5) * (2.0**-51) - 1.0
     return jnp.sqrt(2.0) * jax.lax.erf_inv(u)
 
 

@@ -91,7 +91,7 @@ def test_normals_are_the_quantiles_of_52_bit_uniforms_and_reach_past_8_sigma():
     hi = np.array([0, 0, 1, 2**31, 2**31 - 1, 2**32 - 1, 2**32 - 1, 12345, 2**20], np.uint32)
     lo = np.array([0, 2**12, 0, 0, 2**32 - 1, 2**32 - 4096, 2**32 - 1, 987654321, 7], np.uint32)
     with sensitivity.x64():
-        z = np.asarray(noise.normal_from_bits(jnp.asarray(hi), jnp.asarray(lo)))
+        z = np.asarray(noise.normal_from_bits(jnp.asarray((hi.astype(np.uint64) << 32) | lo.astype(np.uint64))))
     m = (hi.astype(object) << 20) | (lo.astype(object) >> 12)
     p = np.array([(float(v) + 0.5) / 2**52 for v in m])
     np.testing.assert_allclose(z, stats.norm.ppf(p), rtol=1e-9, atol=1e-12)
@@ -111,7 +111,8 @@ def test_extreme_bits_give_finite_normals():
     """Every pattern of the 64 bits maps to a finite normal (u never reaches ±1, where erfinv is infinite)."""
     edges = np.array([0, 1, 2**12 - 1, 2**12, 2**31, 2**32 - 2**12, 2**32 - 1], np.uint32)
     hi, lo = np.meshgrid(edges, edges)
-    z = np.asarray(noise.normal_from_bits(jnp.asarray(hi.ravel()), jnp.asarray(lo.ravel())))
+    words = (hi.ravel().astype(np.uint64) << 32) | lo.ravel().astype(np.uint64)
+    z = np.asarray(noise.normal_from_bits(jnp.asarray(words)))
     assert np.all(np.isfinite(z)) and z.min() < -8 and z.max() > 8
 
 
