@@ -123,7 +123,12 @@ def test_works_in_pipeline_and_clone(digits):
 #: scikit-learn checks that DP makes fail, with the reason.  None fail at the settings below
 #: (ε=8, T=10 on the checks' small, well-separated data); at ε=1 with tiny n, the accuracy checks
 #: (check_classifiers_train needs > 0.83) could fail by design: the noise is calibrated to ε, not to the data.
-EXPECTED_FAILED_CHECKS = {}
+#: The model runs in float32 (XLA): a row's preprocessed features and logits round differently with the number of
+#: rows predicted at once, by ~1e-7 relative (2.6e-7 absolute seen on this check's blobs), above the check's atol of
+#: 1e-7 on some noise draws. Predictions (argmax) are not affected at that scale.
+EXPECTED_FAILED_CHECKS = {
+    "check_methods_subset_invariance": "float32 rounding differs by batch size (~1e-7), above the check's atol 1e-7",
+}
 
 
 @parametrize_with_checks([DPLinearClassifier(epsilon=8.0, steps=10, random_state=0)],
