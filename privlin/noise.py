@@ -111,7 +111,8 @@ def bits(key, shape, dtype=jnp.uint32) -> jax.Array:
 
 def normal(key, shape, dtype=jnp.float32) -> jax.Array:
     """Standard normals, from 52-bit uniforms in float64 (:func:`normal_from_bits`), cast to ``dtype``.  Traced
-    under ``privlin.sensitivity.x64()``: without float64 it refuses rather than draw a truncated normal."""
+    under ``privlin.sensitivity.x64()``: without float64 it refuses (before drawing: uint64 bits would be
+    truncated to uint32) rather than draw a truncated normal."""
     from .sensitivity import require_x64
 
     require_x64()
@@ -146,16 +147,13 @@ def gaussian(key, shape, stddev, dtype=jnp.float32) -> jax.Array:
 
 
 def bernoulli(key, p: float, shape) -> jax.Array:
-    """Bools, each True with probability :func:`bernoulli_rate` ``(p)`` ≤ ``p`` (a Poisson sample's membership
-    draws): never above the rate the accountant was told, whose amplification grows with it."""
-    if isinstance(p, (int, float)):
-        t = jnp.uint64(bernoulli_threshold(p))
-    else:  # traced: ⌊p·2³²⌋ is exact in float64 (a power-of-two scaling)
-        from .sensitivity import require_x64
-
-        require_x64()
-        t = jnp.floor(jnp.asarray(p, jnp.float64) * 2.0**32).astype(jnp.uint64)
-    return bits(key, shape).astype(jnp.uint64) < t
+    """Bools, each True with probability :func:`bernoulli_threshold` ``(p)``/2³² ≤ ``p`` (a Poisson sample's
+    membership draws): never above the rate the accountant was told, whose amplification grows with it.  ``p`` is
+    the plan's Python float (static under jit), never a traced value."""
+    t = bernoulli_threshold(p)
+    if t >= 2**32:
+        return jnp.ones(tuple(shape), bool)
+    return bits(key, shape) < jnp.uint32(t)
 
 
 def bernoulli_threshold(p: float) -> int:
