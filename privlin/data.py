@@ -79,6 +79,10 @@ class Source:
         for the non-private helpers, e.g. the denominator of an accuracy)."""
         return self.n_local
 
+    def same_rows(self, other: "Source") -> bool:
+        """Whether ``other`` reads these very rows (a sweep refuses to score its training rows)."""
+        return False
+
     def block_count(self, rows: int) -> int:
         """How many blocks :meth:`blocks` yields on the process that yields the most (public)."""
         return -(-self.n_local_max // rows) if self.n_local_max else 0
@@ -132,6 +136,9 @@ class ArraySource(Source):
     def labels(self) -> np.ndarray:
         return self.y
 
+    def same_rows(self, other: Source) -> bool:
+        return isinstance(other, ArraySource) and np.may_share_memory(self.X, other.X)
+
     def blocks(self, rows: int, page_locked: bool = False):  # views of X: nothing to read into
         for start in range(0, self.n, rows):
             yield self.X[start:start + rows], self.y[start:start + rows]
@@ -177,6 +184,10 @@ class SplitSource(Source):
 
     def labels(self) -> np.ndarray:
         return np.asarray(self.split.labels[:])[self.split.valid_mask()]
+
+    def same_rows(self, other: Source) -> bool:
+        return (isinstance(other, SplitSource) and self.url is not None
+                and (other.url, other.split.name) == (self.url, self.split.name))
 
     def blocks(self, rows: int, page_locked: bool = False):
         yield from self.split.blocks(rows=rows, shards=self.shards, page_locked=page_locked)
@@ -324,9 +335,9 @@ def public_classes(source: Source, classes=None, *, stacklevel: int = 3) -> tupl
         out = np.unique(given)
         if out.size != given.size:
             raise ValueError("classes contains duplicates")
-        kinds = {k in "biuf" if k in "biufUS" else None for k in (out.dtype.kind, source.label_kind or "O")}
-        if kinds == {True, False}:  # numbers against strings: no label would match, every row a null row
-            raise ValueError(f"classes are {'numbers' if out.dtype.kind in 'biuf' else 'strings'} but the labels are "
+        numeric, labels_numeric = _numeric(out.dtype.kind), _numeric(source.label_kind)
+        if None not in (numeric, labels_numeric) and numeric != labels_numeric:  # every row would be a null row
+            raise ValueError(f"classes are {'numbers' if numeric else 'strings'} but the labels are "
                              f"not ({out[:3].tolist()}... against labels of dtype kind {source.label_kind!r}); a "
                              "store's labels are class indices 0..K-1 (its names: store.attrs['classes'])")
     elif source.published_classes() is not None:
@@ -343,6 +354,11 @@ def public_classes(source: Source, classes=None, *, stacklevel: int = 3) -> tupl
     if out.size < 2:
         raise ValueError(f"a classifier needs at least 2 classes; got {out.size} class: {out.tolist()}")
     return out, leaks
+
+
+def _numeric(kind: str | None) -> bool | None:
+    """True for a numeric dtype kind, False for text (str or bytes), None for anything else (object, unknown)."""
+    return True if kind and kind in "biuf" else False if kind and kind in "US" else None
 
 
 #: dtype kinds within which ``np.searchsorted`` orders labels exactly as ``==`` matches them.

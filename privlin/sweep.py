@@ -249,7 +249,7 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     ests = [_validated(s) for s in settings]
     source = data.as_source(data_, split)
     evaluation = _evaluation_source(data_, eval_data, eval_split)
-    if evaluation is not None and _same_rows(source, evaluation):
+    if evaluation is not None and source.same_rows(evaluation):
         raise ValueError("the evaluation rows are the training rows: their accuracy is not private (it is released "
                          "without noise). Evaluate on a held-out split, or pass eval_split=None")
     if evaluation is not None and evaluation.n_valid == 0:
@@ -313,14 +313,6 @@ def _total(plans) -> float:
         return math.inf
     return accounting.compose_epsilon([p.dp_event() for p in plans], max(p.delta for p in plans),
                                       neighbouring=plans[0].neighbouring)
-
-
-def _same_rows(train, evaluation) -> bool:
-    """Whether the evaluation source reads the training rows (the same store split, or the same arrays)."""
-    if getattr(train, "url", None) is not None:
-        return getattr(evaluation, "url", None) == train.url and evaluation.split.name == train.split.name
-    X, Xe = getattr(train, "X", None), getattr(evaluation, "X", None)
-    return X is not None and Xe is not None and np.may_share_memory(X, Xe)
 
 
 def _evaluation_source(data_, eval_data, eval_split):
