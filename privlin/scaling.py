@@ -22,9 +22,10 @@ unit norm), N public, zero-out neighbours (``replace_special``: a null row contr
 2. **whitening** — the upper triangle of ``Σ b_i b_iᵀ`` over the standardized rows ``b_i`` (unit norm; Frobenius
    sensitivity ‖b bᵀ‖ = 1) with noise ``N(0, σ_w²)`` per entry, mirrored (the Analyze-Gauss release of Dwork,
    Talwar, Thakurta & Zhang, STOC 2014): one ``GaussianDpEvent(σ_w)``.  Post-processing: eigendecomposition
-   ``U Λ Uᵀ`` and ``rotate = U (max(Λ, 0) + τ_w)^(−1/2) Uᵀ`` with ``τ_w = σ_w·√d/N``, the BBP threshold of a
-   Wigner perturbation (Benaych-Georges & Nadakuditi 2011): eigenvalues below it cannot be told from the noise,
-   so they are shrunk rather than amplified.
+   ``U Λ Uᵀ`` and ``rotate = U (max(Λ, 0) + τ_w + τ_s)^(−1/2) Uᵀ`` with ``τ_w = σ_w·√d/N``, the BBP threshold of
+   a Wigner perturbation (Benaych-Georges & Nadakuditi 2011), and ``τ_s`` the Marchenko–Pastur edge of the sample
+   itself (:func:`sampling_floor`): eigenvalues below them cannot be told from the noise or from the sampling
+   spread, so they are shrunk rather than amplified.
 
 3. **curvature** (made where the plan buys it, on the rows training sees, scaled or only centered) — the top
    eigenvalue of ``Σ x_i x_iᵀ`` over their directions (:func:`second_moment_sum`), with noise N(0, (σ_c·Δ)²):
@@ -53,7 +54,8 @@ import jax.numpy as jnp
 from . import noise, preprocess, sensitivity
 
 __all__ = ["Scaling", "moment_sums", "second_moment_sum", "release_moments", "release_rotation", "scaled_rows",
-           "apply", "moment_noise_level", "rotation_noise_level", "moments_resolve", "whitening_resolves",
+           "apply", "moment_noise_level", "rotation_noise_level", "sampling_floor", "rotation_floor",
+           "moments_resolve", "whitening_resolves",
            "WHITEN_MAX_DIM", "WHITEN_MAX_WORK", "second_moment_affordable", "release_curvature", "curvature_bound", "top_eigenvalue", "curvature_sensitivity",
            "CURVATURE_Z"]
 
@@ -83,6 +85,23 @@ def rotation_noise_level(n: int, dim: int, sigma_w: float) -> float:
     return sigma_w * math.sqrt(dim) / n
 
 
+def sampling_floor(n, dim: int):
+    """τ_s = (2√γ + γ)/d, γ = d/N: how far above 1/d the top eigenvalue of the second moment of N unit rows spread
+    evenly over d dimensions lands (the Marchenko–Pastur edge (1 + √γ)²/d; its bottom edge lies as far below).
+    Whitening by the sample's own second moment amplifies the directions the sample underestimates, which no sample
+    of N rows can tell from an even spread: at d/N = 0.5 that cost the ε = ∞ fit of a 1024-d mixture 6.7 points
+    (BENCHMARKS.md).  Public (N, d); ``n`` may be traced."""
+    gamma = dim / n
+    return (2.0 * gamma**0.5 + gamma) / dim
+
+
+def rotation_floor(n, dim: int, sigma_w: float):
+    """τ = τ_w + τ_s: the eigenvalue below which whitening shrinks a direction instead of amplifying it, since it
+    cannot be told from the release's noise (:func:`rotation_noise_level`) or the sample's spread
+    (:func:`sampling_floor`)."""
+    return rotation_noise_level(n, dim, sigma_w) + sampling_floor(n, dim)
+
+
 def moments_resolve(n: int, dim: int, sigma_m: float) -> bool:
     """Whether at least two per-dimension variances can be told from the noise (they sum to ≤ 1 on unit rows, so
     at most 1/τ_m of them exceed τ_m)."""
@@ -96,9 +115,9 @@ def second_moment_affordable(n: int, dim: int) -> bool:
 
 
 def whitening_resolves(n: int, dim: int, sigma_w: float) -> bool:
-    """Whether the release can resolve at least two directions (eigenvalues sum to ≤ 1, so at most 1/τ_w of them
-    exceed τ_w) and its cost is bounded (:func:`second_moment_affordable`)."""
-    return second_moment_affordable(n, dim) and rotation_noise_level(n, dim, sigma_w) < 0.5
+    """Whether the release can resolve at least two directions (eigenvalues sum to ≤ 1, so at most 1/τ of them
+    exceed τ = :func:`rotation_floor`) and its cost is bounded (:func:`second_moment_affordable`)."""
+    return second_moment_affordable(n, dim) and rotation_floor(n, dim, sigma_w) < 0.5
 
 
 # ----------------------------------------------------------------------------- exact sums (the private part)
@@ -158,7 +177,8 @@ def symmetric(v, d: int) -> jax.Array:
 
 def release_rotation(M, n, key, sigma_w, noisy=None) -> jax.Array:
     """The whitening map (d, d) from :func:`second_moment_sum`: noise N(0, σ_w²) on each upper entry, mirrored
-    (``GaussianDpEvent(σ_w)``), then ``U (max(Λ, 0) + τ_w)^(−1/2) Uᵀ``.  ``noisy``: an already noised upper triangle."""
+    (``GaussianDpEvent(σ_w)``), then ``U (max(Λ, 0) + τ)^(−1/2) Uᵀ``, τ = :func:`rotation_floor`.  ``noisy``: an
+    already noised upper triangle."""
     d = M.shape[0]
     if noisy is None:
         u = upper(M)
@@ -166,7 +186,7 @@ def release_rotation(M, n, key, sigma_w, noisy=None) -> jax.Array:
     C = symmetric(jnp.asarray(noisy, jnp.float64), d) / n
     lam, U = jnp.linalg.eigh(C)
     lam = jnp.maximum(lam, 0.0)
-    floor = rotation_noise_level(n, d, sigma_w) + 1e-6 * jnp.mean(lam)  # ε = ∞ as in release_moments
+    floor = rotation_floor(n, d, sigma_w)
     w = jax.lax.rsqrt(lam + jnp.maximum(floor, 1e-30))
     R = (U * (w / jnp.max(w))) @ U.T
     return jnp.asarray(R, jnp.float32)

@@ -142,9 +142,11 @@ def test_released_sums_move_by_at_most_one_per_row():
     assert 0.99 < first <= 1.0 and 0.99 < second <= 1.0 and 0.99 < outer <= 1.0  # tight: the one-hot row
 
 
-def test_without_noise_the_map_whitens():
+def test_without_noise_the_map_whitens_above_the_sampling_edge():
     """σ → 0: the released rotation turns the standardized rows, whose second moment is correlated and unequally
-    scaled, into rows whose second moment is ∝ I (checked with numpy); the stage's output rows have unit norm."""
+    scaled, into rows whose second moment has eigenvalues λ/(λ + τ_s) (numpy's eigenvalues λ of the input, τ_s the
+    Marchenko–Pastur edge written here): whitened where the sample resolves a direction, shrunk below the edge;
+    the stage's output rows have unit norm."""
     rng = np.random.default_rng(1)
     A = rng.normal(size=(6, 6)) * np.array([5.0, 1.0, 0.2, 1.0, 3.0, 0.5])
     Z = (rng.normal(size=(4000, 6)) @ A).astype(np.float32)
@@ -156,7 +158,34 @@ def test_without_noise_the_map_whitens():
     S = np.asarray(scaling.scaled_rows(Z, s.shift, s.scale), np.float64)
     W = S @ np.asarray(s.rotate, np.float64)
     ev_in, ev_out = np.linalg.eigvalsh(S.T @ S / len(S)), np.linalg.eigvalsh(W.T @ W / len(W))
-    assert ev_in.max() / ev_in.min() > 30 and ev_out.max() / ev_out.min() < 1.01
+    S1 = S / np.linalg.norm(S, axis=1, keepdims=True)  # the rows the release saw: directions
+    lam = np.linalg.eigvalsh(S1.T @ S1 / len(S1))
+    gamma = 6 / 4000
+    tau = ((1 + math.sqrt(gamma)) ** 2 - 1) / 6
+    assert ev_in.max() / ev_in.min() > 30
+    expect = np.sort(lam / (lam + tau))
+    np.testing.assert_allclose(ev_out / ev_out.max(), expect / expect.max(), rtol=2e-2)
+    top = np.sort(ev_out)[1:]  # the five directions above 3τ: whitened to within 35% (the input's spread: > 30×)
+    assert (lam > 3 * tau).sum() == 5 and top.max() / top.min() < 1.35
+
+
+def test_whitening_does_not_amplify_a_sample_s_spread():
+    """Rows spread evenly over d = 256 dimensions, N = 512 of them (d/N = 0.5): their sample second moment's
+    eigenvalues still spread over a factor ≈ ((1 + √½)/(1 − √½))² ≈ 34 (Marchenko–Pastur), all of it sampling error.
+    The map released without noise must leave fresh rows from the same law close to even (condition number of
+    their whitened second moment < 4), where whitening by the sample's own inverse square root (numpy) skews them
+    by > 20."""
+    d, n = 256, 512
+    rng = np.random.default_rng(3)
+    Z = rng.normal(size=(n, d))
+    Z /= np.linalg.norm(Z, axis=1, keepdims=True)
+    with sensitivity.x64():
+        M = scaling.second_moment_sum(jnp.asarray(Z, jnp.float32), jnp.ones(n), n)
+        R = np.asarray(scaling.release_rotation(M, n, None, 0.0, noisy=scaling.upper(M)), np.float64)
+    lam, U = np.linalg.eigh(Z.T @ Z / n)
+    naive = (U / np.sqrt(lam)) @ U.T
+    cond = lambda R: (lambda e: e.max() / e.min())(np.linalg.eigvalsh(R.T @ R))  # fresh rows' moment ∝ RᵀR  # noqa: E731
+    assert cond(naive) > 20 and cond(R) < 4
 
 
 def test_shrinkage_leaves_homogeneous_rows_alone():
