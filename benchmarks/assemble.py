@@ -15,7 +15,8 @@ Scripts: `benchmarks/`; per-area results: `benchmarks/results/*.md`; this file i
 (`python benchmarks/assemble.py`).
 
 Goals at a glance (met / not met; the rows give the numbers and the reasons):
-- met: DP-SGD step vs two GEMMs (0.94×); `privlin.fit` on a store ≥ 4× its memory (5.4×); 10-ε adam1 sweep ≤ 1.3×
+- met: `privlin.fit` on a store ≥ 4× its memory (adam1 4.9–5.4×, sgd 3.9–4.0×: at the line); analytic clipping ≥ 100×
+  vmap(grad) (104–108×, 2026-11-25); 10-ε adam1 sweep ≤ 1.3×
   one fit (1.16×); featurize ≤ 1.15× the pure forward with `cls` heads on the CPU (1.10× vip_toy, 0.97× ViT-B/16);
   ViT-B/16 ≥ 3000 img/s on an H100 (8592 img/s, the model on synthetic input); DP-MAE ghost clipping 1.31× time /
   1.04× memory of a non-private batch (vip_toy, CPU; 1.21× / 1.15× ViT-B slice; **1.25× / 1.18× full ViT-B on the
@@ -24,7 +25,7 @@ Goals at a glance (met / not met; the rows give the numbers and the reasons):
   `blocks()` read, with centering 1.57×, a DP-SGD step 0.79×, `blocks()` 0.98 of raw; from the page cache, 327,680
   × 36 864 (24 GB), page-locked blocks: adam1 1.56×, with centering 2.69×, DP-SGD step 1.28×; store `blocks()` ≥ 0.8 of raw cold on the CPU (0.81); `vip_toy` digits probe with the
   defaults at ε=8 ≥ 90% (91.9%, 5 seeds; 91.3% in the quickstart, 3 draws).
-- not met: analytic clipping ≥ 100× vmap(grad) (80×); featurize with the 3072-d `blocks` head (1.18×); featurize
+- not met: DP-SGD step vs two GEMMs (2.4–2.6× since the exact sums, a float64 GEMM; 0.94× before them); featurize with the 3072-d `blocks` head (1.18×); featurize
   end to end on the H100 (2066 img/s with JPEG decoding on 16 CPUs; 2.5× the forward); DP-MAE under bf16 autocast
   (1.71× / 1.37×); 20-setting DP-SGD grid ≤ 3× one fit (17.6×, compute-bound on a CPU); `blocks()` ≥ 0.8 of raw
   warm (0.67 CPU, 0.50–0.71 H100); issue 19 from the page cache on the H100 on a 0.3 GB store (a fit's fixed cost
@@ -36,13 +37,13 @@ Goals at a glance (met / not met; the rows give the numbers and the reasons):
   short"; accounted private tuning by default measured and not adopted: each trial gets 0.49–0.65 of μ, and even
   picked on the test split it loses to the untuned defaults on 30 of 35 rows, "Would accounted private tuning
   by default pay?").
-- The privlin speed and sweep rows were measured before the exact sums; the "exact-sums" section gives now/before
-  for the same paths, in one run.
-- Every privlin row was measured before ea2f2b8, which draws Gaussian noise from 52-bit float64 uniforms (tail to
+- The privlin speed rows were re-measured on 2026-11-25 (exact sums, float64 sampler); the sweep rows were measured
+  before the exact sums; the "exact-sums" section gives now/before for the same paths, in one run.
+- The other privlin rows were measured before ea2f2b8, which draws Gaussian noise from 52-bit float64 uniforms (tail to
   8.21σ; the float32 sampler stopped at 5.33σ, PRIVACY.md). Same law inside ±5.3σ, so accuracy rows stand; a draw
   costs 1.2–2.2× the float32 one on this CPU (36 864 × 1000: 1.04 s vs 0.85 s; 768 × 100: 2.7 vs 1.2 ms; the
   quickstart's 30-fit `vip_toy` sweep 21.0 s vs 18.4–20.0 s cold, 1.1 s vs 1.0–1.1 s warm: one-off timings, not
-  benchmark rows), not yet re-measured inside the fit rows.
+  benchmark rows); the speed rows ("privlin: speed and memory") include it since 2026-11-25.
 """
 
 
