@@ -459,7 +459,9 @@ def default_learning_rate(method: str, optimizer: str, sigma: float, batch: floa
       smaller rate should give about the same model: T stays DP-RandP's 100, ten momentum time constants.
       Measured, T still matters where N ≈ d: fewer steps (T=10, whose momentum never builds up: an earlier stop)
       gain 2–4 points on 2048–4096-d mixtures of 3000–5000 rows at ε ≤ 1, and lose up to 14 on wine (124 rows,
-      ε=0.5); no rule for T from (N, d, σ) has been found that wins on both, so T is not derived.
+      ε=0.5); no rule for T from (N, d, σ) has been found that wins on both, so T is not derived.  More steps
+      (T=300, BENCHMARKS.md "Do more steps pay?") move the table's sets −1.0…+2.9 points where the noise sets the
+      rate, and +0.1 on the N=200 000 mixture, where the cap does, at 3× the time.
     * Stability term.  With rows at norm C and an intercept feature 1, the mean softmax (or sigmoid) loss has a
       Hessian bounded by L = (C² + 1)/2 (C²/2 without intercept; the logits' Hessian is ≼ ½I); heavy ball is
       stable for lr·L < 2(1+β) (Polyak 1964).  It binds at large N·μ (little noise), where the noise rule alone would
