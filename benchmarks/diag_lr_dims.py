@@ -20,7 +20,6 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import privlin  # noqa: E402
 from privlin.plan import make_plan  # noqa: E402
 import bench_defaults as bd  # noqa: E402
 
@@ -65,10 +64,9 @@ def main(argv=None):
         k = int(max(ytr.max(), yte.max()) + 1)
         for eps in args.eps:
             plan = make_plan({"epsilon": eps, "delta": bd.DELTA}, n=len(ytr), dim=Xtr.shape[1], n_classes=k)
-            acc = {m: 100 * np.mean([
-                privlin.DPLinearClassifier(epsilon=eps, delta=bd.DELTA, classes=range(k), random_state=s,
-                                           learning_rate=None if m == 1.0 else m * plan.learning_rate)
-                .fit(Xtr, ytr).score(Xte, yte) for s in range(args.seeds)]) for m in MULTIPLIERS}
+            acc = {m: 100 * np.mean(bd.privlin_accs(eps, args.seeds, Xtr, ytr, Xte, yte, k,
+                                                    learning_rate=None if m == 1.0 else m * plan.learning_rate))
+                   for m in MULTIPLIERS}
             best = max(acc.values())
             cells = " | ".join(f"**{a:.1f}**" if a >= best - 0.05 else f"{a:.1f}" for a in acc.values())
             print(f"| {title} | {Xtr.shape[1] / len(ytr):.2f} | {eps:g} | {cells} |", flush=True)

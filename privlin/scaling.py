@@ -186,8 +186,7 @@ def release_rotation(M, n, key, sigma_w, noisy=None) -> jax.Array:
     C = symmetric(jnp.asarray(noisy, jnp.float64), d) / n
     lam, U = jnp.linalg.eigh(C)
     lam = jnp.maximum(lam, 0.0)
-    floor = rotation_floor(n, d, sigma_w)
-    w = jax.lax.rsqrt(lam + jnp.maximum(floor, 1e-30))
+    w = jax.lax.rsqrt(lam + rotation_floor(n, d, sigma_w))  # the floor is > 0: τ_s > 0 for any N, d ≥ 1
     R = (U * (w / jnp.max(w))) @ U.T
     return jnp.asarray(R, jnp.float32)
 
