@@ -36,7 +36,9 @@ Goals at a glance (met / not met; the rows give the numbers and the reasons):
   ≤ 0.5 after the curvature release and the radial coordinate; causes measured in "Why the defaults fall
   short"; accounted private tuning by default measured and not adopted: each trial gets 0.49–0.65 of μ, and even
   picked on the test split it loses to the untuned defaults on 30 of 35 rows, "Would accounted private tuning
-  by default pay?").
+  by default pay?"); the rate's best multiple follows the rows' effective rank against k (×1 where r/k ≤ 1.7, every
+  backbone-like set; ×0.03–0.5 on isotropic mixtures with r/k ≥ 11), and a private r would flip only the d=4096
+  mixture at ε=1, "What picks the rate").
 - The privlin speed rows were re-measured on 2026-11-25 (exact sums, float64 sampler); the sweep rows were measured
   before the exact sums; the "exact-sums" section gives now/before for the same paths, in one run.
 - The other privlin rows were measured before ea2f2b8, which draws Gaussian noise from 52-bit float64 uniforms (tail to
