@@ -24,7 +24,7 @@ Goals at a glance (met / not met; the rows give the numbers and the reasons):
   0.58–1.15× the float32 code they replaced; issue 19 on the H100 reading from disk (cold): adam1 1.14× the
   `blocks()` read, with centering 1.57×, a DP-SGD step 0.79×, `blocks()` 0.98 of raw; from the page cache, 327,680
   × 36 864 (24 GB), page-locked blocks: adam1 1.56×, with centering 2.69×, DP-SGD step 1.28×; store `blocks()` ≥ 0.8 of raw cold on the CPU (0.81); `vip_toy` digits probe with the
-  defaults at ε=8 ≥ 90% (91.9%, 5 seeds; 91.3% in the quickstart, 3 draws).
+  defaults at ε=8 ≥ 90% (91.9%, 5 seeds; 90.6% in the quickstart at 9aa4d43, 3 draws).
 - not met: DP-SGD step vs two GEMMs (2.4–2.6× since the exact sums, a float64 GEMM; 0.94× before them); featurize with the 3072-d `blocks` head (1.18×); featurize
   end to end on the H100 (2066 img/s with JPEG decoding on 16 CPUs; 2.5× the forward); DP-MAE under bf16 autocast
   (1.71× / 1.37×); 20-setting DP-SGD grid ≤ 3× one fit (17.6×, compute-bound on a CPU); `blocks()` ≥ 0.8 of raw
