@@ -94,9 +94,10 @@ DATASETS = {
 TABULAR = ("iris", "mix-a", "mix-b", "mix-c", "mix-d", "mix-e")
 
 
-def load_dataset(name, stores):
-    """(title, Xtr, ytr, Xte, yte, k) of a :data:`DATASETS` entry; labels int64; ``stores``: the digits stores' folder."""
-    title, load = DATASETS[name]
+def load_dataset(name, stores, table=None):
+    """(title, Xtr, ytr, Xte, yte, k) of an entry of ``table`` (default :data:`DATASETS`: ``name -> (title, loader)``,
+    loader None for the digits stores); labels int64; ``stores``: the digits stores' folder."""
+    title, load = (DATASETS if table is None else table)[name]
     Xtr, ytr, Xte, yte = load() if load else digits_features(name, stores)
     ytr, yte = np.asarray(ytr).astype(np.int64), np.asarray(yte).astype(np.int64)
     return title, Xtr, ytr, Xte, yte, int(max(ytr.max(), yte.max()) + 1)

@@ -58,10 +58,7 @@ def main(argv=None):
     head = " | ".join(f"×{m:g}" for m in MULTIPLIERS)
     print(f"| data | d/N | ε | {head} |\n|---|---:|---:|" + "---:|" * len(MULTIPLIERS))
     for name in args.only.split(","):
-        title, load = SETS[name]
-        Xtr, ytr, Xte, yte = load()
-        ytr, yte = np.asarray(ytr).astype(np.int64), np.asarray(yte).astype(np.int64)
-        k = int(max(ytr.max(), yte.max()) + 1)
+        title, Xtr, ytr, Xte, yte, k = bd.load_dataset(name, None, SETS)
         for eps in args.eps:
             plan = make_plan({"epsilon": eps, "delta": bd.DELTA}, n=len(ytr), dim=Xtr.shape[1], n_classes=k)
             acc = {m: 100 * np.mean(bd.privlin_accs(eps, args.seeds, Xtr, ytr, Xte, yte, k,

@@ -48,8 +48,7 @@ def effective_rank(R):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sets = {**{n: (t, f) for n, (t, f) in dl.SETS.items()},
-            **{n: (bd.DATASETS[n][0], None) for n in ("iris", "mix-a", "mix-b", "mix-c", "vip_toy", "pixels")}}
+    sets = {**dl.SETS, **{n: bd.DATASETS[n] for n in ("iris", "mix-a", "mix-b", "mix-c", "vip_toy", "pixels")}}
     p.add_argument("--only", default=",".join(sets))
     p.add_argument("--eps", type=float, nargs="+", default=[0.5, 1, 2, 8])
     p.add_argument("--share", type=float, default=0.05, help="share of μ² a release of λ_max would take")
@@ -58,13 +57,7 @@ def main(argv=None):
     print("| data | N | d | k | ε | r | r/k | √(k/r) | r private (lower bound) | √(k/r) from it |\n"
           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.only.split(","):
-        title, load = sets[name]
-        if load is None:
-            title, Xtr, ytr, _, _, k = bd.load_dataset(name, args.stores)
-        else:
-            Xtr, ytr, _, _ = load()
-            ytr = np.asarray(ytr).astype(np.int64)
-            k = int(ytr.max() + 1)
+        title, Xtr, ytr, _, _, k = bd.load_dataset(name, args.stores, sets)
         n = len(ytr)
         for eps in args.eps:
             r, tr, lam = effective_rank(training_rows(Xtr, ytr, k, eps))
