@@ -19,7 +19,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from . import accounting, data, noise, runner, secure_noise, train
+from . import accounting, data, noise, preprocess, runner, secure_noise, train
 from .plan import DEFAULT_EPSILON, METHODS, Plan, make_plan
 from .report import PrivacyReport, setting_leaks
 
@@ -391,6 +391,10 @@ def report_for(plan: Plan, *, seeded: bool, leaks=(), data: str = "", ledger=Non
     norm."""
     lr_w, lr_b = plan.learning_rates_after(curvature)
     parts = [_budget_note(plan)]
+    if plan.centered and plan.center_stages == 2:
+        parts.append(f"centering released in 2 stages at σ {plan.sigma_center * 2 ** 0.5:.4g} each (they compose to "
+                     f"the one at σ {plan.sigma_center:.4g}); the second sums offsets from the first estimate "
+                     f"clipped to radius {float(preprocess.refine_radius(plan.sigma_center, plan.n, plan.model_dim, plan.clip)):.3g}")
     if plan.curved and curvature is not None:
         parts.append(f"learning rate from the released curvature bound {curvature:.3g}: "
                      f"weights {lr_w:.4g}, intercept {lr_b:.4g}")

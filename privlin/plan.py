@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 from dp_accounting import dp_event as _ev
 
-from . import accounting, radius, scaling, sensitivity
+from . import accounting, preprocess, radius, scaling, sensitivity
 
 __all__ = ["Plan", "make_plan", "default_learning_rate", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS",
            "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "RADIUS_SHARE", "ADAM_LR",
@@ -69,7 +69,10 @@ class Plan:
     sigma : float
         Noise multiplier of every training step (0: non-private).
     sigma_center : float
-        Noise multiplier of the private centering (inf: no centering).
+        Noise multiplier of the private centering (inf: no centering): with ``center_stages`` = 2 the mean is
+        released in two Gaussian stages at σ_center·√2 each, which compose to exactly one at σ_center.
+    center_stages : int
+        1, or 2 where a refining pass pays (:func:`privlin.preprocess.center_stages`, from public facts).
     sigma_scale, sigma_whiten : float
         Noise multipliers of the scaling stage's two releases (:mod:`privlin.scaling`): the per-dimension moments
         and the whitening second moment (inf: release not made).
@@ -120,6 +123,7 @@ class Plan:
     sigma_curvature: float = math.inf
     learning_rate_ceiling: float = math.nan
     sigma_radius: float = math.inf
+    center_stages: int = 1
 
     @property
     def private(self) -> bool:
@@ -177,7 +181,12 @@ class Plan:
         """The dp-accounting event of the whole plan (row norm, centering, scaling, curvature, then the steps)."""
         if not self.private:
             return _ev.NonPrivateDpEvent()
-        extra = [s for name, s in self.noise_multipliers().items() if name != "step"]
+        extra = []
+        for name, s in self.noise_multipliers().items():
+            if name == "center":  # its stages, as they run (they compose to one Gaussian at σ_center)
+                extra += [s * math.sqrt(self.center_stages)] * self.center_stages
+            elif name != "step":
+                extra.append(s)
         return accounting.dp_event(self.sigma, steps=self.steps, sample_rate=self.sample_rate,
                                    extra_noise_multipliers=extra)
 
@@ -229,7 +238,7 @@ class Plan:
         """What a compiled trainer specializes on (hashable); plans with equal ``static()`` run vmapped together."""
         return (self.method, self.steps, self.sample_rate, self.clip, self.normalize, self.centered, self.loss,
                 self.bias_init, self.fit_intercept, self.optimizer, self.momentum, self.scale_static(),
-                self.curvature_static(), self.radius_static())
+                self.curvature_static(), self.radius_static(), self.center_stages)
 
 
 def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | None) -> Plan:
@@ -243,7 +252,8 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
 
     * preprocessing: with the scaling stage, where the release can find it (:func:`_radius_pays`), a typical row
       norm (``radial``; :data:`RADIUS_SHARE` = 3% of μ²) and each row's log-norm as one more coordinate
-      (:mod:`privlin.radius`: normalizing alone discards it); normalize, privately center (``center_share`` = 5% of μ²), then the scaling stage of
+      (:mod:`privlin.radius`: normalizing alone discards it); normalize, privately center (``center_share`` = 5% of μ²; in two stages where the first's expected error
+      is between 1% and a third of the row norm, :func:`privlin.preprocess.center_stages`), then the scaling stage of
       :mod:`privlin.scaling` (``scale_share`` = 15% of μ², for ``sgd``/``minibatch``; ``adam1`` stays the one-pass
       method of Mehta et al.): per-dimension moments, and whitening where it can resolve two or more directions
       (:func:`privlin.scaling.whitening_resolves`; then the stage's share is split evenly between its two releases).
@@ -359,7 +369,8 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
                 normalize=bool(p["normalize"]), loss=loss, bias_init=-10.0 if loss == "sigmoid" else 0.0,
                 fit_intercept=fit_intercept, optimizer=optimizer, momentum=momentum,
                 secure_mode=bool(p["secure_mode"]), sigma_scale=sig["scale"], sigma_whiten=sig["whiten"],
-                sigma_curvature=sig["curvature"], learning_rate_ceiling=float(ceiling), sigma_radius=sig["radius"])
+                sigma_curvature=sig["curvature"], learning_rate_ceiling=float(ceiling), sigma_radius=sig["radius"],
+                center_stages=1 if p["secure_mode"] else preprocess.center_stages(sig["center"], n, mdim, clip))
     if plan.private:
         eps = accounting.event_epsilon(plan.dp_event(), plan.delta, accountant=acct, neighbouring=relation)
         plan = dataclasses.replace(plan, epsilon=eps)

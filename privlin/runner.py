@@ -67,10 +67,10 @@ def stage_keys(key) -> tuple[jax.Array, jax.Array, jax.Array]:
 
 
 def release_key(key, name: str) -> jax.Array:
-    """The key of a later release (``"curvature"``, ``"radius"``) of a fit's key: the 4th and 5th of the same split
-    (JAX's partitionable threefry makes a split's first keys independent of how many follow, so
-    :func:`stage_keys` is unchanged by them)."""
-    return noise.split_named(key, "center", "train", "scale", "curvature", "radius")[name]
+    """The key of a later release (``"curvature"``, ``"radius"``, ``"center-refine"``) of a fit's key: the 4th to
+    6th of the same split (JAX's partitionable threefry makes a split's first keys independent of how many follow,
+    so :func:`stage_keys` and the earlier releases' keys are unchanged by them)."""
+    return noise.split_named(key, "center", "train", "scale", "curvature", "radius", "center-refine")[name]
 
 
 # ----------------------------------------------------------------------------- the pure core
@@ -95,7 +95,7 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
         ``Plan.learning_rate_ceiling``: with the curvature release, the most W's rate may be lifted to.
     """
     (method, steps, q, clip, normalize, centered, loss, bias_init, fit_intercept, optimizer, momentum, scale,
-     curved, radial) = static
+     curved, radial, center_stages) = static
     k_center, k_scale, k_train = stage_keys(key)
     X = jnp.asarray(X, jnp.float32)
     dim = X.shape[1] + (radial is not None)  # the model's inputs (Plan.model_dim)
@@ -107,7 +107,13 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
     if centered:
         total = sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n, log_scale),
                                     jnp.zeros(dim, jnp.float64), X, mask)
-        mean = preprocess.private_mean(total, n, k_center, sigma_center, clip)
+        sigma_stage = sigma_center * (center_stages ** 0.5)  # the stages compose to one release at sigma_center
+        mean = preprocess.private_mean(total, n, k_center, sigma_stage, clip)
+        if center_stages == 2:  # ---- the refining stage: offsets from the first estimate, clipped to R
+            r = preprocess.refine_radius(sigma_center, n, dim, clip)
+            offsets = sensitivity.chunked(lambda t, x, m: t + preprocess.offset_sum(x, m, mean, r, n, clip, log_scale),
+                                          jnp.zeros(dim, jnp.float64), X, mask)
+            mean = preprocess.refined_mean(mean, offsets, n, release_key(key, "center-refine"), sigma_stage, r)
     if scale is not None:  # ---- the scaling stage (privlin.scaling), on the centered rows
         ratio_m, ratio_w = scale
         scl = _scaling_in_memory(X, mask, n, k_scale, mean, normalize, sigma_center * ratio_m,
@@ -473,6 +479,12 @@ def _row_sum_block(total, X, mask, clip, n, log_scale=None):
     return sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n, log_scale), total, X, mask)
 
 
+@functools.partial(jax.jit, static_argnames=("clip",))
+def _offset_sum_block(total, X, mask, first, r, n, clip, log_scale=None):
+    return sensitivity.chunked(lambda t, x, m: t + preprocess.offset_sum(x, m, first, r, n, clip, log_scale),
+                               total, X, mask)
+
+
 @functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "bias_init", "fit_intercept"))
 def _class_sums_block(acc, X, idx, mask, mean, scl, log_scale, n, *, k, clip, normalize, loss, bias_init,
                       fit_intercept):
@@ -598,14 +610,25 @@ def _centering(rows: _Rows, plans: list[Plan], keys: list, logs: list) -> list:
 
             totals[group] = _double_buffered(sums())
         total = totals[group]
-        if p.secure_mode:
+        if p.secure_mode:  # one stage (make_plan)
             std, sens, bound = secure_releases(p)["center"]
             means[i] = preprocess.private_mean(total, p.n, None, p.sigma_center, p.clip,
                                                noisy=secure_noise.secure_gaussian_release(total, std, sens, bound=bound))
-        else:
-            k_center = stage_keys(keys[i])[0]
-            means[i] = preprocess.private_mean(total, p.n, k_center, p.sigma_center, p.clip)
+            continue
+        sigma_stage = p.sigma_center * p.center_stages ** 0.5
+        means[i] = preprocess.private_mean(total, p.n, stage_keys(keys[i])[0], sigma_stage, p.clip)
+        if p.center_stages == 2:  # the refining stage: a pass of its own (its rows depend on this plan's estimate)
+            r = preprocess.refine_radius(p.sigma_center, p.n, p.model_dim, p.clip)
+
+            def offsets(total=jnp.zeros(p.model_dim, jnp.float64), first=means[i], r=r, p=p, log_scale=logs[i]):
+                for X, _, mask in rows.device_blocks("centering, refined"):
+                    total = _offset_sum_block(total, X, mask, first, r, float(p.n), p.clip, log_scale)
+                    yield total
+
+            means[i] = preprocess.refined_mean(means[i], _double_buffered(offsets()), p.n,
+                                               release_key(keys[i], "center-refine"), sigma_stage, r)
     return means
+
 
 
 # ---- the scaling stage (privlin.scaling): one pass for the moments, one for the whitening sum

@@ -106,3 +106,24 @@ def test_more_rows_than_an_exact_sum_holds_are_refused_by_the_plan():
     make_plan({"epsilon": 1.0, "delta": 1e-9}, n=sensitivity.MAX_ROWS, dim=8, n_classes=2)
     with pytest.raises(ValueError, match="exact sums"):
         make_plan({"epsilon": 1.0, "delta": 1e-9}, n=sensitivity.MAX_ROWS + 1, dim=8, n_classes=2)
+
+
+def test_two_stage_centering_is_charged_as_it_runs_and_composes_to_one_release():
+    """Where the centering runs in two stages (preprocess.center_stages), the event holds two Gaussians at σ_c·√2,
+    and dp-accounting's PLD of that event equals its PLD with the one Gaussian at σ_c they compose to (Gaussian
+    mechanisms compose exactly: μ² = Σ 1/σ²); the GDP plan meets its ε with the stages in its event."""
+    for acct in ("gdp", "pld"):
+        p = make_plan({"epsilon": 2.0, "delta": 1e-5, "accountant": acct}, n=1000, dim=8, n_classes=3)
+        assert p.center_stages == 2
+        events = p.dp_event().events
+        stages = [i for i, e in enumerate(events) if e == ev.GaussianDpEvent(p.sigma_center * math.sqrt(2))]
+        assert len(stages) == 2
+        assert p.epsilon == pytest.approx(2.0, rel=1e-3)
+    one = ev.ComposedDpEvent([ev.GaussianDpEvent(p.sigma_center) if i == stages[0] else e
+                              for i, e in enumerate(events) if i != stages[1]])
+
+    def pld_eps(event):
+        acc = pld_privacy_accountant.PLDAccountant(NeighboringRelation.REPLACE_SPECIAL, value_discretization_interval=1e-4)
+        return acc.compose(event).get_epsilon(1e-5)
+
+    assert pld_eps(p.dp_event()) == pytest.approx(pld_eps(one), rel=2e-3)

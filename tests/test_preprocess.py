@@ -84,3 +84,84 @@ def test_apply_centers_then_renormalizes():
     expect /= np.linalg.norm(expect, axis=1, keepdims=True)
     assert np.allclose(Xc, expect, atol=1e-5)
     assert np.allclose(P.apply(X, P.Preprocessing(2.0)), P.normalize_rows(X, 2.0))
+
+
+# ---- two-stage centering (CoinPress-style refinement)
+
+def test_center_stages_rule_on_public_cases():
+    """Two stages exactly where one stage's expected error e = √D·σ·C/N lies in [C/100, C/3] (closed form)."""
+    for sigma, n, d, c, want in [(40.0, 1437, 192, 1.0, 1),     # e = 0.39 > C/3: a second stage would not shrink it
+                                 (10.0, 1437, 192, 1.0, 2),     # e = 0.096
+                                 (31.4, 200_000, 128, 1.0, 1),  # e = 0.0018 < C/100: already fine
+                                 (30.0, 200, 9, 1.0, 1),        # e = 0.45
+                                 (12.0, 200, 9, 2.0, 2),        # e = 0.36 = 0.18·C
+                                 (float("inf"), 100, 4, 1.0, 1), (0.0, 100, 4, 1.0, 1)]:
+        e = np.sqrt(d) * sigma * c / n
+        assert want == (2 if c / 100 <= e <= c / 3 else 1)
+        assert P.center_stages(sigma, n, d, c) == want
+
+
+def test_refine_radius_is_one_and_a_half_first_stage_errors_at_most_the_norm():
+    sigma, n, d = 10.0, 1437, 192
+    assert float(P.refine_radius(sigma, n, d, 1.0)) == pytest.approx(1.5 * np.sqrt(d) * sigma * np.sqrt(2) / n)
+    assert float(P.refine_radius(1e6, n, d, 2.0)) == 2.0
+
+
+def test_offset_sum_clips_offsets_to_the_radius_and_its_sensitivity_is_the_radius():
+    """Against NumPy's clipped offsets, and every zero-out neighbour moves the sum by at most R, with adversarial
+    rows: one exactly at the first estimate, a zero row, one far away, one just past R."""
+    rng = np.random.default_rng(3)
+    d, n, r = 6, 40, 0.05
+    first = np.ones(d, np.float32) / np.sqrt(d)
+    U = first + rng.normal(size=(n, d)).astype(np.float32) * 0.03
+    X = (U / np.linalg.norm(U, axis=1, keepdims=True) * rng.uniform(0.1, 1e6, size=(n, 1))).astype(np.float32)
+    X[0] = first * 7.0            # exactly at the first estimate: offset ~0
+    X[1] = 0.0                    # a zero row: offset -first, clipped to R
+    X[2] = -first * 3e30          # opposite, huge
+    ones = np.ones(n, np.float32)
+    full = np.asarray(P.offset_sum(X, ones, first, r, n, 1.0))
+    Un = X / np.maximum(np.linalg.norm(X.astype(np.float64), axis=1, keepdims=True), 1e-300)
+    V = Un - first
+    lv = np.linalg.norm(V, axis=1, keepdims=True)
+    want = (V * np.minimum(1.0, r / np.maximum(lv, 1e-300))).sum(0)
+    assert np.allclose(full, want, atol=1e-5 * n * r)
+    assert np.linalg.norm(V[1]) > r and np.linalg.norm(V[2]) > r
+    for i in range(n):
+        null = ones.copy()
+        null[i] = 0
+        assert np.linalg.norm(full - np.asarray(P.offset_sum(X, null, first, r, n, 1.0))) <= r
+
+
+def test_refined_mean_noise_std_is_sigma_times_radius():
+    d, sigma, r, n = 200_000, 4.0, 0.05, 10
+    first = np.zeros(d, np.float32)
+    total = np.full(d, 1e4 * n, np.float32)  # far above the noise: James-Stein keeps it
+    m = np.asarray(P.refined_mean(first, total, n, make_key(0).key, sigma, r))
+    assert np.std(m * n - total) == pytest.approx(sigma * r, rel=0.02)
+
+
+def test_two_stages_find_a_tight_cloud_one_stage_cannot():
+    """A cloud of spread 0.02 around a unit-norm mean (backbone-like rows).  At the same total budget (one release
+    at σ, or two at σ√2 each: the same Gaussian composition) the two-stage error is far below one stage's, and
+    each is within its closed form: one stage d·(σ/N)², two stages ≤ d·(σ√2·R/N)² with R = refine_radius."""
+    from privlin.noise import split
+    rng = np.random.default_rng(0)
+    d, n, sigma = 64, 2000, 40.0
+    m = rng.normal(size=d)
+    m /= np.linalg.norm(m)
+    X = (m + rng.normal(size=(n, d)) * 0.02 / np.sqrt(d)).astype(np.float32)
+    true = np.asarray(P.normalize_rows(X), np.float64).mean(0)
+    ones = np.ones(n, np.float32)
+    r = float(P.refine_radius(sigma, n, d, 1.0))
+    assert P.center_stages(sigma, n, d) == 2
+    total = P.row_sum(X, ones, 1.0, n)
+    one, two = [], []
+    for s in range(40):
+        k1, k2, k3 = split(make_key(s).key, 3)
+        one.append(np.sum((np.asarray(P.private_mean(total, n, k1, sigma)) - true) ** 2))
+        first = P.private_mean(total, n, k2, sigma * np.sqrt(2))
+        offs = P.offset_sum(X, ones, first, r, n, 1.0)
+        two.append(np.sum((np.asarray(P.refined_mean(first, offs, n, k3, sigma * np.sqrt(2), r)) - true) ** 2))
+    assert np.mean(one) == pytest.approx(d * (sigma / n) ** 2, rel=0.35)
+    assert np.mean(two) <= 1.2 * d * (sigma * np.sqrt(2) * r / n) ** 2
+    assert np.mean(two) < np.mean(one) / 3  # closed forms: e₁ = 0.16, ratio (e₁/3e₁²)² = 4.3

@@ -61,6 +61,7 @@ def test_store_fit_equals_array_fit_and_streaming_equals_in_memory(store, rows, 
     (Xtr, ytr), (Xte, yte) = rows
     p = params(method, center, epsilon=2.0, random_state=3, block_rows=128)
     on_arrays = DPLinearClassifier(**p).fit(Xtr, ytr)
+    assert on_arrays.plan_.center_stages == (2 if center else 1)  # the refining stage streams too
     on_store = privlin.fit(store, **p)
     np.testing.assert_array_equal(on_store.coef_, on_arrays.coef_)  # one path: bit for bit
     assert on_store.plan_ == on_arrays.plan_
