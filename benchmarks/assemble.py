@@ -24,7 +24,7 @@ Goals at a glance (met / not met; the rows give the numbers and the reasons):
   0.58–1.15× the float32 code they replaced; issue 19 on the H100 reading from disk (cold): adam1 1.14× the
   `blocks()` read, with centering 1.57×, a DP-SGD step 0.79×, `blocks()` 0.98 of raw; from the page cache, 327,680
   × 36 864 (24 GB), page-locked blocks: adam1 1.56×, with centering 2.69×, DP-SGD step 1.28×; store `blocks()` ≥ 0.8 of raw cold on the CPU (0.81); `vip_toy` digits probe with the
-  defaults at ε=8 ≥ 90% (91.6%, 5 seeds, at 47f5eb1; 90.6% in the quickstart at 9aa4d43, 3 draws).
+  defaults at ε=8 ≥ 90% (92.3%, 5 seeds, at 3e3faa4; 91.6% in the quickstart at 3e3faa4, 3 draws).
 - not met: DP-SGD step vs two GEMMs (2.4–2.6× since the exact sums, a float64 GEMM; 0.94× before them); featurize with the 3072-d `blocks` head (1.18×); featurize
   end to end on the H100 (2066 img/s with JPEG decoding on 16 CPUs; 2.5× the forward); DP-MAE under bf16 autocast
   (1.71× / 1.37×); 20-setting DP-SGD grid ≤ 3× one fit (17.6×, compute-bound on a CPU); `blocks()` ≥ 0.8 of raw
@@ -32,9 +32,10 @@ Goals at a glance (met / not met; the rows give the numbers and the reasons):
   against a 24 ms read): adam1 3.83×, centering 6.66×, DP-SGD step 2.66×; issue 19 on the 2-core CPU: adam1 13.5×, centering 23.6×, DP-SGD step 29.8× (float16 conversion and
   float64 arithmetic, see the section); the 1.28M × 36 864 store fit (94 GB: larger than the lent machine's disk;
   327,680 rows fit in 3.3 s); issue 15's defaults ≥ tuned Opacus on every row and within 1 point of non-private at
-  ε=8 on every tabular set (the ε=8 part met: iris −2.0, every mixture ≤ 0.9; ≥ Opacus on 30/40 rows: 28 above, 2
-  level, re-measured at 47f5eb1; 30 seeds show iris ε=0.5 level and real gaps of 8.0/3.0 points on the N=200
-  mixture at ε=0.5/1 and 3.0 on pixels at ε=0.5; causes measured in "Why the defaults fall
+  ε=8 on every tabular set (the ε=8 part met: iris −1.3, every mixture ≤ 0.9; ≥ Opacus on 30/40 rows: 28 above, 2
+  level, re-measured at 3e3faa4 with the two-stage centering, which buys `vip_toy` 7.0/2.2 points at ε=0.5/1 on 30
+  seeds and flips no row; 30 seeds show iris ε=0.5 level and real gaps of 8.0/2.3 points on the N=200
+  mixture at ε=0.5/1 and 3.0 on pixels at ε=0.5; on Opacus's own standardized rows privlin is ≥ it on 22/40; causes measured in "Why the defaults fall
   short"; accounted private tuning by default measured and not adopted: each trial gets 0.49–0.65 of μ, and even
   picked on the test split it loses to the untuned defaults on 30 of 35 rows, "Would accounted private tuning
   by default pay?"); the rate's best multiple follows the rows' effective rank against k (×1 where r/k ≤ 1.7, every
