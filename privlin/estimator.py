@@ -66,7 +66,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     normalize : bool, default=True
         Scale every row to norm ``clip`` first (free: a per-row map with a public constant).
     center : bool, default=True
-        Privately center rows (DP-RandP); costs ``center_share`` of the budget.  Needs ``normalize``.
+        Privately center rows (DP-RandP); costs ``center_share`` of the budget, released in one stage or, where
+        the plan says so from public facts, two (:func:`privlin.preprocess.center_stages`).  Needs ``normalize``.
     center_share : float or None, default=None
         Fraction of the GDP budget μ² spent on centering; None: 5% (:data:`privlin.plan.DEFAULT_CENTER_SHARE`;
         DP-RandP's ImageNet runs, N = 1.28M, spent 0.2–0.4%; smaller N needs more).
@@ -132,7 +133,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     intercept_ : ndarray (k,)
     mean_ : ndarray (d,) or (d + 1,) or None
         Released noisy mean of the normalized rows (public output of the centering mechanism, shrunk toward 0 by
-        James–Stein: :func:`privlin.preprocess.private_mean`).
+        James–Stein: :func:`privlin.preprocess.private_mean`; with two stages, the first estimate plus the
+        refining stage's shrunk correction, :func:`privlin.preprocess.refined_mean`).
     radius_ : float or None
         log₂ of the released typical row norm R (:mod:`privlin.radius`), where the plan buys it.
     scaling_ : privlin.scaling.Scaling or None
