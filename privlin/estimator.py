@@ -394,7 +394,7 @@ def report_for(plan: Plan, *, seeded: bool, leaks=(), data: str = "", ledger=Non
     lr_w, lr_b = plan.learning_rates_after(curvature)
     parts = [_budget_note(plan)]
     if plan.centered and plan.center_stages == 2:
-        parts.append(f"centering released in 2 stages at σ {plan.sigma_center * 2 ** 0.5:.4g} each (they compose to "
+        parts.append(f"centering released in 2 stages at σ {preprocess.stage_sigma(plan.sigma_center, 2):.4g} each (they compose to "
                      f"the one at σ {plan.sigma_center:.4g}); the second sums offsets from the first estimate "
                      f"clipped to radius {float(preprocess.refine_radius(plan.sigma_center, plan.n, plan.model_dim, plan.clip)):.3g}")
     if plan.curved and curvature is not None:

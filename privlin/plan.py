@@ -184,7 +184,7 @@ class Plan:
         extra = []
         for name, s in self.noise_multipliers().items():
             if name == "center":  # its stages, as they run (they compose to one Gaussian at σ_center)
-                extra += [s * math.sqrt(self.center_stages)] * self.center_stages
+                extra += [preprocess.stage_sigma(s, self.center_stages)] * self.center_stages
             elif name != "step":
                 extra.append(s)
         return accounting.dp_event(self.sigma, steps=self.steps, sample_rate=self.sample_rate,

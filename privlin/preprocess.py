@@ -31,8 +31,8 @@ import jax.numpy as jnp
 
 from . import noise, radius, sensitivity
 
-__all__ = ["normalize_rows", "row_sum", "shrink", "private_mean", "center_stages", "refine_radius", "offset_sum",
-           "refined_mean", "Preprocessing", "apply"]
+__all__ = ["normalize_rows", "row_sum", "shrink", "private_mean", "center_stages", "stage_sigma", "refine_radius",
+           "offset_sum", "refined_mean", "staged_mean", "Preprocessing", "apply"]
 
 #: The refining stage's radius in units of the first stage's expected error norm √D·σ₁·norm/N: the noise of a
 #: Gaussian mean in D ≥ 5 dimensions stays below 1.5× that with probability ≥ 0.95 (χ²₅'s 95% point is 2.2× its
@@ -125,10 +125,16 @@ def center_stages(sigma_center: float, n: int, dim: int, norm: float = 1.0) -> i
     return 2 if norm / 100.0 <= e <= norm / 3.0 else 1
 
 
+def stage_sigma(sigma_center, stages: int):
+    """Noise multiplier of each of the centering's ``stages`` Gaussian releases: σ·√stages, so that together
+    (μ² = Σ 1/σ²) they are exactly the one release at ``sigma_center`` the plan paid for."""
+    return sigma_center * stages ** 0.5
+
+
 def refine_radius(sigma_center, n, dim: int, norm: float = 1.0):
     """The second stage's clip radius R: :data:`REFINE_RADIUS` × the first stage's expected error (its noise
-    multiplier σ·√2), at most ``norm`` (public; ``sigma_center`` may be traced)."""
-    return jnp.minimum(norm, REFINE_RADIUS * _error_norm(sigma_center * 2.0 ** 0.5, n, dim, norm))
+    multiplier :func:`stage_sigma` of 2), at most ``norm`` (public; ``sigma_center`` may be traced)."""
+    return jnp.minimum(norm, REFINE_RADIUS * _error_norm(stage_sigma(sigma_center, 2), n, dim, norm))
 
 
 def offset_sum(X, mask, first, radius_, n, norm: float, log_scale=None):
@@ -148,6 +154,18 @@ def refined_mean(first, total, n: int, key, sigma: float, radius_, noisy=None):
     """The second stage's release: ``first`` + :func:`private_mean` of the clipped offsets' sum (noise
     ``sigma·radius_`` on the sum, then the James–Stein shrink of the correction toward 0)."""
     return jnp.asarray(first, jnp.float32) + private_mean(total, n, key, sigma, radius_, noisy)
+
+
+def staged_mean(total, offsets_of, n, keys, sigma_center, stages: int, norm: float, dim: int):
+    """The centering release in ``stages`` (1 or 2, :func:`center_stages`): :func:`private_mean` of ``total``
+    (:func:`row_sum`), then, with two, :func:`refined_mean` of ``offsets_of(first, R)`` — the caller's
+    :func:`offset_sum` over all rows, in memory or one more pass over a store.  ``keys``: (first's, second's)."""
+    sigma = stage_sigma(sigma_center, stages)
+    mean = private_mean(total, n, keys[0], sigma, norm)
+    if stages == 2:
+        r = refine_radius(sigma_center, n, dim, norm)
+        mean = refined_mean(mean, offsets_of(mean, r), n, keys[1], sigma, r)
+    return mean
 
 
 class Preprocessing(NamedTuple):

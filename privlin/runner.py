@@ -107,13 +107,12 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
     if centered:
         total = sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n, log_scale),
                                     jnp.zeros(dim, jnp.float64), X, mask)
-        sigma_stage = sigma_center * (center_stages ** 0.5)  # the stages compose to one release at sigma_center
-        mean = preprocess.private_mean(total, n, k_center, sigma_stage, clip)
-        if center_stages == 2:  # ---- the refining stage: offsets from the first estimate, clipped to R
-            r = preprocess.refine_radius(sigma_center, n, dim, clip)
-            offsets = sensitivity.chunked(lambda t, x, m: t + preprocess.offset_sum(x, m, mean, r, n, clip, log_scale),
-                                          jnp.zeros(dim, jnp.float64), X, mask)
-            mean = preprocess.refined_mean(mean, offsets, n, release_key(key, "center-refine"), sigma_stage, r)
+        def offsets_of(first, r):
+            return sensitivity.chunked(lambda t, x, m: t + preprocess.offset_sum(x, m, first, r, n, clip, log_scale),
+                                       jnp.zeros(dim, jnp.float64), X, mask)
+
+        mean = preprocess.staged_mean(total, offsets_of, n, (k_center, release_key(key, "center-refine")),
+                                      sigma_center, center_stages, clip, dim)
     if scale is not None:  # ---- the scaling stage (privlin.scaling), on the centered rows
         ratio_m, ratio_w = scale
         scl = _scaling_in_memory(X, mask, n, k_scale, mean, normalize, sigma_center * ratio_m,
@@ -615,20 +614,18 @@ def _centering(rows: _Rows, plans: list[Plan], keys: list, logs: list) -> list:
             means[i] = preprocess.private_mean(total, p.n, None, p.sigma_center, p.clip,
                                                noisy=secure_noise.secure_gaussian_release(total, std, sens, bound=bound))
             continue
-        sigma_stage = p.sigma_center * p.center_stages ** 0.5
-        means[i] = preprocess.private_mean(total, p.n, stage_keys(keys[i])[0], sigma_stage, p.clip)
-        if p.center_stages == 2:  # the refining stage: a pass of its own (its rows depend on this plan's estimate)
-            r = preprocess.refine_radius(p.sigma_center, p.n, p.model_dim, p.clip)
 
-            def offsets(total=jnp.zeros(p.model_dim, jnp.float64), first=means[i], r=r, p=p, log_scale=logs[i]):
+        def offsets_of(first, r, p=p, log_scale=logs[i]):  # the refining stage: a pass of its own (per plan)
+            def sums(total=jnp.zeros(p.model_dim, jnp.float64)):
                 for X, _, mask in rows.device_blocks("centering, refined"):
                     total = _offset_sum_block(total, X, mask, first, r, float(p.n), p.clip, log_scale)
                     yield total
+            return _double_buffered(sums())
 
-            means[i] = preprocess.refined_mean(means[i], _double_buffered(offsets()), p.n,
-                                               release_key(keys[i], "center-refine"), sigma_stage, r)
+        means[i] = preprocess.staged_mean(total, offsets_of, p.n, (stage_keys(keys[i])[0],
+                                          release_key(keys[i], "center-refine")), p.sigma_center, p.center_stages,
+                                          p.clip, p.model_dim)
     return means
-
 
 
 # ---- the scaling stage (privlin.scaling): one pass for the moments, one for the whitening sum
