@@ -58,14 +58,6 @@ def shares(data, e, seeds, param, values):
     return [_cell(f"{v:g}", bd.privlin_accs(e, seeds, *data, **{param: v})) for v in values]
 
 
-def _epsilon_of(mu, delta=bd.DELTA):
-    lo, hi = 1e-4, 100.0
-    for _ in range(100):  # gdp_delta falls in ε
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if accounting.gdp_delta(mu, mid) > delta else (lo, mid)
-    return hi
-
-
 def zoom(data, e, seeds, rounds, center_share):
     Xtr, ytr, Xte, yte, k = data
     mu, n, d = accounting.gdp_mu_for(e, bd.DELTA), Xtr.shape[0], Xtr.shape[1]
@@ -81,7 +73,7 @@ def zoom(data, e, seeds, rounds, center_share):
                 m = np.asarray(preprocess.shrink((R.sum(0) + rng.normal(size=d) * sigma) / n, sigma / n, 0.0))
                 R, T = unit(R - m), unit(T - m)
             kw = {"center_share": center_share} if (K and center_share is not None) else {}
-            est = privlin.DPLinearClassifier(epsilon=_epsilon_of(mu * math.sqrt(1 - Z)) if K else e, delta=bd.DELTA,
+            est = privlin.DPLinearClassifier(epsilon=accounting.gdp_epsilon(1 / (mu * math.sqrt(1 - Z)), bd.DELTA) if K else e, delta=bd.DELTA,
                                              classes=range(k), random_state=s, **kw)
             accs.append(est.fit(R.astype(np.float32), ytr).score(T.astype(np.float32), yte))
         out.append(_cell(f"K={K} Z={Z:g}", accs))
