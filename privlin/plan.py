@@ -20,7 +20,8 @@ from dp_accounting import dp_event as _ev
 from . import accounting, preprocess, radius, scaling, sensitivity
 
 __all__ = ["Plan", "make_plan", "default_learning_rate", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS",
-           "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "RADIUS_SHARE", "ADAM_LR",
+           "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "RADIUS_SHARE", "RECENTER_SHARE",
+           "ADAM_LR",
            "stability_caps", "learning_rates"]
 
 #: The methods a plan can run (see :mod:`privlin.train`).
@@ -43,6 +44,9 @@ CURVATURE_SHARE = 0.01
 #: Share of μ² spent on releasing a typical row norm (:mod:`privlin.radius`), made with the scaling stage where the
 #: release can find it (:func:`make_plan`).
 RADIUS_SHARE = 0.03
+#: Share of μ² spent on the re-centering rounds before the centering (:func:`privlin.preprocess.recenter_rounds`),
+#: made where the centering alone is coarse against the row norm (:func:`make_plan`).
+RECENTER_SHARE = 0.05
 #: Learning rate of adam1 (Mehta et al. App. F.1) and of Adam/LAMB.
 ADAM_LR = 1e-3
 
@@ -73,6 +77,11 @@ class Plan:
         released in two Gaussian stages at σ_center·√2 each, which compose to exactly one at σ_center.
     center_stages : int
         1, or 2 where a refining pass pays (:func:`privlin.preprocess.center_stages`, from public facts).
+    sigma_recenter : float
+        Noise multiplier of the re-centering rounds before the centering (inf: none made): ``recenter_rounds``
+        Gaussian releases at σ_recenter·√rounds each, which compose to exactly one at σ_recenter.
+    recenter_rounds : int
+        0, or :data:`privlin.preprocess.RECENTER_ROUNDS` (:func:`privlin.preprocess.recenter_rounds`).
     sigma_scale, sigma_whiten : float
         Noise multipliers of the scaling stage's two releases (:mod:`privlin.scaling`): the per-dimension moments
         and the whitening second moment (inf: release not made).
@@ -124,6 +133,8 @@ class Plan:
     learning_rate_ceiling: float = math.nan
     sigma_radius: float = math.inf
     center_stages: int = 1
+    sigma_recenter: float = math.inf
+    recenter_rounds: int = 0
 
     @property
     def private(self) -> bool:
@@ -132,6 +143,11 @@ class Plan:
     @property
     def centered(self) -> bool:
         return not math.isinf(self.sigma_center)
+
+    @property
+    def recentered(self) -> bool:
+        """Whether re-centering rounds run before the centering (:func:`privlin.preprocess.recenter_rounds`)."""
+        return self.recenter_rounds > 0
 
     @property
     def scaled(self) -> bool:
@@ -185,6 +201,8 @@ class Plan:
         for name, s in self.noise_multipliers().items():
             if name == "center":  # its stages, as they run (they compose to one Gaussian at σ_center)
                 extra += [preprocess.stage_sigma(s, self.center_stages)] * self.center_stages
+            elif name == "recenter":  # its rounds, likewise (they compose to one Gaussian at σ_recenter)
+                extra += [preprocess.stage_sigma(s, self.recenter_rounds)] * self.recenter_rounds
             elif name != "step":
                 extra.append(s)
         return accounting.dp_event(self.sigma, steps=self.steps, sample_rate=self.sample_rate,
@@ -192,7 +210,8 @@ class Plan:
 
     def noise_multipliers(self) -> dict:
         """σ of each mechanism that runs, in the order they run, as the report shows them."""
-        out = {name: s for name, s in (("radius", self.sigma_radius), ("center", self.sigma_center),
+        out = {name: s for name, s in (("radius", self.sigma_radius), ("recenter", self.sigma_recenter),
+                                       ("center", self.sigma_center),
                                        ("scale", self.sigma_scale),
                                        ("whiten", self.sigma_whiten), ("curvature", self.sigma_curvature))
                if not math.isinf(s)}
@@ -234,11 +253,17 @@ class Plan:
             return None
         return self._per_center(self.sigma_radius)
 
+    def recenter_static(self) -> tuple | None:
+        """``(σ_recenter/σ_center, rounds)`` (a fixed ratio, as in :meth:`scale_static`), or None without rounds."""
+        if not self.recentered:
+            return None
+        return (self._per_center(self.sigma_recenter), self.recenter_rounds)
+
     def static(self) -> tuple:
         """What a compiled trainer specializes on (hashable); plans with equal ``static()`` run vmapped together."""
         return (self.method, self.steps, self.sample_rate, self.clip, self.normalize, self.centered, self.loss,
                 self.bias_init, self.fit_intercept, self.optimizer, self.momentum, self.scale_static(),
-                self.curvature_static(), self.radius_static(), self.center_stages)
+                self.curvature_static(), self.radius_static(), self.center_stages, self.recenter_static())
 
 
 def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | None) -> Plan:
@@ -259,6 +284,10 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
       (:func:`privlin.scaling.whitening_resolves`; then the stage's share is split evenly between its two releases).
       A release that cannot be told from its own noise (:func:`privlin.scaling.moments_resolve`) is not made and
       its share goes to training.  Decided in GDP terms from (ε, δ, N, d) before calibration.
+    * ``recenter``: with the scaling stage, where the centering's expected error is ≥ a tenth of the row norm
+      (:func:`privlin.preprocess.recenter_rounds`, from its share's σ in the GDP view), two re-centering rounds
+      before it (:data:`RECENTER_SHARE` = 5% of μ² on top of the centering's): few rows at small ε, where the
+      centering alone cannot find a tight cloud's centre.  Never in secure mode.
     * ``fit_intercept``: True for ``sgd``/``minibatch`` — centered rows carry no constant direction, so without an
       intercept a model cannot express unequal class frequencies (1:10 imbalance); ``adam1`` keeps Mehta et al.'s
       frozen bias −10.
@@ -330,6 +359,16 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
     elif p["radial"]:
         raise ValueError("radial=True needs the scaling stage (it weighs the radial coordinate): scale=True "
                          "(or None) and epsilon given")
+    recenter = p["recenter"]
+    if recenter and (not center or sigma_given is not None or p["secure_mode"]):
+        raise ValueError("recenter=True needs center=True and epsilon (its noise is calibrated from it), and is not "
+                         "made in secure_mode")
+    if recenter is None:
+        recenter = ("scale" in shares and not p["secure_mode"] and not math.isinf(epsilon)
+                    and preprocess.recenter_rounds(_release_sigma(center_share, accounting.gdp_mu_for(
+                        float(epsilon), float(p["delta"])), relation), n, mdim, float(p["clip"])) > 0)
+    if recenter:
+        shares["recenter"] = RECENTER_SHARE
     loss = p["loss"] or ("sigmoid" if method == "adam1" else "softmax")
     optimizer = "sgd" if method == "sgd" else ("adam" if method == "adam1" else p["optimizer"])
     fit_intercept = (method != "adam1") if p["fit_intercept"] is None else bool(p["fit_intercept"])
@@ -342,7 +381,7 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
         raise ValueError(f"center_share + scale_share must leave the training steps a share of the budget; "
                          f"got {shares}")
 
-    sig = dict.fromkeys(("center", "scale", "whiten", "curvature", "radius"), math.inf)
+    sig = dict.fromkeys(("center", "scale", "whiten", "curvature", "radius", "recenter"), math.inf)
     if sigma_given is not None:
         sigma = float(sigma_given)
         if center:
@@ -370,7 +409,8 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
                 fit_intercept=fit_intercept, optimizer=optimizer, momentum=momentum,
                 secure_mode=bool(p["secure_mode"]), sigma_scale=sig["scale"], sigma_whiten=sig["whiten"],
                 sigma_curvature=sig["curvature"], learning_rate_ceiling=float(ceiling), sigma_radius=sig["radius"],
-                center_stages=1 if p["secure_mode"] else preprocess.center_stages(sig["center"], n, mdim, clip))
+                center_stages=1 if p["secure_mode"] else preprocess.center_stages(sig["center"], n, mdim, clip),
+                sigma_recenter=sig["recenter"], recenter_rounds=preprocess.RECENTER_ROUNDS if recenter else 0)
     if plan.private:
         eps = accounting.event_epsilon(plan.dp_event(), plan.delta, accountant=acct, neighbouring=relation)
         plan = dataclasses.replace(plan, epsilon=eps)

@@ -16,6 +16,10 @@
    noise multiplier σ·√2 as above; the second sums each row's offset from that first estimate, clipped to a
    radius R (:func:`refine_radius`, public: 1.5× the first stage's expected error), at σ·√2·R.  The two
    Gaussian releases compose to exactly one at σ, and the second's error scales with R instead of ``norm``.
+   Where even that error is large against ``norm`` (few rows, small ε), re-centering rounds come first
+   (:func:`recenter_rounds`, public): each releases the mean of the current rows (sensitivity ``norm``),
+   subtracts it and normalizes again.  While the residual offset dominates a tight cloud, the re-normalization
+   magnifies it by 1/‖offset‖, so each round's noise is measured against what is left, not against ``norm``.
 3. Rows are centered by the noisy mean and normalized again, so the trainer's
    clipping sees rows of norm ``norm``.  The noise in the mean is the same for
    every row: a fixed, data-independent shift, which training tolerates well.
@@ -32,12 +36,20 @@ import jax.numpy as jnp
 from . import noise, radius, sensitivity
 
 __all__ = ["normalize_rows", "row_sum", "shrink", "private_mean", "center_stages", "stage_sigma", "refine_radius",
-           "offset_sum", "refined_mean", "staged_mean", "Preprocessing", "apply"]
+           "offset_sum", "refined_mean", "staged_mean", "recenter_rounds", "round_means", "Preprocessing", "apply",
+           "RECENTER_ROUNDS", "RECENTER_FROM"]
 
 #: The refining stage's radius in units of the first stage's expected error norm √D·σ₁·norm/N: the noise of a
 #: Gaussian mean in D ≥ 5 dimensions stays below 1.5× that with probability ≥ 0.95 (χ²₅'s 95% point is 2.2× its
 #: mean); a row farther from the first estimate is clipped to it, which only slows the correction.
 REFINE_RADIUS = 1.5
+#: Re-centering rounds made where they are made (:func:`recenter_rounds`), and the centering's expected error, in
+#: units of the row norm, from which they are made.  Measured (BENCHMARKS.md, "Where the low-ε rows lose"): one
+#: round buys `vip_toy` digits features 12.8 points at ε=0.5, two 15.6; below an error of norm/10 the two-stage
+#: centering is already finer than the clouds we have met, and the rounds' share would be paid for nothing
+#: (`vip_toy` at ε=8, e = 0.02: −1.1).
+RECENTER_ROUNDS = 2
+RECENTER_FROM = 0.1
 
 
 
@@ -58,9 +70,10 @@ def normalize_rows(X, norm: float = 1.0):
     return sensitivity.directions(X)[0] * norm
 
 
-def row_sum(X, mask, norm: float, n, log_scale=None):
+def row_sum(X, mask, norm: float, n, log_scale=None, rounds=None):
     """Σ_i mask_i · (row i at norm ``norm``), exact (float64; :mod:`privlin.sensitivity`); with ``log_scale``,
-    each row with its radial coordinate (:func:`privlin.radius.embed`), as :func:`apply` gives it.
+    each row with its radial coordinate (:func:`privlin.radius.embed`), and with ``rounds`` (the released means
+    (R, d') of earlier re-centering rounds) re-centered by them, as :func:`apply` gives it.
 
     Each row enters at norm ``norm·(1 − η)`` (the margin that makes its snapped form ≤ ``norm``), so the sum
     moves by at most ``norm`` when one row is replaced by a null row (``replace_special``).  ``n``: the public
@@ -70,7 +83,11 @@ def row_sum(X, mask, norm: float, n, log_scale=None):
     -------
     array (d,) or (d + 1,) float64
     """
-    A, _ = sensitivity.directions(X if log_scale is None else radius.embed(X, log_scale))
+    if rounds is not None:
+        X = apply(X, Preprocessing(1.0, rounds, log_scale))
+    elif log_scale is not None:
+        X = radius.embed(X, log_scale)
+    A, _ = sensitivity.directions(X)
     eta = sensitivity.margin(n, A.shape[1])
     return sensitivity.vector_sum(A * (norm * (1.0 - eta)), mask, norm, n)
 
@@ -125,6 +142,28 @@ def center_stages(sigma_center: float, n: int, dim: int, norm: float = 1.0) -> i
     return 2 if norm / 100.0 <= e <= norm / 3.0 else 1
 
 
+def recenter_rounds(sigma_center: float, n: int, dim: int, norm: float = 1.0) -> int:
+    """How many re-centering rounds run before the centering (public): :data:`RECENTER_ROUNDS` where the
+    centering's expected error e = √D·σ·norm/N is at least :data:`RECENTER_FROM`·norm, else 0.  ``sigma_center``:
+    the centering's multiplier as the plan decides it (its share of the GDP budget)."""
+    if not 0.0 < sigma_center < float("inf"):
+        return 0
+    return RECENTER_ROUNDS if _error_norm(sigma_center, n, dim, norm) >= RECENTER_FROM * norm else 0
+
+
+def round_means(sum_of, n, keys, sigma_rounds, rounds: int, norm: float):
+    """The re-centering rounds' releases (R, d'): round j is :func:`private_mean` of ``sum_of(previous)`` — the
+    caller's :func:`row_sum` of the rows re-centered by the rounds before it (None for the first), in memory or one
+    pass over a store — at noise multiplier :func:`stage_sigma` (``sigma_rounds``, R), so that together they are
+    the one release at ``sigma_rounds`` the plan paid for.  ``keys``: (R, 2), one per round."""
+    sigma = stage_sigma(sigma_rounds, rounds)
+    means = None
+    for j in range(rounds):
+        m = private_mean(sum_of(means), n, keys[j], sigma, norm)[None]
+        means = m if means is None else jnp.concatenate([means, m])
+    return means
+
+
 def stage_sigma(sigma_center, stages: int):
     """Noise multiplier of each of the centering's ``stages`` Gaussian releases: σ·√stages, so that together
     (μ² = Σ 1/σ²) they are exactly the one release at ``sigma_center`` the plan paid for."""
@@ -137,14 +176,15 @@ def refine_radius(sigma_center, n, dim: int, norm: float = 1.0):
     return jnp.minimum(norm, REFINE_RADIUS * _error_norm(stage_sigma(sigma_center, 2), n, dim, norm))
 
 
-def offset_sum(X, mask, first, radius_, n, norm: float, log_scale=None):
+def offset_sum(X, mask, first, radius_, n, norm: float, log_scale=None, rounds=None):
     """Σ_i mask_i · clip_R(row_i − ``first``) exactly (float64), rows as :func:`apply` makes them before centering
-    (at norm ``norm``, with their radial coordinate under ``log_scale``): the refining stage's sum.
+    (at norm ``norm``, with their radial coordinate under ``log_scale``, re-centered by ``rounds``): the refining
+    stage's sum.
 
     Each offset enters at norm ≤ R·(1 − η) (:func:`privlin.sensitivity.margin`), so the sum moves by at most R
     when one row is replaced by a null row.  ``first``: the first stage's released mean (public).
     """
-    U = apply(X, Preprocessing(norm, None, log_scale))
+    U = apply(X, Preprocessing(norm, rounds, log_scale))
     A, lengths = sensitivity.directions(U - jnp.asarray(first, U.dtype))
     eta = sensitivity.margin(n, A.shape[1])
     return sensitivity.vector_sum(A * jnp.minimum(lengths, radius_ * (1.0 - eta))[:, None], mask, radius_, n)
@@ -170,10 +210,11 @@ def staged_mean(total, offsets_of, n, keys, sigma_center, stages: int, norm: flo
 
 class Preprocessing(NamedTuple):
     """What :func:`apply` needs: the row norm, the (noisy, public) mean or None, and the released log₂ of a typical
-    row norm (:mod:`privlin.radius`) or None."""
+    row norm (:mod:`privlin.radius`) or None.  ``mean`` may be a chain (R, d'): the re-centering rounds' means,
+    then the centering's, each subtracted in turn and followed by a re-normalization."""
 
     norm: float = 1.0
-    mean: Optional[jax.Array] = None  # (d,), or (d + 1,) with the radial coordinate
+    mean: Optional[jax.Array] = None  # (d',) or (R, d'); d' = d, or d + 1 with the radial coordinate
     log_scale: Optional[jax.Array] = None
 
 
@@ -193,4 +234,7 @@ def apply(X, prep: Preprocessing):
     Xn = normalize_rows(X, prep.norm) if prep.log_scale is None else radius.embed(X, prep.log_scale) * prep.norm
     if prep.mean is None:
         return Xn
-    return normalize_rows(Xn - jnp.asarray(prep.mean, Xn.dtype), prep.norm)
+    means = jnp.asarray(prep.mean, Xn.dtype)
+    for m in (means[None] if means.ndim == 1 else means):  # a chain: the rounds' means, then the centering's
+        Xn = normalize_rows(Xn - m, prep.norm)
+    return Xn

@@ -67,10 +67,16 @@ def stage_keys(key) -> tuple[jax.Array, jax.Array, jax.Array]:
 
 
 def release_key(key, name: str) -> jax.Array:
-    """The key of a later release (``"curvature"``, ``"radius"``, ``"center-refine"``) of a fit's key: the 4th to
-    6th of the same split (JAX's partitionable threefry makes a split's first keys independent of how many follow,
-    so :func:`stage_keys` and the earlier releases' keys are unchanged by them)."""
-    return noise.split_named(key, "center", "train", "scale", "curvature", "radius", "center-refine")[name]
+    """The key of a later release (``"curvature"``, ``"radius"``, ``"center-refine"``, ``"recenter"``) of a fit's
+    key: the 4th to 7th of the same split (JAX's partitionable threefry makes a split's first keys independent of
+    how many follow, so :func:`stage_keys` and the earlier releases' keys are unchanged by them)."""
+    return noise.split_named(key, "center", "train", "scale", "curvature", "radius", "center-refine",
+                             "recenter")[name]
+
+
+def _recenter_keys(key, rounds: int) -> jax.Array:
+    """One key per re-centering round (:func:`privlin.preprocess.round_means`), from the fit's key."""
+    return noise.split(release_key(key, "recenter"), rounds)
 
 
 # ----------------------------------------------------------------------------- the pure core
@@ -95,7 +101,7 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
         ``Plan.learning_rate_ceiling``: with the curvature release, the most W's rate may be lifted to.
     """
     (method, steps, q, clip, normalize, centered, loss, bias_init, fit_intercept, optimizer, momentum, scale,
-     curved, radial, center_stages) = static
+     curved, radial, center_stages, recenter) = static
     k_center, k_scale, k_train = stage_keys(key)
     X = jnp.asarray(X, jnp.float32)
     dim = X.shape[1] + (radial is not None)  # the model's inputs (Plan.model_dim)
@@ -105,14 +111,23 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
                                      X, mask)
         log_scale = radius.release_log_scale(counts, release_key(key, "radius"), sigma_center * radial)
     if centered:
-        total = sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n, log_scale),
-                                    jnp.zeros(dim, jnp.float64), X, mask)
-        def offsets_of(first, r):
-            return sensitivity.chunked(lambda t, x, m: t + preprocess.offset_sum(x, m, first, r, n, clip, log_scale),
+        def sum_of(rounds):
+            return sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n, log_scale, rounds),
                                        jnp.zeros(dim, jnp.float64), X, mask)
 
-        mean = preprocess.staged_mean(total, offsets_of, n, (k_center, release_key(key, "center-refine")),
+        rounds = None
+        if recenter is not None:  # ---- the re-centering rounds (privlin.preprocess.round_means)
+            ratio, count = recenter
+            rounds = preprocess.round_means(sum_of, n, _recenter_keys(key, count), sigma_center * ratio, count, clip)
+
+        def offsets_of(first, r):
+            return sensitivity.chunked(
+                lambda t, x, m: t + preprocess.offset_sum(x, m, first, r, n, clip, log_scale, rounds),
+                jnp.zeros(dim, jnp.float64), X, mask)
+
+        mean = preprocess.staged_mean(sum_of(rounds), offsets_of, n, (k_center, release_key(key, "center-refine")),
                                       sigma_center, center_stages, clip, dim)
+        mean = _chain(rounds, mean)
     if scale is not None:  # ---- the scaling stage (privlin.scaling), on the centered rows
         ratio_m, ratio_w = scale
         scl = _scaling_in_memory(X, mask, n, k_scale, mean, normalize, sigma_center * ratio_m,
@@ -144,6 +159,12 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
                                      fit_intercept=fit_intercept, bias_init=bias_init, row_norm=clip if normalize else None,
                                      intercept_scale=intercept_scale)
     return Released(params.W, params.b, mean, scl, curv, log_scale)
+
+
+def _chain(rounds, mean):
+    """The released means as :func:`privlin.preprocess.apply` takes them: the centering's alone, or after the
+    re-centering rounds' (R + 1, d')."""
+    return mean if rounds is None else jnp.concatenate([rounds, mean[None]])
 
 
 def _lifted_rates(ceiling, curvature, momentum, clip, fit_intercept):
@@ -474,13 +495,14 @@ def _double_buffered(results):
 # ----------------------------------------------------------------------------- streaming
 
 @functools.partial(jax.jit, static_argnames=("clip",))
-def _row_sum_block(total, X, mask, clip, n, log_scale=None):
-    return sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n, log_scale), total, X, mask)
+def _row_sum_block(total, X, mask, clip, n, log_scale=None, rounds=None):
+    return sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n, log_scale, rounds), total, X,
+                               mask)
 
 
 @functools.partial(jax.jit, static_argnames=("clip",))
-def _offset_sum_block(total, X, mask, first, r, n, clip, log_scale=None):
-    return sensitivity.chunked(lambda t, x, m: t + preprocess.offset_sum(x, m, first, r, n, clip, log_scale),
+def _offset_sum_block(total, X, mask, first, r, n, clip, log_scale=None, rounds=None):
+    return sensitivity.chunked(lambda t, x, m: t + preprocess.offset_sum(x, m, first, r, n, clip, log_scale, rounds),
                                total, X, mask)
 
 
@@ -592,39 +614,49 @@ def _radius(rows: _Rows, plans: list[Plan], keys: list) -> list:
 
 
 def _centering(rows: _Rows, plans: list[Plan], keys: list, logs: list) -> list:
-    """The released mean of every centered plan; one row-sum pass per clip norm (and released R)."""
+    """The released mean (or chain of means, :func:`_chain`) of every centered plan; one row-sum pass per clip norm
+    (and released R), and one per re-centering round of each plan that makes them (its rows depend on its own
+    earlier rounds)."""
     means: list = [None] * len(plans)
     totals: dict[tuple, jax.Array] = {}
     for i, p in enumerate(plans):
         if not p.centered:
             continue
-        group = (p.clip, None if logs[i] is None else float(logs[i]))
-        if group not in totals:
-            total = jnp.zeros(p.model_dim, jnp.float64)
 
-            def sums(total=total, clip=p.clip, n=float(p.n), log_scale=logs[i]):
-                for X, _, mask in rows.device_blocks("centering"):
-                    total = _row_sum_block(total, X, mask, clip, n, log_scale)
+        def sum_of(rounds, p=p, log_scale=logs[i], what="centering"):
+            def sums(total=jnp.zeros(p.model_dim, jnp.float64)):
+                for X, _, mask in rows.device_blocks(what):
+                    total = _row_sum_block(total, X, mask, p.clip, float(p.n), log_scale, rounds)
                     yield total
+            return _double_buffered(sums())
 
-            totals[group] = _double_buffered(sums())
-        total = totals[group]
+        rounds = None
+        if p.recentered:  # never in secure mode (make_plan)
+            rounds = preprocess.round_means(functools.partial(sum_of, what="re-centering"), p.n,
+                                            _recenter_keys(keys[i], p.recenter_rounds), p.sigma_recenter,
+                                            p.recenter_rounds, p.clip)
+            total = sum_of(rounds)
+        else:
+            group = (p.clip, None if logs[i] is None else float(logs[i]))
+            if group not in totals:
+                totals[group] = sum_of(None)
+            total = totals[group]
         if p.secure_mode:  # one stage (make_plan)
             std, sens, bound = secure_releases(p)["center"]
             means[i] = preprocess.private_mean(total, p.n, None, p.sigma_center, p.clip,
                                                noisy=secure_noise.secure_gaussian_release(total, std, sens, bound=bound))
             continue
 
-        def offsets_of(first, r, p=p, log_scale=logs[i]):  # the refining stage: a pass of its own (per plan)
+        def offsets_of(first, r, p=p, log_scale=logs[i], rounds=rounds):  # the refining stage: a pass of its own
             def sums(total=jnp.zeros(p.model_dim, jnp.float64)):
                 for X, _, mask in rows.device_blocks("centering, refined"):
-                    total = _offset_sum_block(total, X, mask, first, r, float(p.n), p.clip, log_scale)
+                    total = _offset_sum_block(total, X, mask, first, r, float(p.n), p.clip, log_scale, rounds)
                     yield total
             return _double_buffered(sums())
 
-        means[i] = preprocess.staged_mean(total, offsets_of, p.n, (stage_keys(keys[i])[0],
+        means[i] = _chain(rounds, preprocess.staged_mean(total, offsets_of, p.n, (stage_keys(keys[i])[0],
                                           release_key(keys[i], "center-refine")), p.sigma_center, p.center_stages,
-                                          p.clip, p.model_dim)
+                                          p.clip, p.model_dim))
     return means
 
 

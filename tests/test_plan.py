@@ -129,3 +129,46 @@ def test_two_stage_centering_is_charged_as_it_runs_and_composes_to_one_release()
     assert pld_eps(p.dp_event()) == pytest.approx(pld_eps(one), rel=2e-3)
     # secure mode draws each release on the host from one table (runner.secure_releases): one stage there
     assert make_plan({"epsilon": 2.0, "delta": 1e-5, "secure_mode": True}, n=1000, dim=8, n_classes=3).center_stages == 1
+
+
+def test_recentering_rounds_are_made_where_the_centering_is_coarse_and_charged_as_they_run():
+    """N=200, d=8 at ε=1 (the centering's error ≈ 0.24 of the row norm): two rounds, 5% of μ² (σ_r = 1/(√0.05·μ),
+    the closed form), two Gaussians at σ_r·√2 in the event, whose PLD equals the one at σ_r; the whole GDP plan
+    checked against dp-accounting's PLD of the Gaussians it lists (independently written here)."""
+    p = make_plan({"epsilon": 1.0, "delta": 1e-5}, n=200, dim=8, n_classes=2)
+    mu = _gdp_mu(1.0, 1e-5)
+    assert (p.recenter_rounds, p.recentered) == (2, True)
+    assert p.sigma_recenter == pytest.approx(1 / (math.sqrt(0.05) * mu), rel=1e-6)
+    assert p.budget_shares()["recenter"] == pytest.approx(0.05, rel=1e-9)
+    events = p.dp_event().events
+    rounds = [i for i, e in enumerate(events) if e == ev.GaussianDpEvent(p.sigma_recenter * math.sqrt(2))]
+    assert p.sigma_recenter == p.sigma_center and p.center_stages == 2  # equal shares: four events at σ_r·√2
+    assert len(rounds) == 4
+
+    def pld_eps(event):
+        acc = pld_privacy_accountant.PLDAccountant(NeighboringRelation.REPLACE_SPECIAL,
+                                                   value_discretization_interval=1e-4)
+        return acc.compose(event).get_epsilon(1e-5)
+
+    one = ev.ComposedDpEvent([ev.GaussianDpEvent(p.sigma_recenter) if i == rounds[0] else e
+                              for i, e in enumerate(events) if i != rounds[1]])
+    assert pld_eps(p.dp_event()) == pytest.approx(pld_eps(one), rel=2e-3)
+    listed = [ev.GaussianDpEvent(s) for name, s in p.noise_multipliers().items() if name != "step"]
+    listed.append(ev.SelfComposedDpEvent(ev.GaussianDpEvent(p.sigma), p.steps))
+    assert pld_eps(ev.ComposedDpEvent(listed)) <= 1.0 * (1 + 2e-3)
+    assert p.epsilon <= 1.0 and p.epsilon == pytest.approx(1.0, rel=1e-6)
+
+
+def test_recentering_rounds_are_not_made_where_they_cannot_pay_or_are_refused():
+    base = {"epsilon": 1.0, "delta": 1e-5}
+    assert make_plan({**base, "epsilon": 8.0}, n=200, dim=8, n_classes=2).recenter_rounds == 0  # e ≈ 0.04
+    assert make_plan(base, n=200_000, dim=128, n_classes=10).recenter_rounds == 0               # large N
+    assert make_plan({**base, "secure_mode": True}, n=200, dim=8, n_classes=2).recenter_rounds == 0
+    assert make_plan({**base, "method": "adam1"}, n=200, dim=8, n_classes=2).recenter_rounds == 0  # one pass
+    assert make_plan({**base, "recenter": False}, n=200, dim=8, n_classes=2).recenter_rounds == 0
+    assert make_plan({**base, "epsilon": 8.0, "recenter": True}, n=200, dim=8, n_classes=2).recenter_rounds == 2
+    with pytest.raises(ValueError, match="recenter=True"):
+        make_plan({"epsilon": None, "noise_multiplier": 2.0, "center_noise_multiplier": 5.0, "recenter": True},
+                  n=200, dim=8, n_classes=2)
+    with pytest.raises(ValueError, match="recenter=True"):
+        make_plan({**base, "recenter": True, "secure_mode": True}, n=200, dim=8, n_classes=2)
