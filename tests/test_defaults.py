@@ -43,7 +43,8 @@ def test_rule_on_public_cases(n, d, k, eps, whiten, capped):
     Where the cap binds and a (d, d) pass is affordable (whitening's bounds) the plan buys the curvature release
     (1% of μ²) where the noise term is ≥ 1.5× the cap, and keeps the noise term as the ceiling W's rate may be
     lifted to.  It buys the row-norm release (3% of μ²) where half the rows in two of the 300 bins stand 2 sd
-    above the expected maximum of the 299 pairs' noise."""
+    above the expected maximum of the 299 pairs' noise.  It buys two re-centering rounds (5% of μ²) where the
+    centering's expected error √D·σ_center/N is at least a tenth of the row norm."""
     p = make_plan({"epsilon": eps, "delta": 1e-5}, n=n, dim=d, n_classes=k)
     mu = _gdp_mu(eps, 1e-5)
     assert (p.method, p.steps, p.clip, p.momentum, p.fit_intercept, p.accountant) == ("sgd", 100, 1.0, 0.9, True, "gdp")
@@ -51,6 +52,10 @@ def test_rule_on_public_cases(n, d, k, eps, whiten, capped):
     shares = {**({"radius": 0.03} if radial else {}), "center": 0.05,
               **({"scale": 0.075, "whiten": 0.075} if whiten else {"scale": 0.15})}
     assert p.radial == radial and p.model_dim == d + radial
+    recenter = math.sqrt(d + radial) / (math.sqrt(0.05) * mu) / n >= 0.1  # the centering's expected error ≥ C/10
+    if recenter:
+        shares["recenter"] = 0.05
+    assert p.recenter_rounds == (2 if recenter else 0)
     noise_rule = 0.8 * (1 - 0.9) * n / (p.sigma * math.sqrt(100))  # logit noise ρ = 0.8 after T steps
     curved = noise_rule > 1.5 * 3.8 and n * (d + radial) ** 2 <= 2**36
     if curved:
