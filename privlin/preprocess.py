@@ -44,10 +44,11 @@ __all__ = ["normalize_rows", "row_sum", "shrink", "private_mean", "center_stages
 #: mean); a row farther from the first estimate is clipped to it, which only slows the correction.
 REFINE_RADIUS = 1.5
 #: Re-centering rounds made where they are made (:func:`recenter_rounds`), and the centering's expected error, in
-#: units of the row norm, from which they are made.  Measured (BENCHMARKS.md, "Where the low-ε rows lose"): one
-#: round buys `vip_toy` digits features 12.8 points at ε=0.5, two 15.6; below an error of norm/10 the two-stage
-#: centering is already finer than the clouds we have met, and the rounds' share would be paid for nothing
-#: (`vip_toy` at ε=8, e = 0.02: −1.1).
+#: units of the row norm, from which they are made.  Measured (BENCHMARKS.md, "privlin defaults on unseen data"):
+#: two rounds buy `vip_toy` digits features 14.0 ± 0.6 points at ε=0.5 (30 paired seeds; a prototype read 12.8 with
+#: one round) and cost no set more than 0.2; below an error of norm/10 the two-stage centering is already finer
+#: than the clouds we have met, and the rounds' share would be paid for nothing (prototype: `vip_toy` at ε=8,
+#: e = 0.02, −1.1).
 RECENTER_ROUNDS = 2
 RECENTER_FROM = 0.1
 
