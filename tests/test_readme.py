@@ -240,10 +240,11 @@ def _gdp_epsilon(mu: float, delta: float) -> float:
 
 
 def _mu(report) -> float:
-    """μ of one full-batch fit: each one-off release (centering, scaling) once, then ``steps`` Gaussian steps
-    (zero-out: each Gaussian's sensitivity is what its σ multiplies)."""
+    """μ of one full-batch fit: each one-off release (re-centering rounds, centering, scaling) once, then ``steps``
+    Gaussian steps (zero-out: each Gaussian's sensitivity is what its σ multiplies; the rounds and the centering's
+    stages are listed at the one σ their Gaussians compose to, μ² adding as Σ 1/σ²)."""
     sig = report.noise_multipliers
-    assert set(sig) <= {"center", "scale", "whiten", "step"}  # every mechanism of the plan is a Gaussian
+    assert set(sig) <= {"recenter", "center", "scale", "whiten", "step"}  # every mechanism of the plan is a Gaussian
     once = [s for name, s in sig.items() if name != "step"]
     return math.sqrt(sum(1 / s**2 for s in once) + report.steps / sig["step"] ** 2)
 
