@@ -32,7 +32,8 @@ import bench_defaults as bd  # noqa: E402
 
 FIELDS = {"none": (), "center": ("sigma_center",), "scale": ("sigma_scale", "sigma_whiten"),
           "mom": ("sigma_scale",), "wh": ("sigma_whiten",), "radius": ("sigma_radius",),
-          "all": ("sigma_center", "sigma_scale", "sigma_whiten", "sigma_radius")}
+          "recenter": ("sigma_recenter",), "prep": ("sigma_recenter", "sigma_center"),
+          "all": ("sigma_recenter", "sigma_center", "sigma_scale", "sigma_whiten", "sigma_radius")}
 
 
 def _cell(label, accs):
