@@ -494,6 +494,16 @@ def _double_buffered(results):
 
 # ----------------------------------------------------------------------------- streaming
 
+def _pass(rows: "_Rows", what: str, block_fn, total, *args, **kwargs):
+    """One pass over the rows (progress label ``what``): ``total = block_fn(total, X, mask, *args, **kwargs)``
+    block by block, double-buffered (:func:`_double_buffered`); every streamed statistic is one of these."""
+    def sums(total=total):
+        for X, _, mask in rows.device_blocks(what):
+            total = block_fn(total, X, mask, *args, **kwargs)
+            yield total
+    return _double_buffered(sums())
+
+
 @functools.partial(jax.jit, static_argnames=("clip",))
 def _row_sum_block(total, X, mask, clip, n, log_scale=None, rounds=None):
     return sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n, log_scale, rounds), total, X,
@@ -597,12 +607,7 @@ def _radius(rows: _Rows, plans: list[Plan], keys: list) -> list:
     if not any(p.radial for p in plans):
         return out
 
-    def sums(total=jnp.zeros(radius.BINS, jnp.int32)):
-        for X, _, mask in rows.device_blocks("row norms"):
-            total = _counts_block(total, X, mask)
-            yield total
-
-    counts = _double_buffered(sums())
+    counts = _pass(rows, "row norms", _counts_block, jnp.zeros(radius.BINS, jnp.int32))
     for i, p in enumerate(plans):
         if p.radial:
             noisy = None
@@ -624,11 +629,8 @@ def _centering(rows: _Rows, plans: list[Plan], keys: list, logs: list) -> list:
             continue
 
         def sum_of(rounds, p=p, log_scale=logs[i], what="centering"):
-            def sums(total=jnp.zeros(p.model_dim, jnp.float64)):
-                for X, _, mask in rows.device_blocks(what):
-                    total = _row_sum_block(total, X, mask, p.clip, float(p.n), log_scale, rounds)
-                    yield total
-            return _double_buffered(sums())
+            return _pass(rows, what, _row_sum_block, jnp.zeros(p.model_dim, jnp.float64), p.clip, float(p.n),
+                         log_scale, rounds)
 
         rounds = None
         if p.recentered:  # never in secure mode (make_plan)
@@ -648,11 +650,8 @@ def _centering(rows: _Rows, plans: list[Plan], keys: list, logs: list) -> list:
             continue
 
         def offsets_of(first, r, p=p, log_scale=logs[i], rounds=rounds):  # the refining stage: a pass of its own
-            def sums(total=jnp.zeros(p.model_dim, jnp.float64)):
-                for X, _, mask in rows.device_blocks("centering, refined"):
-                    total = _offset_sum_block(total, X, mask, first, r, float(p.n), p.clip, log_scale, rounds)
-                    yield total
-            return _double_buffered(sums())
+            return _pass(rows, "centering, refined", _offset_sum_block, jnp.zeros(p.model_dim, jnp.float64), first,
+                         r, float(p.n), p.clip, log_scale, rounds)
 
         means[i] = _chain(rounds, preprocess.staged_mean(total, offsets_of, p.n, (stage_keys(keys[i])[0],
                                           release_key(keys[i], "center-refine")), p.sigma_center, p.center_stages,
@@ -715,25 +714,19 @@ def _scaling(rows: _Rows, plans: list[Plan], keys: list, means: list, logs: list
         n = float(p.n)
         secure = secure_releases(p) if p.secure_mode else {}
 
-        def passes(block_fn, total, *args):
-            def sums(total=total):
-                for X, _, mask in rows.device_blocks("scaling"):
-                    total = block_fn(total, X, mask, *args, n, normalize=p.normalize)
-                    yield total
-            return _double_buffered(sums())
-
         def host_noise(name, value):  # secure mode: the discrete Gaussian on the host
             if name not in secure:
                 return None
             std, sens, bound = secure[name]
             return secure_noise.secure_gaussian_release(value, std, sens, bound=bound)
 
-        sums = passes(_moments_block, jnp.zeros((2, p.model_dim), jnp.float64), means[i], logs[i])
+        sums = _pass(rows, "scaling", _moments_block, jnp.zeros((2, p.model_dim), jnp.float64), means[i], logs[i], n,
+                     normalize=p.normalize)
         shift, scale = scaling.release_moments(sums, n, k_moments, p.sigma_scale, host_noise("scale", sums))
         rotate = None
         if p.whitened:
-            M = passes(_second_moment_block, jnp.zeros((p.model_dim,) * 2, jnp.float64), means[i], logs[i], shift,
-                       scale)
+            M = _pass(rows, "scaling", _second_moment_block, jnp.zeros((p.model_dim,) * 2, jnp.float64), means[i],
+                      logs[i], shift, scale, n, normalize=p.normalize)
             rotate = scaling.release_rotation(M, n, k_rotate, p.sigma_whiten, host_noise("whiten", scaling.upper(M)))
         out[i] = scaling.Scaling(shift, scale, rotate)
     return out
@@ -755,13 +748,8 @@ def _curvature(rows: _Rows, plans: list[Plan], keys: list, means: list, scls: li
             continue
         n = float(p.n)
 
-        def sums(total=jnp.zeros((p.model_dim,) * 2, jnp.float64), p=p, i=i, n=n):
-            for X, _, mask in rows.device_blocks("curvature"):
-                total = _curvature_block(total, X, mask, means[i], scls[i], logs[i], n, clip=p.clip,
-                                         normalize=p.normalize)
-                yield total
-
-        M = _double_buffered(sums())
+        M = _pass(rows, "curvature", _curvature_block, jnp.zeros((p.model_dim,) * 2, jnp.float64), means[i], scls[i],
+                  logs[i], n, clip=p.clip, normalize=p.normalize)
         noisy = None
         if p.secure_mode:
             std, sens, bound = secure_releases(p)["curvature"]
