@@ -26,7 +26,8 @@ import numpy as np
 
 from .report import PrivacyLeakWarning
 
-__all__ = ["Source", "ArraySource", "SplitSource", "as_source", "public_classes", "label_index", "open_store"]
+__all__ = ["Source", "ArraySource", "SplitSource", "as_source", "is_store_like", "public_classes", "label_index",
+           "open_store"]
 
 
 class Source:
@@ -291,6 +292,14 @@ def open_store(data):
     import stores
 
     return stores.open(data)
+
+
+def is_store_like(data) -> bool:
+    """Whether ``data`` is a source of rows with their labels (a Source, a store path or URL, a ``stores`` object)
+    rather than a feature array: what lets ``fit(X)`` take a store without ``y``."""
+    if isinstance(data, (Source, str)) or hasattr(data, "__fspath__"):
+        return True
+    return (type(data).__module__ or "").startswith("stores")
 
 
 def as_source(data, split: str | None = "train") -> Source:

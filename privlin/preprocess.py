@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from . import noise, radius, sensitivity
 
 __all__ = ["normalize_rows", "row_sum", "shrink", "private_mean", "center_stages", "stage_sigma", "refine_radius",
-           "offset_sum", "refined_mean", "staged_mean", "recenter_rounds", "round_means", "Preprocessing", "apply",
+           "offset_sum", "refined_mean", "staged_mean", "recenter_rounds", "round_means", "RowMap", "apply",
            "RECENTER_ROUNDS", "RECENTER_FROM"]
 
 #: The refining stage's radius in units of the first stage's expected error norm √D·σ₁·norm/N: the noise of a
@@ -85,12 +85,12 @@ def row_sum(X, mask, norm: float, n, log_scale=None, rounds=None):
     array (d,) or (d + 1,) float64
     """
     if rounds is not None:
-        X = apply(X, Preprocessing(1.0, rounds, log_scale))
+        X = apply(X, RowMap(1.0, rounds, log_scale))
     elif log_scale is not None:
         X = radius.embed(X, log_scale)
     A, _ = sensitivity.directions(X)
     eta = sensitivity.margin(n, A.shape[1])
-    return sensitivity.vector_sum(A * (norm * (1.0 - eta)), mask, norm, n)
+    return sensitivity.vector_sum(A * (norm * (1.0 - eta)), mask, norm)
 
 
 def shrink(v, noise_std, target=None):
@@ -185,10 +185,10 @@ def offset_sum(X, mask, first, radius_, n, norm: float, log_scale=None, rounds=N
     Each offset enters at norm ≤ R·(1 − η) (:func:`privlin.sensitivity.margin`), so the sum moves by at most R
     when one row is replaced by a null row.  ``first``: the first stage's released mean (public).
     """
-    U = apply(X, Preprocessing(norm, rounds, log_scale))
+    U = apply(X, RowMap(norm, rounds, log_scale))
     A, lengths = sensitivity.directions(U - jnp.asarray(first, U.dtype))
     eta = sensitivity.margin(n, A.shape[1])
-    return sensitivity.vector_sum(A * jnp.minimum(lengths, radius_ * (1.0 - eta))[:, None], mask, radius_, n)
+    return sensitivity.vector_sum(A * jnp.minimum(lengths, radius_ * (1.0 - eta))[:, None], mask, radius_)
 
 
 def refined_mean(first, total, n: int, key, sigma: float, radius_, noisy=None):
@@ -209,7 +209,7 @@ def staged_mean(total, offsets_of, n, keys, sigma_center, stages: int, norm: flo
     return mean
 
 
-class Preprocessing(NamedTuple):
+class RowMap(NamedTuple):
     """What :func:`apply` needs: the row norm, the (noisy, public) mean or None, and the released log₂ of a typical
     row norm (:mod:`privlin.radius`) or None.  ``mean`` may be a chain (R, d'): the re-centering rounds' means,
     then the centering's, each subtracted in turn and followed by a re-normalization."""
@@ -219,14 +219,14 @@ class Preprocessing(NamedTuple):
     log_scale: Optional[jax.Array] = None
 
 
-def apply(X, prep: Preprocessing):
+def apply(X, prep: RowMap):
     """Normalize rows (with ``prep.log_scale``: give them their radial coordinate, :func:`privlin.radius.embed`),
     subtract the released mean, normalize again (DP-RandP).
 
     Parameters
     ----------
     X : array (n, d)
-    prep : Preprocessing
+    prep : RowMap
 
     Returns
     -------

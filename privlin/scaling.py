@@ -53,7 +53,7 @@ import jax.numpy as jnp
 
 from . import noise, preprocess, sensitivity
 
-__all__ = ["Scaling", "moment_sums", "second_moment_sum", "release_moments", "release_rotation", "scaled_rows",
+__all__ = ["Scaling", "moment_sums", "second_moment_sum", "release_moments", "release_rotation", "standardized",
            "apply", "moment_noise_level", "rotation_noise_level", "sampling_floor", "rotation_floor",
            "moments_resolve", "whitening_resolves",
            "WHITEN_MAX_DIM", "WHITEN_MAX_WORK", "second_moment_affordable", "release_curvature", "curvature_bound", "top_eigenvalue", "curvature_sensitivity",
@@ -132,7 +132,7 @@ def moment_sums(Z, mask, n) -> jax.Array:
     A, _ = sensitivity.directions(Z)
     sq_dir, sq_norm = sensitivity.directions(A * A)
     eta = sensitivity.margin(n, A.shape[1])
-    second = sensitivity.vector_sum(sq_dir * (jnp.minimum(sq_norm, 1.0) * (1.0 - eta))[:, None], mask, 1.0, n)
+    second = sensitivity.vector_sum(sq_dir * (jnp.minimum(sq_norm, 1.0) * (1.0 - eta))[:, None], mask, 1.0)
     return jnp.stack([first, second])
 
 
@@ -223,7 +223,7 @@ def top_eigenvalue(M) -> jax.Array:
     return jnp.linalg.eigvalsh(M)[-1]
 
 
-def scaled_rows(Z, shift, scale):
+def standardized(Z, shift, scale):
     """Standardized rows ``normalize((z − shift)·scale)`` (unit norm; a zero row stays zero)."""
     Z = jnp.asarray(Z, jnp.float32)
     return preprocess.normalize_rows((Z - shift) * scale)
@@ -231,7 +231,7 @@ def scaled_rows(Z, shift, scale):
 
 def apply(Z, s: Scaling, norm: float = 1.0):
     """The stage's public map on centered rows ``Z`` (n, d): standardize, whiten, rows at norm ``norm``."""
-    B = scaled_rows(Z, s.shift, s.scale)
+    B = standardized(Z, s.shift, s.scale)
     if s.rotate is not None:
         B = preprocess.normalize_rows(B @ s.rotate)
     return B * norm
