@@ -524,12 +524,9 @@ def default_learning_rate(method: str, optimizer: str, sigma: float, batch: floa
       holds on data it was not set on: BENCHMARKS.md, "privlin defaults on unseen data" (it is weakest at small
       N·μ, where a smaller rate, closer to the first gradient's direction, does better).  At a fixed ρ, the total
       step ``lr·T/(1−β) = ρ·B·√T/σ = ρ·N·μ_train`` (full batch) is what moves the model, so more steps at a
-      smaller rate should give about the same model: T stays DP-RandP's 100, ten momentum time constants.
-      Measured, T still matters where N ≈ d: fewer steps (T=10, whose momentum never builds up: an earlier stop)
-      gain 2–4 points on 2048–4096-d mixtures of 3000–5000 rows at ε ≤ 1, and lose up to 14 on wine (124 rows,
-      ε=0.5); no rule for T from (N, d, σ) has been found that wins on both, so T is not derived.  More steps
-      (T=300, BENCHMARKS.md "Do more steps pay?") move the table's sets −1.0…+2.9 points where the noise sets the
-      rate, and +0.1 on the N=200 000 mixture, where the cap does, at 3× the time.
+      smaller rate should give about the same model: T stays DP-RandP's 100, ten momentum time constants.  No
+      rule for T from (N, d, σ) has been found that wins everywhere, so T is not derived (BENCHMARKS.md, "privlin
+      defaults on unseen data").
     * Stability term.  With rows at norm C and an intercept feature 1, the mean softmax (or sigmoid) loss has a
       Hessian bounded by L = (C² + 1)/2 (C²/2 without intercept; the logits' Hessian is ≼ ½I); heavy ball is
       stable for lr·L < 2(1+β) (Polyak 1964).  It binds at large N·μ (little noise), where the noise rule alone would

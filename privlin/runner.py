@@ -1,17 +1,22 @@
-"""The one runner: a plan run on rows with a key — normalize → private centering → private scaling → DP training.
+"""The one runner: a plan's chain run on rows with a key — the chain's releases (row norm, re-centering, centering,
+scaling, curvature, and any added release: :mod:`privlin.releases`) → DP training.
 
-Two forms of the same pipeline, built from the same pieces (:mod:`privlin.preprocess`, :mod:`privlin.train`)
-and the same key split (:func:`stage_keys`); the stages are :mod:`privlin.preprocess` (normalize, center),
-:mod:`privlin.scaling` (standardize, whiten) and :mod:`privlin.train`:
+Two drivers of the same chain, built from the same pieces (:mod:`privlin.preprocess`, :mod:`privlin.scaling`,
+:mod:`privlin.train`) and the same key split (:func:`stage_keys`, :func:`release_key`):
 
 * :func:`train_rows` — pure and jittable, on rows in memory.  ``jax.vmap`` runs many plans that share their
   compiled form (:meth:`Plan.static`) over one copy of the rows (the sweep), or one plan over many keys (the
   audit).
 * :func:`run` — many plans on a :class:`privlin.data.Source`: rows that fit ``memory_limit`` are loaded once
   and handed to :func:`train_rows` (vmapped per group of plans); larger ones are streamed block by block
-  (one pass per ``adam1`` group, one pass per step for ``sgd``/``minibatch``); ``secure_mode`` releases every
-  statistic on the host with the discrete Gaussian.  Rows are sharded over ``jax.devices()`` (and over hosts
-  under ``jax.distributed``); every noise draw is made once, on the global sum.
+  (:func:`_stream`: one pass per statistic, two blocks in flight; one pass per step for ``sgd``/``minibatch``);
+  ``secure_mode`` releases every statistic on the host with the discrete Gaussian.  Rows are sharded over
+  ``jax.devices()`` (and over hosts under ``jax.distributed``); every noise draw is made once, on the global sum.
+
+The chain's head — the generic releases, whose exact sums read the rows as given (the row norm; added releases)
+— is one loop in both drivers (:func:`train_rows`, :func:`_head`).  The later releases each depend on the rows as
+the earlier ones left them and still have a streamed form of their own (:func:`_centering`, :func:`_scaling`,
+:func:`_curvature`); the equivalence tests keep the two drivers in step.
 
 Rows whose label is not in the public class list, rows with a non-finite value, and a store's rows skipped at
 extraction (counted in N) are null rows: they contribute nothing (the zero-out relation), and nothing about
@@ -311,7 +316,7 @@ def _put_rows(*arrays):
     """
     sharding = _row_sharding()
     if sharding is None:
-        return tuple(jax.device_put(a, may_alias=False) for a in arrays)  # jnp.asarray: ~1.6x slower on a CPU
+        return tuple(jax.device_put(a, may_alias=False) for a in arrays)  # faster than jnp.asarray on a CPU
     return tuple(jax.make_array_from_process_local_data(sharding, np.asarray(a)) for a in arrays)
 
 
@@ -426,7 +431,7 @@ class _Rows:
 
 def _page_locked() -> bool:
     """Whether streamed blocks are read into page-locked host memory: where the default device is a CUDA GPU, which
-    copies it by DMA at ~6x the rate of ordinary memory (an H100: 47 vs 8 GB/s, ``benchmarks/diag_h2d.py``).  Off
+    copies it by DMA several times faster than ordinary memory (BENCHMARKS.md, "Page-locked blocks").  Off
     where :data:`PAGE_LOCKED` is False or the reader cannot allocate it (then blocks stay in ordinary memory)."""
     if not PAGE_LOCKED or jax.default_backend() != "gpu":
         return False
