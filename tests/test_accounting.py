@@ -11,6 +11,8 @@ from scipy.stats import norm
 
 from privlin import accounting as A
 
+pytestmark = pytest.mark.unit  # the pure pieces: run alone with `pytest -m unit`
+
 ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 
 

@@ -7,6 +7,8 @@ import pytest
 
 from privlin import preprocess, sensitivity, train
 
+pytestmark = pytest.mark.unit  # the pure pieces: run alone with `pytest -m unit`
+
 N = 2**20  # identical unit rows
 
 

@@ -8,21 +8,32 @@ import dataclasses
 from .. import preprocess
 from .base import Release
 
-__all__ = ["Centering"]
+__all__ = ["StagedMean", "Centering"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Centering(Release):
-    """The centering, in ``stages`` Gaussian stages (:func:`privlin.preprocess.center_stages`)."""
+class StagedMean(Release):
+    """A mean of rows at norm C released in ``parts`` Gaussians at σ·√parts each, which compose to exactly one at
+    σ (GDP: 1/σ² adds); each sums rows of norm ≤ C, so its sensitivity is C and every entry is at most N·C."""
 
-    stages: int = 1
-    name = "center"
+    parts: int = 1
 
     def events(self, sigma):
-        return (preprocess.stage_sigma(sigma, self.stages),) * self.stages
+        return (preprocess.stage_sigma(sigma, self.parts),) * self.parts
 
     def secure(self, plan, sigma):
         return sigma * plan.clip, plan.clip, plan.n * plan.clip
+
+
+@dataclasses.dataclass(frozen=True)
+class Centering(StagedMean):
+    """The centering, in ``stages`` Gaussian stages (:func:`privlin.preprocess.center_stages`)."""
+
+    name = "center"
+
+    @property
+    def stages(self) -> int:
+        return self.parts
 
     def note(self, plan, sigma, value):
         if self.stages != 2:

@@ -6,23 +6,21 @@ from __future__ import annotations
 import dataclasses
 
 from .. import preprocess
-from .base import Release
+from .center import StagedMean
 
 __all__ = ["Recentering"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Recentering(Release):
+class Recentering(StagedMean):
     """``rounds`` re-centering rounds (:data:`privlin.preprocess.RECENTER_ROUNDS`)."""
 
-    rounds: int = preprocess.RECENTER_ROUNDS
+    parts: int = preprocess.RECENTER_ROUNDS
     name = "recenter"
 
-    def events(self, sigma):
-        return (preprocess.stage_sigma(sigma, self.rounds),) * self.rounds
-
-    def secure(self, plan, sigma):
-        return sigma * plan.clip, plan.clip, plan.n * plan.clip
+    @property
+    def rounds(self) -> int:
+        return self.parts
 
     def note(self, plan, sigma, value):
         return (f"re-centered first in {self.rounds} rounds at σ {preprocess.stage_sigma(sigma, self.rounds):.4g} "
