@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any, Mapping, NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 from dp_accounting import dp_event as _ev
 
 from . import accounting, preprocess, radius, releases, scaling, sensitivity
@@ -222,11 +223,15 @@ class Plan:
         return ref if ref > 0 else 1.0
 
     def static(self) -> Static:
-        """What a compiled trainer specializes on; plans with equal ``static()`` run vmapped together."""
+        """What a compiled trainer specializes on; plans with equal ``static()`` run vmapped together.
+
+        Each release's σ/σ_ref is rounded to float32, the precision the compiled fit multiplies the traced σ_ref
+        by (so no number changes): the float64 ratio moves in its last bits from one ε to the next, which would
+        otherwise compile a new program per ε."""
         ref = self.reference_sigma
         return Static(self.method, self.steps, self.sample_rate, self.clip, self.normalize, self.loss,
                       self.bias_init, self.fit_intercept, self.optimizer, self.momentum,
-                      tuple((r, s / ref) for r, s in self.chain))
+                      tuple((r, float(np.float32(s / ref))) for r, s in self.chain))
 
     def learning_rates_after(self, curvature) -> tuple[float, float]:
         """(W's, b's) learning rate the fit ran with, given its released curvature bound (None: not released)."""

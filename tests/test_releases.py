@@ -88,6 +88,9 @@ def test_static_does_not_depend_on_epsilon():
     a = make_plan({"method": "sgd", "epsilon": 4.0, "scale": False, "learning_rate": 0.5}, n=5000, dim=8, n_classes=3)
     b = make_plan({"method": "sgd", "epsilon": 8.0, "scale": False, "learning_rate": 0.5}, n=5000, dim=8, n_classes=3)
     assert a.sigma != b.sigma and a.static() == b.static()
+    # the defaults at an ε grid: the same releases made, so one program (σ ratios rounded as the program uses them)
+    plans = [make_plan({"method": "sgd", "epsilon": e}, n=2000, dim=16, n_classes=3) for e in (4.0, 6.0, 8.0, 16.0)]
+    assert len({p.sigma for p in plans}) == 4 and len({p.static() for p in plans}) == 1
 
 
 def test_a_toy_release_appears_everywhere_and_streams_as_in_memory(monkeypatch, blobs, tmp_path):
