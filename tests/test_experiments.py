@@ -244,3 +244,13 @@ def test_quickstart_pieces_on_a_tiny_store(tmp_path, store, capsys, figures):
     for s in quickstart.fixed_settings():  # fixed in advance: the settings do not depend on data
         assert s["epsilon"] in quickstart.EPSILONS and s["delta"] == quickstart.DELTA
         assert set(s) == {"method", "epsilon", "delta"}  # everything else: the plan's defaults
+
+
+def test_eps_sweep_refused_budget_is_one_line(store, capsys):
+    """A split whose ledger cap the sweep would pass: one line naming the refusal, exit 2, nothing charged."""
+    path = store()
+    PrivacyLedger.for_split(path, "train").set_cap(1.0, 1e-5, note="test")
+    assert eps_sweep.main([path, "--eps", "8", "--method", "adam1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("python -m experiments.eps_sweep: error: ") and "\n" not in err and "cap" in err
+    assert len(PrivacyLedger.for_split(path, "train")) == 0
