@@ -29,7 +29,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "privacy.md")
 
 

@@ -21,7 +21,6 @@ from scipy.stats import norm
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "privacy.md")
 
 
