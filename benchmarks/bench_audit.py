@@ -29,6 +29,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from privlin import audit as A  # noqa: E402
+from privlin import secure_noise  # noqa: E402
+
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "privacy.md")
 
 
@@ -37,8 +40,6 @@ def machine() -> str:
 
 
 def bench_audits(runs: int, epsilons) -> list[str]:
-    from privlin import audit as A
-
     rows = []
     for method in sorted(A.METHODS):
         for eps in epsilons:
@@ -63,8 +64,6 @@ def _adam_step(g, lr=1.0, eps=1e-8):
 
 
 def bench_noise(n, d, K, repeats) -> list[str]:
-    from privlin import secure_noise
-
     rng = np.random.default_rng(0)
     X = jnp.asarray(rng.standard_normal((n, d), dtype=np.float32))
     y = jnp.asarray(rng.integers(0, K, n).astype(np.int32))

@@ -21,14 +21,14 @@ from scipy.stats import norm
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+from privlin import accounting  # noqa: E402
+from privlin import audit as A  # noqa: E402
+
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "privacy.md")
 
 
 def exact_gaussian_bound(eps: float, delta: float, n_eval: int, confidence: float = 0.95) -> float:
     """Best bound this audit design can give on an exact Gaussian mechanism at (eps, delta)."""
-    from privlin import accounting
-    from privlin import audit as A
-
     mu = accounting.gdp_mu_for(eps, delta)
     t = np.linspace(-4, mu + 8, 4000)
     fp = np.rint(n_eval * norm.sf(t))
@@ -46,8 +46,6 @@ def main(argv=None):
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
-    from privlin import audit as A
-
     methods = sorted(A.METHODS) if args.methods == ["all"] else args.methods
     n_eval = (args.runs // 2) - int(args.runs // 2 * 0.5)  # runs per world left for the bound
     lines = [f"| method | claimed ε | audited ε ≥ | exact Gaussian at the claim | ceiling ({args.runs} runs) | "
