@@ -76,10 +76,9 @@ class StoreRun:
 
 def run_store(path: str, label: str, *, seeds: int = 3, progress: bool = False) -> StoreRun:
     """Sweep the fixed settings on one store (``seeds`` noise draws) and compute the k-NN reference."""
-    with cli.status("loading privlin (JAX)", enabled=progress):
-        import stores
-        from privlin.knn import knn_accuracy
-        from privlin.sweep import sweep
+    import stores
+    from privlin.knn import knn_accuracy
+    from privlin.sweep import sweep
 
     st = stores.open(path)  # its published class list (the digits 0-9) is the public class list
     base = fixed_settings()
@@ -148,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     progress = not args.no_progress
     names = _check_backbones([b.strip() for b in args.backbones.split(",") if b.strip()], progress=progress)
+    with cli.status("loading privlin (JAX)", enabled=progress):
+        import privlin.sweep  # noqa: F401  (the first import of JAX takes seconds; every store's sweep needs it)
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     all_rows, knn, spent = [], {}, []
