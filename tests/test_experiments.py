@@ -190,7 +190,7 @@ for name in ("eps_sweep", "quickstart", "reproduce_mehta", "reproduce_randp"):
 print("LOADED", sorted(m for m in ("privlin", "jax", "torch", "timm", "sklearn", "matplotlib") if m in sys.modules))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": os.getcwd()})
+                         env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))})
     assert out.returncode == 0, out.stderr
     assert out.stdout.count("usage: python -m experiments.") == 4 and "--no-progress" in out.stdout
     assert out.stdout.strip().endswith("LOADED []")
