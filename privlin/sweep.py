@@ -126,6 +126,8 @@ class SweepResult:
 
     def model(self, i: int) -> DPLinearClassifier:
         """Setting ``i`` as a fitted :class:`DPLinearClassifier` (predict, score, ``privacy_``)."""
+        if self.fits is None:
+            raise ValueError("this SweepResult holds no fitted records (it was built by hand, not by sweep())")
         est = DPLinearClassifier(**{**self.records[i]["params"], "classes": self.classes})
         return workflow.unpack(self.fits[i], est, ledger=False)
 
