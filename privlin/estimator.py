@@ -17,7 +17,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
 from . import accounting, data, noise, preprocess, runner, secure_noise, train
 from .plan import DEFAULT_EPSILON, METHODS, Plan, make_plan
@@ -251,9 +251,14 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         if y is None and _is_store_like(X):
             source = data.as_source(X, "train")
             self.n_features_in_ = source.dim
-        else:
+        elif self.classes is None:  # the labels make the class list (a warned leak): scikit-learn's target checks
             X, y = validate_data(self, X, y, dtype=[np.float32, np.float64], ensure_min_samples=1)
             check_classification_targets(y)
+            source = data.ArraySource(X, y)
+        else:  # a public class list: any other label, whatever its type, is a null row; only shapes may raise
+            X = validate_data(self, X, dtype=[np.float32, np.float64], ensure_min_samples=1)
+            y = data.row_labels(y)
+            check_consistent_length(X, y)
             source = data.ArraySource(X, y)
         return self._fit(source)
 
