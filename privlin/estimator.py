@@ -9,6 +9,7 @@ a store.
 from __future__ import annotations
 
 import math
+import warnings
 from numbers import Integral, Real
 
 import jax
@@ -21,7 +22,7 @@ from sklearn.utils.validation import check_consistent_length, check_is_fitted, v
 
 from . import accounting, data, noise, preprocess, runner, secure_noise, train
 from .plan import DEFAULT_EPSILON, METHODS, Plan, make_plan
-from .report import PrivacyReport, setting_leaks
+from .report import PrivacyLeakWarning, PrivacyReport, setting_leaks
 
 __all__ = ["DPLinearClassifier", "fit", "evaluate"]
 
@@ -261,6 +262,18 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
             check_consistent_length(X, y)
             source = data.ArraySource(X, y)
         return self._fit(source)
+
+    def score(self, X, y, sample_weight=None):
+        """Exact accuracy on ``(X, y)`` (scikit-learn's).  A number about those rows released without noise: where
+        this model's training rows are on a ledger (``ledger_``), a PrivacyLeakWarning says no ledger is charged for
+        it (scikit-learn's ``GridSearchCV`` scores private validation folds this way)."""
+        if getattr(self, "ledger_", None) is not None:
+            warnings.warn("score() is exact accuracy on the rows given, released without noise and charged to no "
+                          "ledger: on private rows (a validation fold, a private test split) it is an unaccounted "
+                          "release. Tune with privlin.model_selection.PrivateGridSearchCV; evaluate a split with "
+                          "privlin.evaluate (charged to that split's ledger, or declared public)",
+                          PrivacyLeakWarning, stacklevel=2)
+        return super().score(X, y, sample_weight=sample_weight)
 
     def decision_function(self, X):
         """Logits (n, k); for two classes the margin of ``classes_[1]`` (n,)."""
