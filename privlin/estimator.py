@@ -20,7 +20,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
-from . import accounting, data, noise, preprocess, runner, secure_noise, train
+from . import accounting, data, evaluation, noise, preprocess, runner, secure_noise, train
 from .plan import DEFAULT_EPSILON, METHODS, Plan, make_plan
 from .report import PrivacyLeakWarning, PrivacyReport, setting_leaks
 
@@ -488,16 +488,20 @@ def fit(data_, epsilon=DEFAULT_EPSILON, *, split: str = "train", eps=None, **par
     return model.fit(data.as_source(data_, split))
 
 
-def evaluate(model: DPLinearClassifier, data_, split: str = "test", *, block_rows: int = 65536) -> float:
+def evaluate(model: DPLinearClassifier, data_, split: str = "test", *, block_rows: int = 65536, public: bool = False,
+             ledger=None) -> float:
     """Accuracy of ``model`` on a store split (streamed) or on arrays ``(X, y)``.
 
-    Reads the split's labels without noise: evaluate on a split you may look at (a public or held-out test
-    split), not on private training rows.  The accuracy is over the rows that have features: a store's rows
-    skipped at extraction (images that did not decode) have no prediction and are left out of both counts.
+    The accuracy is exact (no noise): a non-private release about the split's rows, charged before any is read as
+    a ``NonPrivateDpEvent`` on the split's ledger (a store split's own; arrays only on a ``ledger`` passed), so a
+    capped split refuses it — unless ``public=True`` declares the split public (recorded on its ledger as such;
+    :mod:`privlin.evaluation`).  The accuracy is over the rows that have features: a store's rows skipped at
+    extraction (images that did not decode) have no prediction and are left out of both counts.
     """
     source = data.as_source(data_, split)
     if source.n_valid == 0:
         raise ValueError(f"split {split!r} has no rows with features")
+    evaluation.charge_exact(source, public=public, mechanism="privlin.evaluate/accuracy", ledger=ledger)
     right = 0
     for X, y in source.blocks(block_rows):
         right += int(np.sum(model.predict(np.asarray(X, np.float32)) == y))
