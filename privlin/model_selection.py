@@ -154,7 +154,8 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
     refit : bool, default=True
         Refit the chosen candidate on all rows (``best_estimator_``, ``predict``, ``score``).
     random_state : None, int or numpy Generator, default=None
-        Folds, fit noise and score noise; None: 128 bits of OS entropy (every record then says unseeded).
+        Folds, fit noise and score noise; None: 128 bits of OS entropy (every record then says unseeded).  The
+        scores' noise is privlin's float64 normal (:func:`privlin.noise.gaussian`), also for ``secure_mode`` fits.
 
     Attributes
     ----------
@@ -268,6 +269,8 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
         if source.n_local != n:
             raise ValueError("PrivateGridSearchCV holds the rows in one process; run it without jax.distributed")
         candidates = self._candidates()
+        if self.random_state is not None and any(c["secure_mode"] for c in candidates):
+            raise ValueError("secure_mode candidates draw their noise from os.urandom: leave random_state=None")
         sizes = [len(part) for part in np.array_split(np.arange(n), k)]  # public: a function of N
         score_eps, score_delta = self._score_budget(candidates)
 
