@@ -149,6 +149,8 @@ def test_on_a_store_split_the_split_ledger_is_charged_once(make_store, rows):
     (lambda: PrivateGridSearchCV(_base(), {"learning_rate": [0.1]}, cv=KFold(3), score_epsilon=1.0), "cv"),
     (lambda: PrivateGridSearchCV(_base(), {"learning_rate": [0.1]}), "score_epsilon"),
     (lambda: PrivateGridSearchCV(_base(), {"learning_rate": [0.1]}, cv=200, score_epsilon=1.0), "at least 200"),
+    (lambda: PrivateGridSearchCV(_base(secure_mode=True), {"learning_rate": [0.1]}, score_epsilon=1.0,
+                                 random_state=0), "secure_mode"),
 ])
 def test_public_facts_are_checked_before_the_charge(rows, make, match):
     X, y = rows
