@@ -170,3 +170,15 @@ def test_plain_grid_search_on_a_ledger_is_warned_as_unaccounted(rows):
     with warnings.catch_warnings():  # a model whose rows are on no ledger: scoring it says nothing
         warnings.simplefilter("error", privlin.PrivacyLeakWarning)
         _base().fit(X, y).score(X, y)
+
+
+def test_the_refit_charged_dominates_every_candidates_refit():
+    """Charged before the choice: the common event; among full-batch Gaussians the largest μ (GDP is ordered by μ);
+    otherwise (Poisson-subsampled plans, whose privacy curves cross) every distinct refit composed."""
+    pick = PrivateGridSearchCV._dominating_refit
+    g = lambda s, t=1: ev.SelfComposedDpEvent(ev.GaussianDpEvent(s), t)  # noqa: E731
+    assert pick([g(3.0), g(3.0)], 1e-5, "replace_special")[0] == g(3.0)
+    assert pick([g(3.0, 4), g(1.0), g(2.0, 8)], 1e-5, "replace_special")[0] == g(2.0, 8)  # μ² 0.44, 1, 2
+    p = lambda q, s: ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(q, ev.GaussianDpEvent(s)), 50)  # noqa: E731
+    both, rule = pick([p(0.01, 1.0), p(0.2, 3.0), p(0.01, 1.0)], 1e-5, "replace_special")
+    assert both == ev.ComposedDpEvent([p(0.01, 1.0), p(0.2, 3.0)]) and "composed" in rule
