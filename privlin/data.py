@@ -262,6 +262,8 @@ def row_labels(y) -> np.ndarray:
     or refuse (one list among scalars) becomes an object array, so one row's label never changes how the others
     compare with the class list, nor raises (:func:`label_index` makes it a null row).  Arrays pass as they are;
     a column (n, 1) becomes (n,)."""
+    if y is None:
+        raise ValueError("labels y are required with feature arrays X (got y=None)")
     if not isinstance(y, np.ndarray) and not hasattr(y, "__array__"):
         try:
             arr = np.asarray(y)

@@ -92,6 +92,8 @@ def test_only_public_facts_raise(rows):
         _fit(X, y, classes=[0, 1, 1])
     with pytest.raises(ValueError, match="2 classes"):
         _fit(X, y, classes=[0])
+    with pytest.raises(ValueError, match="labels y are required"):
+        _fit(X, None, classes=range(K))
 
 
 def test_row_labels_keeps_each_label_as_given():
