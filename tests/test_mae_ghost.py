@@ -153,3 +153,22 @@ def test_bf16_autocast_runs_and_stays_close_to_float32_reference():
     assert torch.nn.functional.cosine_similarity(flat, flat_ref, dim=0) > 0.99
     # the released sum is bounded by B*C in the arithmetic used (each example scaled by min(1, C/norm))
     assert float(flat.norm()) <= 4 * clip * (1 + 1e-5)
+
+
+@pytest.mark.parametrize("which", ["weights", "block_linears"])
+def test_only_weight_matrices_trainable_equals_vmap(which, monkeypatch):
+    # no bias, LayerNorm or token trainable: nothing "small" to norm with the big ones (used to crash on an empty
+    # concatenation); every weight through one of the two norm computations, as in the mixed plan
+    torch.manual_seed(0)
+    model = build_mae("toy")
+    for name, p in model.named_parameters():
+        keep = name.endswith(".weight") and p.ndim >= 2
+        if which == "block_linears":
+            keep = keep and name.startswith(("blocks.", "decoder_blocks."))
+        p.requires_grad_(keep)
+    trainable = [k for k, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all(p.ndim >= 2 for p in model.parameters() if p.requires_grad)
+    imgs, noise = _batch(model.cfg, 4)
+    _assert_equals_reference(model, imgs, noise, *_reference(model, imgs, noise))
+    monkeypatch.setattr(ghost, "layer_plan", lambda t, d_in, d_out: "ghost")
+    _assert_equals_reference(model, imgs, noise, *_reference(model, imgs, noise))

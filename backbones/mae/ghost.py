@@ -287,7 +287,8 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
         # for all of them; instantiated weights (B, d_out, d_in) each on their own (a copy would cost more)
         big = {k: pe for k, pe in small.items() if pe[0].numel() > _SMALL}
         small = {k: pe for k, pe in small.items() if k not in big}
-        flat = torch.cat([pe.reshape(b, -1).float() for pe in small.values()], 1)
+        flat = (torch.cat([pe.reshape(b, -1).float() for pe in small.values()], 1) if small
+                else torch.zeros(b, 0, device=device))  # only weight matrices trainable: nothing small
         sq = _sq(flat)
         for pe in big.values():
             sq += _sq(pe)
