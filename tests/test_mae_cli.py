@@ -226,3 +226,14 @@ def test_export_bare_name_goes_under_out_and_a_path_is_honoured(tmp_path, monkey
     assert os.path.isfile("enc.pth")
     assert export_path(TrainSettings(out="o", export="x.pth")) == os.path.join("o", "x.pth")
     assert "export runs/a/enc.pth" in capsys.readouterr().out  # the final line says where it went
+
+
+def test_the_torch_trainer_loads_neither_jax_nor_scikit_learn():
+    # DP-MAE needs privlin's accounting and event codec only; JAX and scikit-learn (privlin's estimator) would cost
+    # seconds and memory in every trainer process. Needs privlin/__init__ to import lazily (issue 35.6).
+    code = ("import sys, backbones.mae.train, backbones.mae.dp; "
+            "print(sorted(m for m in ('jax', 'sklearn') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": REPO})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]", r.stdout
