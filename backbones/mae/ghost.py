@@ -180,8 +180,9 @@ def _gram(x: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     if dtype is None:
         return torch.bmm(x, x.transpose(1, 2))
     x = x.to(dtype)
-    if x.is_cuda:  # cuBLAS: low-precision inputs, float32 accumulation and output
-        return torch.bmm(x, x.transpose(1, 2), out_dtype=torch.float32)
+    if x.is_cuda:  # cuBLAS: low-precision inputs, float32 accumulation and output (torch >= 2.8)
+        with contextlib.suppress(TypeError, NotImplementedError):
+            return torch.bmm(x, x.transpose(1, 2), out_dtype=torch.float32)
     return torch.bmm(x, x.transpose(1, 2)).float()
 
 
