@@ -62,6 +62,18 @@ def test_dp_checkpoint_holds_no_loss_history_no_sample_size_and_no_generator_sta
     assert not torch.equal(a["model"]["blocks.0.attn.qkv.weight"], b["model"]["blocks.0.attn.qkv.weight"])
 
 
+def test_dp_export_provenance_records_no_wall_time(tmp_path):
+    # a DP run's duration grows with its Poisson sample sizes: the released JSON does not carry it
+    import json
+
+    s = TrainSettings(size="toy", data="digits", dp=True, steps=1, sample_rate=0.005, physical_batch=8,
+                      noise_multiplier=2.0, accountant="rdp", out=str(tmp_path / "r"), export="enc.pth")
+    train(s, progress=False)
+    meta = json.load(open(tmp_path / "r" / "enc.json"))
+    assert isinstance(meta["wall_seconds"], str) and "not recorded" in meta["wall_seconds"]
+    assert "not released" in meta["loss_curve"]
+
+
 def test_dp_masks_are_keyed_by_seed_and_step_not_by_earlier_samples(tmp_path):
     # step t's mask noise is a function of (--seed, t) and the number of sampled slots only
     def run(seed):

@@ -42,6 +42,7 @@ MISTAKES = {
     "delta": (["--dp", "--delta", "2"], "delta must be in (0, 1)"),
     "not a number": (["--epsilon", "eight"], "invalid float value: 'eight'"),
     "threads": (["--threads", "0"], "--threads must be >= 1"),
+    "negative seed": (["--seed", "-1"], "seed must be >= 0"),
 }
 
 

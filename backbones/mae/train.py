@@ -150,6 +150,8 @@ class TrainSettings:
         for name in ("steps", "batch_size", "physical_batch", "ckpt_every", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.seed < 0:  # it keys numpy SeedSequences (a DP run's masks)
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
         if self.warmup_steps < 0 or self.lr <= 0 or self.clip <= 0:
             raise ValueError("need warmup_steps >= 0, lr > 0 and clip > 0")
         if self.sample_rate is not None and not 0 < self.sample_rate <= 1:
@@ -466,7 +468,9 @@ def _provenance(s: TrainSettings, result: dict) -> dict:
             "images_seen_approx": round(result["step"] * (result["sample_rate"] * result["n_private"] if s.dp
                                                           else s.batch_size)),
             "preprocessing": "RGB in [0,1], ImageNet mean/std, 32x32 for vip_toy",
-            "wall_seconds": round(result["seconds"], 1), "torch": torch.__version__}
+            "wall_seconds": round(result["seconds"], 1) if not s.dp else "not recorded (a DP run's time grows with "
+                                                                          "its secret Poisson sample sizes)",
+            "torch": torch.__version__}
     if s.dp:
         prov["privacy"] = {k: result[k] for k in ("epsilon", "delta", "noise_multiplier", "sample_rate", "accountant",
                                                    "neighboring_relation", "neighbouring", "n_private")}
