@@ -238,3 +238,56 @@ def test_the_torch_trainer_loads_neither_jax_nor_scikit_learn():
                        env={**os.environ, "PYTHONPATH": REPO})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]", r.stdout
+
+
+@pytest.mark.slow  # three CLI processes, ~1 min on a 2-core box
+def test_kill9_then_resume_equals_one_clean_run_and_leaves_no_temporary_file(tmp_path):
+    # a seeded DP run killed (SIGKILL) after some checkpoint, resumed: bit for bit the uninterrupted run (the masks
+    # are keyed by seed and step, the sample and noise by the seeds and step); a kill's temporary file is removed
+    import signal
+    import time
+
+    argv = [sys.executable, "-m", "backbones.mae.train", "--size", "toy", "--data", "digits", "--dp", "--steps", "8",
+            "--sample-rate", "0.01", "--physical-batch", "4", "--noise-multiplier", "2", "--accountant", "rdp",
+            "--noise-seed", "1", "--sample-seed", "2", "--ckpt-every", "1", "--threads", "1", "--no-progress"]
+    env = dict(os.environ, PYTHONPATH=REPO)
+    clean = subprocess.run(argv + ["--out", str(tmp_path / "clean")], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert clean.returncode == 0, clean.stderr
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(argv + ["--out", str(out)], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if (out / "checkpoint.pth").exists() and load_checkpoint(str(out / "checkpoint.pth"))["step"] >= 3:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    step = load_checkpoint(str(out / "checkpoint.pth"))["step"]
+    assert 3 <= step < 8
+    stale = out / f"checkpoint.pth.tmp{proc.pid}"
+    stale.write_bytes(b"half a checkpoint")  # as a kill in the middle of a write leaves it
+    resumed = subprocess.run(argv + ["--out", str(out), "--resume"], cwd=REPO, env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted(os.listdir(out)) == ["checkpoint.pth"]
+    a, b = load_checkpoint(str(tmp_path / "clean" / "checkpoint.pth")), load_checkpoint(str(out / "checkpoint.pth"))
+    assert a["step"] == b["step"] == 8 and a["accountant"] == b["accountant"]
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+
+
+def test_stale_temporaries_of_dead_writers_only_are_removed(tmp_path):
+    from backbones.mae.checkpoint import remove_stale_temporaries
+
+    path = str(tmp_path / "checkpoint.pth")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    for pid in (dead.pid, os.getpid(), os.getppid()):
+        open(f"{path}.tmp{pid}", "wb").close()
+    open(f"{path}.tmpnotapid", "wb").close()
+    assert remove_stale_temporaries(path) == [f"{path}.tmp{dead.pid}"]
+    assert sorted(os.listdir(tmp_path)) == sorted(f"checkpoint.pth.tmp{p}" for p in (os.getpid(), os.getppid(),
+                                                                                      "notapid"))

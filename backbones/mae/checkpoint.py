@@ -22,6 +22,7 @@ verified on every load: a damaged file is an error naming it, never weights.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 
@@ -30,8 +31,8 @@ import torch
 from ..checkpoints import sha256_file, tensor_sha256
 from .model import MAEConfig, MaskedAutoencoder, encoder_state_dict
 
-__all__ = ["CheckpointWriteError", "save_checkpoint", "load_checkpoint", "export_encoder", "load_mae_weights",
-           "sha256_file", "tensor_sha256"]
+__all__ = ["CheckpointWriteError", "remove_stale_temporaries", "save_checkpoint", "load_checkpoint", "export_encoder",
+           "load_mae_weights", "sha256_file", "tensor_sha256"]
 
 
 class CheckpointWriteError(OSError):
@@ -81,6 +82,28 @@ def _os_error(e: BaseException | None, depth: int = 0) -> OSError | None:
     if isinstance(e, OSError):
         return e
     return _os_error(e.__cause__, depth + 1) or _os_error(e.__context__, depth + 1)
+
+
+def remove_stale_temporaries(path: str) -> list[str]:
+    """Delete the ``<path>.tmp<PID>`` files of writers that were killed mid-write (their PID runs no more).
+
+    A kill -9 cannot clean up after itself; a run calls this at its start so that kills do not pile temporary
+    files up. A live writer's file (another process, or this one) is left alone. Returns the paths removed.
+    """
+    removed = []
+    for tmp in glob.glob(glob.escape(path) + ".tmp*"):
+        pid = tmp[len(path) + len(".tmp"):]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:  # no such process: the writer is gone
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+                removed.append(tmp)
+        except PermissionError:  # alive, another user's
+            pass
+    return removed
 
 
 def _atomic_save(obj, path: str) -> None:

@@ -41,7 +41,8 @@ import torch
 from privlin.events import event_from_dict, event_to_dict  # the one event codec (a ledger reads it back)
 from stores import cli
 
-from .checkpoint import CheckpointWriteError, export_encoder, load_checkpoint, load_mae_weights, save_checkpoint
+from .checkpoint import (CheckpointWriteError, export_encoder, load_checkpoint, load_mae_weights,
+                         remove_stale_temporaries, save_checkpoint)
 from .data import make_source, normalize
 from .dp import (DPAccountantState, PrivacyLeakWarning, SecretStream, broadcast_stream, calibrate_sigma,
                  default_delta, poisson_sample, reduce_and_privatize)
@@ -420,6 +421,10 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
     if resume:
         run.restore(ckpt)
     rank, _ = _dist_info()
+    if rank == 0:  # what earlier runs in this --out that were killed mid-write left behind
+        for path in (ckpt, export_path(s)):
+            if path is not None:
+                remove_stale_temporaries(path)
     if s.dp and rank == 0:
         warnings.warn("the training loss shown is computed on private images without noise; do not publish it "
                       "(checkpoints do not store it)", PrivacyLeakWarning, stacklevel=2)
