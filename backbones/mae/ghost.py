@@ -36,9 +36,8 @@ float32 (float64 for the accumulation); under bf16 autocast they run in bf16
 are then normed and summed as that same bf16 tensor), and each bf16 ghost
 norm is inflated by a rigorous bound on its rounding error
 (:func:`low_precision_gram_bound`), so it never under-estimates the norm of
-what is summed and the clip stays conservative: on ``vip_toy`` the norms
-come out 0.05-0.2 % above the float32 ones (1.4-1.6 % with every layer on
-ghost norms), costing that fraction of C, never more than C.
+what is summed and the clip stays conservative (an over-estimate costs that
+fraction of C, never more than C).
 """
 from __future__ import annotations
 
