@@ -14,6 +14,8 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 HALF = (0.5, 0.5, 0.5)
 
+#: The environment variable naming a directory of weights files (looked up by file name).
+WEIGHTS_DIR_ENV = "PRIVLIN_WEIGHTS_DIR"
 WEIGHT_FORMATS = ("none", "mae_pth", "timm", "jax_npz", "auto")
 VIT_HEADS = ("cls", "gap", "blocks")
 
