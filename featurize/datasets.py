@@ -42,7 +42,6 @@ silently weaken a per-image privacy guarantee by as much.
 """
 from __future__ import annotations
 
-import functools
 import io
 import json
 import os
@@ -506,7 +505,6 @@ def _hf_spec(dataset: str) -> tuple[str, dict]:
     return spec, chosen
 
 
-@functools.lru_cache(maxsize=4)
 def _hf_load(spec: str):
     """The dataset's splits (``DatasetDict``): ``save_to_disk`` folders by ``load_from_disk``, else ``load_dataset``."""
     try:
@@ -521,8 +519,12 @@ def _hf_load(spec: str):
         else:
             loaded = datasets.load_dataset(str(path) if path.exists() else spec)
     except (FileNotFoundError, ValueError, ConnectionError, OSError) as e:
+        where = "" if path.exists() else (
+            f" It is no local folder; as a hub name it is not in the HF cache {datasets.config.HF_DATASETS_CACHE}"
+            f"{' and HF_HUB_OFFLINE=1 forbids downloading' if datasets.config.HF_HUB_OFFLINE else ''}: fetch it "
+            f"where the hub is reachable (`datasets.load_dataset({spec!r})`, same HF_HOME), or pass its folder.")
         raise DatasetError(f"hf:{spec}: cannot load it as a Hugging Face dataset ({type(e).__name__}: "
-                           f"{' '.join(str(e).split())[:500]})") from None
+                           f"{' '.join(str(e).split())[:500]}).{where}") from None
     if isinstance(loaded, datasets.Dataset):
         loaded = datasets.DatasetDict({"train": loaded})
     return loaded

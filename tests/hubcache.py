@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,7 @@ def config_bytes(architecture: str, model_args: dict, pretrained_cfg: dict, num_
 def offline_hub(tmp_path, monkeypatch):
     """An empty HF cache under ``tmp_path`` with ``HF_HUB_OFFLINE=1``, for this process and its children.
 
-    ``huggingface_hub`` reads these variables once, at import, so its constants are set too.
+    ``huggingface_hub`` and ``datasets`` read these variables once, at import, so their constants are set too.
     """
     from huggingface_hub import constants
 
@@ -60,4 +61,10 @@ def offline_hub(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HOME", str(home))
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    if "datasets" in sys.modules:
+        config = sys.modules["datasets"].config
+        for name, value in (("HF_HUB_OFFLINE", True), ("HF_DATASETS_OFFLINE", True),
+                            ("HF_DATASETS_CACHE", home / "datasets"), ("HF_CACHE_HOME", str(home))):
+            if hasattr(config, name):
+                monkeypatch.setattr(config, name, value)
     return cache
