@@ -15,11 +15,11 @@ rest loads on first use.
 """
 from __future__ import annotations
 
-import importlib
-
 from .errors import CheckpointMismatchError, WeightsNotFoundError
+from .lazy import lazy_exports
 from .registry import WEIGHTS_DIR_ENV, BackboneConfig, Preprocessing, get_config, list_backbones, register
 
+#: Public name -> the module that defines it (torch-bound: loaded on first use).
 _LAZY = {"Backbone": "build", "build_architecture": "build", "load_backbone": "build",
          "read_checkpoint": "checkpoints", "resolve_weights": "checkpoints", "sha256_file": "checkpoints",
          "BLOCK_TOKENS": "heads", "is_hub_name": "hub"}
@@ -27,15 +27,4 @@ _LAZY = {"Backbone": "build", "build_architecture": "build", "load_backbone": "b
 __all__ = ["Backbone", "BackboneConfig", "Preprocessing", "load_backbone", "build_architecture", "get_config",
            "list_backbones", "register", "read_checkpoint", "resolve_weights", "sha256_file", "is_hub_name",
            "WeightsNotFoundError", "CheckpointMismatchError", "WEIGHTS_DIR_ENV", "BLOCK_TOKENS"]
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

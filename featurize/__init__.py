@@ -10,7 +10,7 @@ Everything loads on first use, so ``featurize --help`` answers without importing
 """
 from __future__ import annotations
 
-import importlib
+from backbones.lazy import lazy_exports
 
 #: Public name -> the module that defines it.
 _LAZY = {"extract": "job", "extract_split": "job", "default_out": "job", "ShardAssignment": "job",
@@ -20,15 +20,4 @@ _LAZY = {"extract": "job", "extract_split": "job", "default_out": "job", "ShardA
 
 __all__ = ["extract", "extract_split", "open_split", "dataset_splits", "default_out", "ImageSplit",
            "ShardAssignment", "DatasetError", "CorruptImageError", "UnsafePickleError", "restricted_load"]
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -26,8 +26,8 @@ def digits_dataset(split, *, two_labels=False):
     data = {"img": [{"bytes": png, "path": None} for _, _, png in rows], "label": [lab for _, lab, _ in rows],
             "name": [name for name, _, _ in rows]}
     if two_labels:
-        features = {"img": features["img"], "fine": features["label"], "parity": datasets.ClassLabel(names=["even", "odd"]),
-                    "name": features["name"]}
+        features = {"img": features["img"], "fine": features["label"],
+                    "parity": datasets.ClassLabel(names=["even", "odd"]), "name": features["name"]}
         data = {"img": data["img"], "fine": data["label"], "parity": [lab % 2 for lab in data["label"]],
                 "name": data["name"]}
     return datasets.Dataset.from_dict(data, features=datasets.Features(features))
