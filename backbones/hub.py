@@ -114,9 +114,15 @@ def resolve(name: str) -> tuple[str, dict, dict]:
                              f"({timm.__version__}) does not know")
         return arch, dict(model_args or {}), dict(cfg)
     arch, _ = split_model_name_tag(name)
-    cfg = get_pretrained_cfg(name)
+    try:
+        cfg = get_pretrained_cfg(name)
+    except RuntimeError:  # timm: "Invalid pretrained tag"
+        raise KeyError(f"timm knows {arch!r} but not {name!r}; its pretrained tags: "
+                       f"{timm.list_pretrained(arch + '.*')}") from None
     if cfg is None:
-        raise WeightsNotFoundError(f"timm has no pretrained weights registered for {name!r}: pass --weights PATH")
+        raise WeightsNotFoundError(f"timm registers no pretrained weights (and so no preprocessing) for {name!r}: "
+                                   "use a name with a pretrained tag (timm.list_models(pretrained=True)) or "
+                                   "hf-hub:ORG/NAME")
     return arch, {}, cfg.to_dict()
 
 
@@ -151,7 +157,7 @@ def config_for(name: str) -> tuple[BackboneConfig, dict]:
         name=name, arch="timm", arch_kwargs={"model_name": arch, **model_args, "pretrained_cfg": recorded},
         timm_reference=name, weights_format="timm", weights_file=filename,
         weights_source=f"{HUB_PREFIX}{repo}" + (f"@{revision}" if revision else "") if repo else
-        (cfg.get("url") or "its publisher"), preprocessing=preprocessing(cfg, name), heads=VIT_HEADS,
+        (cfg.get("url") or ""), preprocessing=preprocessing(cfg, name), heads=VIT_HEADS,
         description=f"timm {arch} with the pretrained weights of {name}")
     return config, cfg
 
@@ -164,9 +170,10 @@ def weights_for(config: BackboneConfig, cfg: dict, weights=None) -> tuple[Path, 
             raise WeightsNotFoundError(f"weights file {str(path)!r} for backbone {config.name!r} does not exist")
         return path, None
     if not config.weights_source.startswith(HUB_PREFIX):
+        where = f" (only {config.weights_source})" if config.weights_source else ""
         raise WeightsNotFoundError(
-            f"timm's config for {config.name!r} names no Hugging Face repository, only {config.weights_source}; "
-            "weights are read from the hub as safetensors or from a local file: download it and pass --weights PATH")
+            f"timm's config for {config.name!r} names no Hugging Face repository{where}; weights are read from the "
+            "hub as safetensors or from a local file: download them and pass --weights PATH")
     repo, revision = _split_revision(config.weights_source[len(HUB_PREFIX):])
     path = download(repo, config.weights_file, revision)
     commit = path.parent.name if path.parent.parent.name == "snapshots" else None

@@ -194,3 +194,8 @@ def test_help_does_not_import_torch():
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "hf-hub:ORG/NAME" in r.stdout and "torch" not in r.stdout.splitlines()[-1], r.stdout
+
+
+def test_unknown_tag_lists_the_known_ones(offline_hub):
+    with pytest.raises(KeyError, match=r"test_vit.r160_in1k"):
+        backbones.load_backbone("test_vit.nosuchtag")

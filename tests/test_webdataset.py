@@ -17,6 +17,7 @@ from featurize import CorruptImageError, DatasetError, dataset_splits, extract, 
 from featurize.__main__ import main
 
 RUN = dict(head="cls", dtype="float32", batch_size=8, num_workers=0, shard_rows=8, progress=False)
+PIXELS = {**RUN, "head": None}  # the job's bookkeeping without a network's time
 
 
 def shards_by_folder(root):
@@ -78,13 +79,13 @@ def test_split_by_shard_name_json_labels_and_no_public_class_list(tmp_path):
 
 def test_ranks_and_resume_fill_the_store_one_run_fills(tmp_path):
     root = shards_by_folder(tmp_path / "wds")
-    kw = dict(data_dir=root, splits=["test"], **RUN)
-    extract("vip_toy", "webdataset", out=tmp_path / "one.zarr", **kw)
-    extract("vip_toy", "webdataset", out=tmp_path / "ranks.zarr", shard="1/2", **kw)
+    kw = dict(data_dir=root, splits=["test"], **PIXELS)
+    extract("pixels", "webdataset", out=tmp_path / "one.zarr", **kw)
+    extract("pixels", "webdataset", out=tmp_path / "ranks.zarr", shard="1/2", **kw)
     assert not stores.open(str(tmp_path / "ranks.zarr"))["test"].attrs["complete"]
-    extract("vip_toy", "webdataset", out=tmp_path / "ranks.zarr", shard="0/2", **kw)
-    extract("vip_toy", "webdataset", out=tmp_path / "resumed.zarr", shard="0/2", **kw)
-    res = extract("vip_toy", "webdataset", out=tmp_path / "resumed.zarr", **kw)  # resume: only rank 1's shards
+    extract("pixels", "webdataset", out=tmp_path / "ranks.zarr", shard="0/2", **kw)
+    extract("pixels", "webdataset", out=tmp_path / "resumed.zarr", shard="0/2", **kw)
+    res = extract("pixels", "webdataset", out=tmp_path / "resumed.zarr", **kw)  # resume: only rank 1's shards
     assert res["splits"][0]["shards"] == 1 and res["splits"][0]["complete"]
     one = zarr.open_group(str(tmp_path / "one.zarr"), mode="r")["test"]
     for other in ("ranks.zarr", "resumed.zarr"):
@@ -100,8 +101,8 @@ def test_undecodable_image_stops_or_is_skipped(tmp_path):
     write_shards(root / "test-000.tar", rows)
     bad = f"test-000.tar:{rows[5][0]}"
     with pytest.raises(CorruptImageError, match=bad):
-        extract("vip_toy", "webdataset", data_dir=root, out=tmp_path / "a.zarr", **RUN)
-    extract("vip_toy", "webdataset", data_dir=root, out=tmp_path / "b.zarr", skip_bad=True, **RUN)
+        extract("pixels", "webdataset", data_dir=root, out=tmp_path / "a.zarr", **PIXELS)
+    extract("pixels", "webdataset", data_dir=root, out=tmp_path / "b.zarr", skip_bad=True, **PIXELS)
     sp = stores.open(str(tmp_path / "b.zarr"))["test"]
     assert sp.attrs["skipped_ids"] == [bad] and len(sp) == N["test"] - 1  # len: rows with features
 
