@@ -160,3 +160,24 @@ def test_samples_are_those_the_webdataset_package_reads(tmp_path):
             assert f.read(size) == s["png"]
     with Image.open(io.BytesIO(theirs[0]["png"])) as im:
         assert np.array_equal(np.asarray(ours.read(0)), np.asarray(im.convert("RGB")))
+
+
+def test_a_class_list_is_published_only_from_the_classes_file(tmp_path):
+    """Without classes.txt the store publishes none, and privlin reads the labels only with a PrivacyLeakWarning."""
+    import warnings
+
+    from privlin.data import as_source, public_classes
+    from privlin.report import PrivacyLeakWarning
+
+    root = tmp_path / "wds"
+    write_shards(root / "test-000.tar", digit_rows("test"))
+    extract("pixels", "webdataset", data_dir=root, out=tmp_path / "none.zarr", **PIXELS)
+    assert stores.open(str(tmp_path / "none.zarr")).attrs["classes"] is None
+    with pytest.warns(PrivacyLeakWarning, match="classes inferred from the private labels"):
+        public_classes(as_source(str(tmp_path / "none.zarr"), "test"))
+    (root / "classes.txt").write_text("".join(f"{i}\n" for i in range(10)))
+    extract("pixels", "webdataset", data_dir=root, out=tmp_path / "file.zarr", **PIXELS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)
+        classes, leaks = public_classes(as_source(str(tmp_path / "file.zarr"), "test"))
+    assert list(classes) == list(range(10)) and leaks == []
