@@ -506,28 +506,51 @@ def _hf_spec(dataset: str) -> tuple[str, dict]:
 
 
 def _hf_load(spec: str):
-    """The dataset's splits (``DatasetDict``): ``save_to_disk`` folders by ``load_from_disk``, else ``load_dataset``."""
+    """``(splits as a DatasetDict, origin)``: ``save_to_disk`` folders by ``load_from_disk``, other folders and hub
+    names by ``load_dataset``; offline, a hub name whose files are in the HF hub cache (``hf download --repo-type
+    dataset NAME``) loads from that snapshot, and ``origin`` records its repository and commit."""
     try:
         import datasets
     except ImportError:
         raise DatasetError("hf: datasets need the Hugging Face `datasets` package: pip install 'privlin[hf]'") \
             from None
     path = Path(spec).expanduser()
+    origin = None
     try:
         if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
             loaded = datasets.load_from_disk(str(path))
+        elif path.exists():
+            loaded = datasets.load_dataset(str(path))
         else:
-            loaded = datasets.load_dataset(str(path) if path.exists() else spec)
+            snapshot = _hub_snapshot(spec) if datasets.config.HF_HUB_OFFLINE else None
+            if snapshot is not None:
+                origin = {"repo": spec.partition("@")[0], "revision": Path(snapshot).name}
+            loaded = datasets.load_dataset(snapshot or spec)
     except (FileNotFoundError, ValueError, ConnectionError, OSError) as e:
+        from huggingface_hub import constants
+
         where = "" if path.exists() else (
-            f" It is no local folder; as a hub name it is not in the HF cache {datasets.config.HF_DATASETS_CACHE}"
-            f"{' and HF_HUB_OFFLINE=1 forbids downloading' if datasets.config.HF_HUB_OFFLINE else ''}: fetch it "
-            f"where the hub is reachable (`datasets.load_dataset({spec!r})`, same HF_HOME), or pass its folder.")
+            f" It is no local folder, and as a hub name it is in neither the HF hub cache {constants.HF_HUB_CACHE} "
+            f"nor the datasets cache {datasets.config.HF_DATASETS_CACHE}"
+            f"{' (HF_HUB_OFFLINE=1 forbids downloading)' if datasets.config.HF_HUB_OFFLINE else ''}: fetch it "
+            f"where the hub is reachable (`hf download --repo-type dataset {spec.partition('@')[0]}`, same HF_HOME), "
+            "or pass its folder.")
         raise DatasetError(f"hf:{spec}: cannot load it as a Hugging Face dataset ({type(e).__name__}: "
                            f"{' '.join(str(e).split())[:500]}).{where}") from None
     if isinstance(loaded, datasets.Dataset):
         loaded = datasets.DatasetDict({"train": loaded})
-    return loaded
+    return loaded, origin
+
+
+def _hub_snapshot(spec: str) -> str | None:
+    """The cached snapshot folder of hub dataset ``spec`` (``org/name[@revision]``), or None; never downloads."""
+    from huggingface_hub import snapshot_download
+
+    repo, _, revision = spec.partition("@")
+    try:
+        return snapshot_download(repo, repo_type="dataset", revision=revision or None, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not cached, or not a repository name: load_dataset reports it
+        return None
 
 
 def _hf_columns(dataset: str, features, chosen: dict) -> tuple[str, str, list[str] | None]:
@@ -567,7 +590,7 @@ def _open_hf(dataset: str, split: str) -> ImageSplit:
     import datasets
 
     spec, chosen = _hf_spec(dataset)
-    loaded = _hf_load(spec)
+    loaded, origin = _hf_load(spec)
     if split not in loaded:
         raise DatasetError(f"{dataset} has splits {sorted(loaded)}, not {split!r}")
     columns = {s: _hf_columns(dataset, d.features, chosen) for s, d in loaded.items()}
@@ -587,7 +610,7 @@ def _open_hf(dataset: str, split: str) -> ImageSplit:
     fingerprint = getattr(ds, "_fingerprint", None)
     return ImageSplit(dataset, split, [f"{split}:{i}" for i in range(len(ds))], labels, classes,
                       HFImages(rows, image, f"{dataset} {split}"),
-                      attrs={"source": spec, "layout": "huggingface-datasets", "image_column": image,
+                      attrs={"source": spec, "hub": origin, "layout": "huggingface-datasets", "image_column": image,
                              "label_column": label, "fingerprint": fingerprint,
                              "classes_source": "ClassLabel names" if classes is not None else
                              "none: the label column is not a ClassLabel, so no class list is published"})
@@ -614,7 +637,7 @@ def dataset_splits(dataset: str, data_dir: str | os.PathLike | None = None) -> l
     if dataset == "webdataset":
         return list(_wds_layout(_need_dir(dataset, data_dir)))
     if dataset.startswith("hf:"):
-        return list(_hf_load(_hf_spec(dataset)[0]))
+        return list(_hf_load(_hf_spec(dataset)[0])[0])
     raise DatasetError(f"unknown dataset {dataset!r}; use {KNOWN}")
 
 

@@ -106,3 +106,21 @@ def test_a_hub_name_not_in_the_offline_cache_is_one_line(offline_hub):
     msg = str(err.value)
     assert "hf:nobody/no-such-dataset" in msg and "HF_HUB_OFFLINE=1" in msg and "\n" not in msg, msg
     assert str(offline_hub.parent / "datasets") in msg
+
+
+def test_a_hub_dataset_in_the_hub_cache_loads_offline(offline_hub):
+    """What ``hf download --repo-type dataset NAME`` leaves in the cache: the parquet files of a snapshot."""
+    import io
+
+    from hubcache import put
+
+    files = {}
+    for split in N:
+        buf = io.BytesIO()
+        digits_dataset(split).to_parquet(buf)
+        files[f"data/{split}-00000-of-00001.parquet"] = buf.getvalue()
+    commit = put(offline_hub, "privlin-test/digits", files, kind="dataset", commit="c" * 40)
+    assert dataset_splits("hf:privlin-test/digits") == ["train", "test"]
+    source = open_split("hf:privlin-test/digits", "test")
+    assert source.classes == NAMES and source.attrs["hub"] == {"repo": "privlin-test/digits", "revision": commit}
+    assert np.array_equal(np.asarray(source.read(2)), np.asarray(open_split("digits", "test").read(2)))
