@@ -199,3 +199,26 @@ def test_help_does_not_import_torch():
 def test_unknown_tag_lists_the_known_ones(offline_hub):
     with pytest.raises(KeyError, match=r"test_vit.r160_in1k"):
         backbones.load_backbone("test_vit.nosuchtag")
+
+
+@pytest.mark.parametrize("arch, args, heads", [
+    ("eva02_tiny_patch14_224", {"img_size": 32, "patch_size": 8, "depth": 2}, ("cls", "gap", "blocks")),
+    ("test_vit2", {"img_size": 32, "patch_size": 8, "depth": 2}, ("gap", "blocks"))])
+def test_other_vit_shaped_models(offline_hub, arch, args, heads):
+    """EVA-02 (rotary position embedding, its own block class) and a ViT with a register token and no class token,
+    made small through the hub config's model_args."""
+    import timm
+
+    torch.manual_seed(2)
+    state = timm.create_model(arch, pretrained=False, num_classes=0, **args).state_dict()
+    put(offline_hub, f"privlin-test/{arch}", {"config.json": config_bytes(arch, args, MICRO_CFG, 0),
+                                               "model.safetensors": safetensors_bytes(state)})
+    name = f"hf-hub:privlin-test/{arch}"
+    imgs = images(n=2, seed=4)
+    for head in heads:
+        bb = backbones.load_backbone(name, head=head)
+        np.testing.assert_allclose(ours(bb, imgs).numpy(), timm_reference(name, imgs, head).numpy(), rtol=1e-4,
+                                   atol=1e-4, err_msg=head)
+    if "cls" not in heads:
+        with pytest.raises(ValueError, match="class token"):
+            backbones.load_backbone(name, head="cls")
