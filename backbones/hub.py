@@ -162,7 +162,7 @@ def config_for(name: str) -> tuple[BackboneConfig, dict]:
     return config, cfg
 
 
-def weights_for(config: BackboneConfig, cfg: dict, weights=None) -> tuple[Path, dict | None]:
+def weights_for(config: BackboneConfig, weights=None) -> tuple[Path, dict | None]:
     """The weights file: ``weights`` if given (no origin), else the hub's safetensors file and its origin."""
     if weights is not None:
         path = Path(weights).expanduser()
