@@ -67,7 +67,8 @@ class BackboneConfig:
     weights_file : str or None
         File name looked up in ``$PRIVLIN_WEIGHTS_DIR`` when no path is given.
     weights_source : str
-        Where a user can obtain the file (never downloaded by this library).
+        Where a user can obtain the file (a registry file is never downloaded; a timm or hub name's is
+        ``hf-hub:REPO[@REV]``, read through the Hugging Face cache).
     bundled : bool
         The weights file ships inside ``backbones/weights/``.
     preprocessing : Preprocessing
