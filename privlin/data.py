@@ -27,7 +27,7 @@ import numpy as np
 from .report import PrivacyLeakWarning
 
 __all__ = ["Source", "ArraySource", "SplitSource", "as_source", "is_store_like", "public_classes", "label_index",
-           "open_store"]
+           "row_labels", "open_store"]
 
 
 class Source:
@@ -120,7 +120,7 @@ class ArraySource(Source):
     description = "arrays"
 
     def __init__(self, X, y):
-        X, y = np.asarray(X), np.asarray(y)
+        X, y = np.asarray(X), row_labels(y)
         if X.ndim != 2 or y.shape != (X.shape[0],):
             raise ValueError(f"X must be (n, d) and y (n,), got {X.shape} and {y.shape}")
         if not np.issubdtype(X.dtype, np.floating):
@@ -257,6 +257,28 @@ class SplitSource(Source):
                    neighbouring=record["neighbouring"])
 
 
+def row_labels(y) -> np.ndarray:
+    """The labels as an array, each as given: a sequence that NumPy would turn into text (one string among numbers)
+    or refuse (one list among scalars) becomes an object array, so one row's label never changes how the others
+    compare with the class list, nor raises (:func:`label_index` makes it a null row).  Arrays pass as they are;
+    a column (n, 1) becomes (n,)."""
+    if y is None:
+        raise ValueError("labels y are required with feature arrays X (got y=None)")
+    if not isinstance(y, np.ndarray) and not hasattr(y, "__array__"):
+        try:
+            arr = np.asarray(y)
+        except (ValueError, TypeError):  # ragged: a sequence among scalars
+            arr = None
+        if arr is None or (arr.dtype.kind in "US" and not all(isinstance(v, (str, bytes)) for v in y)):
+            items = list(y)
+            arr = np.empty(len(items), dtype=object)
+            for i, v in enumerate(items):
+                arr[i] = v
+        y = arr
+    y = np.asarray(y)
+    return y.reshape(-1) if y.ndim == 2 and y.shape[1] == 1 else y
+
+
 def _process_count() -> int:
     import jax
 
@@ -330,7 +352,7 @@ def as_source(data, split: str | None = "train") -> Source:
 def public_classes(source: Source, classes=None, *, stacklevel: int = 3) -> tuple[np.ndarray, list[str]]:
     """The public class list (sorted) and the leaks it caused (see the module docstring for the policy).
 
-    A list read from the private labels is read (and checked) before any charge (``privlin.estimator.plans_for``):
+    A list read from the private labels is read (and checked) before any charge (``privlin.workflow.plans_for``):
     its errors come with its PrivacyLeakWarning, never after a ledger entry.
 
     Raises

@@ -32,6 +32,7 @@ import numpy as np
 from dp_accounting import dp_event as _ev
 
 from . import accounting, data, noise, runner, workflow
+from . import evaluation as _evaluation
 from .defaults import DEFAULT_EPSILON
 from .estimator import DPLinearClassifier
 from .report import PrivacyLeakWarning
@@ -213,8 +214,9 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     eval_data : like ``data_``, optional
         Evaluation rows; default: split ``eval_split`` of the same store (None: no evaluation).
     eval_public : bool
-        Declare the evaluation split public (then :meth:`SweepResult.best` is free).  Test splits are usually
-        private: leave it False.
+        Declare the evaluation split public (then it is not charged and :meth:`SweepResult.best` is free).  Test
+        splits are usually private: leave it False, and the evaluation split pays for its exact accuracies as a
+        non-private release on its ledger (:mod:`privlin.evaluation`; any cap refuses it before a row is read).
     random_state : None, int or jax key
         Base key; setting s uses ``privlin.noise.split(key, S)[s]``.  None: 128 bits of OS entropy.
     budget, ledger
@@ -255,6 +257,8 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
         if e.secure_mode and (random_state is not None or return_keys):
             raise ValueError("secure_mode settings draw all randomness from os.urandom: leave random_state=None "
                              "and return_keys=False")
+    if evaluation is not None:  # the evaluation split pays too (or is declared public): its cap refuses first
+        _evaluation.check_exact(evaluation, public=eval_public, mechanism="privlin.sweep/evaluation")
     info = noise.make_key(random_state)
     seeded = info.seeded or return_keys
 
@@ -264,11 +268,20 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
                    params={"settings": len(plans), "epsilons": [str(p.epsilon) for p in plans],
                            "n": source.n, "seeded": bool(seeded)}, neighbouring=plans[0].neighbouring)
 
+    charged = {"eval": None}
+
+    def charge_evaluation(plans):  # after the training charge, before any row is read
+        if evaluation is not None:
+            charged["eval"] = _evaluation.charge_exact(evaluation, public=eval_public,
+                                                       mechanism="privlin.sweep/evaluation",
+                                                       params={"settings": len(plans)})
+
     keys = noise.split(info.key, len(settings))
     fits = workflow.fit_plans(source, [e.get_params() for e in ests], list(keys), seeded=seeded,
                               classes=ests[0].classes, budget=budget, ledger=ledger, charge=charge,
                               block_rows=ests[0].block_rows, memory_limit=ests[0].memory_limit, verbose=progress,
-                              stacklevel=5, report_ledger=False)
+                              stacklevel=5, report_ledger=False, before_run=charge_evaluation)
+    eval_charge = charged["eval"]
     plans = [f.plan for f in fits]
     total_eps, total_delta = _total(plans), max(p.delta for p in plans)
     result = SweepResult([], [np.asarray(f.coef.T, np.float32) for f in fits],
@@ -285,12 +298,12 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
                "steps": p.steps, "clip": p.clip, "center_share": p.center_share, "scale_share": p.scale_share,
                "accountant": p.accountant, "curvature": f.curvature, "radius": f.radius,
                "neighbouring": p.neighbouring, "private": p.private, "seeded": bool(seeded), "accuracy": None,
-               "eval_split": None, "params": dict(s), "plan": p, "report": f.report}
+               "eval_split": None, "eval_charge": None, "params": dict(s), "plan": p, "report": f.report}
         result.records.append(rec)
     if evaluation is not None:
         acc = correct_counts(result, evaluation) / evaluation.n_valid  # a skipped test image has no prediction
         for i, rec in enumerate(result.records):
-            rec["accuracy"], rec["eval_split"] = float(acc[i]), (eval_split or "eval")
+            rec["accuracy"], rec["eval_split"], rec["eval_charge"] = float(acc[i]), (eval_split or "eval"), eval_charge
     return result
 
 

@@ -66,15 +66,18 @@ def estimator_charge(seeded: bool) -> Callable:
 
 def fit_plans(source: data.Source, params_list: Sequence[dict], keys: Sequence, *, seeded: bool, classes,
               budget, ledger, charge: Callable, block_rows: int, memory_limit: int, verbose: bool,
-              stacklevel: int = 7, report_ledger: bool = True) -> list[Fitted]:
+              stacklevel: int = 7, report_ledger: bool = True, before_run: Callable | None = None) -> list[Fitted]:
     """Fit one model per parameter set on ``source``, each with its key: the whole private workflow.
 
     ``charge(ledger, plans)`` records the fits on the data's ledger (one entry per fit, or one composed entry
     for a sweep); it runs after every public check and before any private row is read (:func:`plans_for`).
+    ``before_run(plans)``: any further charge (a sweep's evaluation split), after that one and before any row.
     ``report_ledger``: whether each report names the ledger and its total (a sweep's per-setting reports do not).
     """
     classes, plans, leaks, led = plans_for(source, params_list, classes=classes, budget=budget, ledger=ledger,
                                            charge=charge, stacklevel=stacklevel)
+    if before_run is not None:
+        before_run(plans)
     released = runner.run(plans, source, list(keys), classes, block_rows=int(block_rows),
                           memory_limit=int(memory_limit), verbose=bool(verbose))
     out = []
