@@ -20,11 +20,12 @@ import jax.numpy as jnp
 import numpy as np
 from dp_accounting import dp_event as _ev
 
-from . import accounting, preprocess, radius, releases, scaling, sensitivity
+from . import accounting, preprocess, releases, scaling, sensitivity
 from .defaults import (ADAM1_BIAS_INIT, ADAM_LR, CURVATURE_FLATNESS, CURVATURE_GAIN, CURVATURE_SHARE,
                        DEFAULT_CENTER_SHARE, DEFAULT_EPSILON, DEFAULT_SCALE_SHARE, DEFAULT_STEPS, LOGIT_NOISE,
                        MAX_STEPS, METHODS, PARAMS, RADIUS_SHARE, RECENTER_SHARE)
 from .releases import Release
+from .releases.base import planned_sigma
 
 __all__ = ["Plan", "Static", "make_plan", "default_learning_rate", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS",
            "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "RADIUS_SHARE",
@@ -258,7 +259,7 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
       the scaling stage of :mod:`privlin.scaling` (``scale_share`` = 15% of μ², for ``sgd``/``minibatch``;
       ``adam1`` stays the one-pass method of Mehta et al.): per-dimension moments, and whitening where it can
       resolve two or more directions; a release that cannot be told from its own noise is not made and its
-      share goes to training.  With the scaling stage, where the release can find it (:func:`_radius_pays`), a
+      share goes to training.  With the scaling stage, where the release can find it (:meth:`privlin.releases.Radius.pays`), a
       typical row norm (``radial``; :data:`RADIUS_SHARE`) and each row's log-norm as one more coordinate.
     * ``recenter``: with the scaling stage, where the centering's expected error is ≥ a tenth of the row norm
       (:func:`privlin.preprocess.recenter_rounds`), two re-centering rounds before it (:data:`RECENTER_SHARE`).
@@ -352,8 +353,9 @@ def _choose_releases(s) -> dict:
     if s.scale and epsilon is not None:
         radial = p["radial"]
         if radial is None:
-            radial = _radius_pays(float(epsilon), s.delta, n, s.relation)
-        stage = _scale_releases(float(epsilon), s.delta, s.scale_share, n, s.dim + int(radial), s.relation)
+            radial = releases.RADIUS.pays(float(epsilon), s.delta, n, s.relation)
+        stage = releases.scaling_stage(float(epsilon), s.delta, s.scale_share, n, s.dim + int(radial),
+                                       s.relation)
         if radial and "scale" in stage:
             shares["radius"], s.mdim = RADIUS_SHARE, s.dim + 1
         elif p["radial"]:
@@ -368,7 +370,7 @@ def _choose_releases(s) -> dict:
                          "made in secure_mode")
     if recenter is None:
         recenter = ("scale" in shares and not s.secure and not math.isinf(epsilon)
-                    and preprocess.recenter_rounds(_release_sigma(s.center_share, accounting.gdp_mu_for(
+                    and preprocess.recenter_rounds(planned_sigma(s.center_share, accounting.gdp_mu_for(
                         float(epsilon), s.delta), s.relation), n, s.mdim, s.clip) > 0)
     if recenter:
         shares["recenter"] = RECENTER_SHARE
@@ -438,41 +440,12 @@ def _build(s, shares, sigma, sig) -> Plan:
     return plan
 
 
-def _scale_releases(epsilon, delta, share, n, dim, relation) -> dict:
-    """The scaling stage's releases and their shares of μ²: ``{"scale": s/2, "whiten": s/2}``, ``{"scale": s}``
-    (whitening cannot resolve two directions, or costs too much) or ``{}`` (not even the moments can).
-
-    Decided before calibration from the GDP view of the budget (a release with share s of μ² has multiplier
-    1/(√s·μ), sensitivity doubled under ``replace_one``): public facts only, the same for every accountant.
-    """
-    if math.isinf(epsilon):
-        return {"scale": share / 2, "whiten": share / 2} if scaling.whitening_resolves(n, dim, 0.0) else {"scale": share}
-    mu = accounting.gdp_mu_for(epsilon, delta)
-
-    def sigma_of(s):
-        return _release_sigma(s, mu, relation)
-
-    if scaling.whitening_resolves(n, dim, sigma_of(share / 2)) and scaling.moments_resolve(n, dim, sigma_of(share / 2)):
-        return {"scale": share / 2, "whiten": share / 2}
-    if scaling.moments_resolve(n, dim, sigma_of(share)):
-        return {"scale": share}
-    return {}
-
-
-def _radius_pays(epsilon, delta, n, relation) -> bool:
-    """Whether to buy the row-norm release (:data:`RADIUS_SHARE` of μ²): where it can find a typical norm
-    (:func:`privlin.radius.resolves`; decided, like :func:`_scale_releases`, from the GDP view of the budget)."""
-    if math.isinf(epsilon):
-        return True
-    return radius.resolves(n, _release_sigma(RADIUS_SHARE, accounting.gdp_mu_for(epsilon, delta), relation))
-
-
 def _curvature_pays(epsilon, delta, shares, n, dim, *, steps, q, momentum, clip, fit_intercept, relation) -> bool:
     """Whether to buy the curvature release (:data:`CURVATURE_SHARE` of μ²): its pass is affordable (the bounds of
     whitening), the noise term is at least :data:`~privlin.defaults.CURVATURE_GAIN` × the stability cap (so a
     flatter curvature could lift the rate by that much), and the release can show a curvature at least
-    :data:`~privlin.defaults.CURVATURE_FLATNESS` × below the worst case.  Decided, like :func:`_scale_releases`, from
-    the GDP view of the budget before calibration: public facts only (BENCHMARKS.md, "curvature")."""
+    :data:`~privlin.defaults.CURVATURE_FLATNESS` × below the worst case.  Decided, like :func:`privlin.releases.scaling_stage`,
+    from the GDP view of the budget before calibration: public facts only (BENCHMARKS.md, "curvature")."""
     if not scaling.second_moment_affordable(n, dim):
         return False
     if math.isinf(epsilon):
@@ -481,19 +454,13 @@ def _curvature_pays(epsilon, delta, shares, n, dim, *, steps, q, momentum, clip,
     rest = 1.0 - sum(shares.values()) - CURVATURE_SHARE
     if rest <= 0:
         return False
-    sigma = _release_sigma(rest, mu, relation) * q * math.sqrt(steps)  # T steps sharing the rest of μ²
+    sigma = planned_sigma(rest, mu, relation) * q * math.sqrt(steps)  # T steps sharing the rest of μ²
     noise_rate = _noise_rate(sigma, q * n, steps=steps, momentum=momentum, clip=clip)
     if noise_rate < CURVATURE_GAIN * _joint_cap(momentum, clip, fit_intercept):
         return False
-    std = _release_sigma(CURVATURE_SHARE, mu, relation) * scaling.curvature_sensitivity(n, dim)
+    std = planned_sigma(CURVATURE_SHARE, mu, relation) * scaling.curvature_sensitivity(n, dim)
     flattest = float(scaling.curvature_bound(n / dim, n, dim, std))  # the bound if the rows were isotropic
     return CURVATURE_FLATNESS * flattest < 1.0
-
-
-def _release_sigma(share, mu, relation) -> float:
-    """σ of a Gaussian release spending ``share`` of the GDP budget μ² (1/σ² = share·μ², sensitivity doubled under
-    ``replace_one``): the view in which the plan decides which releases to make."""
-    return accounting.sensitivity_factor(relation) / (math.sqrt(share) * mu)
 
 
 def _calibrate(epsilon, delta, *, steps, q, shares, accountant, relation) -> tuple[float, dict]:
