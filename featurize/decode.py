@@ -4,11 +4,27 @@
 (mode ``I``) comes out almost all white, a float TIFF (mode ``F``) with values in [0, 1] all black. Those modes
 are scaled here; every other mode PIL knows (1, L, P, LA, PA, La, RGB, RGBA, RGBa, RGBX, CMYK, YCbCr, LAB, HSV)
 goes through PIL's own conversion, alpha dropped as torchvision's loader does.
+
+The decode paths of a featurize job (:data:`DECODE_MODES`) live here too. ``draft`` decodes a JPEG at the
+smallest DCT scale that still covers the size it is resized to (an ImageNet-size image going to a 32 px model
+decodes at 1/8), then resizes it to exactly that size; ``device`` leaves JPEG decoding and resizing to the job's
+device in batches (nvJPEG on CUDA) and sends everything else through PIL. Both keep the backbone's geometry
+(:func:`backbones.preprocessing.geometry_transform`): resize the shorter side, centre crop; the pixels differ from
+a full PIL decode only by what the decoders and filters differ by (measured in BENCHMARKS.md, bounded in
+tests/test_decode.py).
 """
 from __future__ import annotations
 
+import io
+import warnings
+
 import numpy as np
+import torch
 from PIL import Image
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms import functional as F
+
+from backbones.registry import Preprocessing
 
 WIDE_INT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")  # read as 16-bit data (0..65535)
 PREMULTIPLIED = {"La": "LA", "RGBa": "RGBA"}
@@ -37,3 +53,112 @@ def to_rgb(im: Image.Image) -> Image.Image:
 
 def _gray(values: np.ndarray) -> Image.Image:
     return Image.fromarray(np.clip(np.rint(values), 0, 255).astype(np.uint8), "L").convert("RGB")
+
+
+# --------------------------------------------------------------------------------------------- decode paths
+
+JPEG_SOI = b"\xff\xd8\xff"
+JPEG_EOI = b"\xff\xd9"
+#: How a featurize job decodes images: ``full`` (PIL, whole image), ``draft`` (PIL, JPEGs at a reduced DCT scale),
+#: ``device`` (JPEGs by torchvision on the job's device: nvJPEG on CUDA), ``auto`` (``device`` on CUDA, else ``draft``).
+DECODE_MODES = ("auto", "draft", "full", "device")
+
+
+def resolve_mode(mode: str, device: torch.device) -> str:
+    """``auto`` -> ``device`` on CUDA, ``draft`` elsewhere; other modes are returned as given.
+
+    Raises
+    ------
+    ValueError
+        A mode not in :data:`DECODE_MODES`.
+    """
+    if mode not in DECODE_MODES:
+        raise ValueError(f"--decode must be one of {DECODE_MODES}, got {mode!r}")
+    if mode == "auto":
+        return "device" if device.type == "cuda" else "draft"
+    return mode
+
+
+def resized_size(width: int, height: int, resize: int) -> tuple[int, int]:
+    """``(width, height)`` after ``torchvision.transforms.Resize(resize)``: the shorter side becomes ``resize``,
+    the longer ``int(resize * long / short)`` (torchvision's rule, so every decode path crops the same pixels)."""
+    if width <= height:
+        return resize, int(resize * height / width)
+    return int(resize * width / height), resize
+
+
+def resize_to(image, size: tuple[int, int], pre: Preprocessing):
+    """A PIL image or ``uint8 (3, H, W)`` tensor resized to ``size = (width, height)`` with the backbone's
+    interpolation, antialiased (PIL always is; torchvision's tensor kernel then follows PIL's filter)."""
+    return F.resize(image, [size[1], size[0]], interpolation=InterpolationMode(pre.interpolation), antialias=True)
+
+
+def decode_draft(data: bytes, resize: int) -> tuple[Image.Image, tuple[int, int]]:
+    """A JPEG decoded at the smallest DCT scale (1, 1/2, 1/4 or 1/8: ``Image.draft``) whose size still covers
+    its resized size, as RGB; returns ``(image, original (width, height))``.  Decoding at 1/s skips most of the
+    inverse DCT and colour conversion work, and the block averaging it does is itself a low-pass filter."""
+    with Image.open(io.BytesIO(data)) as im:
+        original = im.size
+        im.draft("RGB", resized_size(*original, resize))
+        return to_rgb(im), original
+
+
+def open_rgb(data: bytes, pre: Preprocessing, *, draft: bool = True) -> Image.Image:
+    """Image bytes (any format PIL opens) -> RGB PIL image.
+
+    With ``draft``, a JPEG is decoded by :func:`decode_draft` and, when that reduced it, resized here to exactly
+    the size the backbone's transform would give the full image, so its ``Resize`` leaves it as is and the centre
+    crop takes the same region. Other formats, and JPEGs too small to reduce, decode in full.
+    """
+    if draft and data.startswith(JPEG_SOI):
+        image, original = decode_draft(data, pre.resize)
+        if image.size == original:
+            return image
+        return resize_to(image, resized_size(*original, pre.resize), pre)
+    with Image.open(io.BytesIO(data)) as im:
+        return to_rgb(im)
+
+
+def device_jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` of a JPEG a device decoder should take, from its header; ``None`` sends the bytes to
+    PIL instead: not a JPEG, CMYK or other modes, no end-of-image marker (a truncated file, which PIL names as
+    an error rather than a decoder filling the missing rows), or a header PIL cannot read."""
+    if not data.startswith(JPEG_SOI) or not data.rstrip(b"\0\r\n ").endswith(JPEG_EOI):
+        return None
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            if im.format != "JPEG" or im.mode not in ("RGB", "L"):
+                return None
+            return im.size
+    except Exception:  # noqa: BLE001 - any header PIL refuses is left to PIL's full decode to name
+        return None
+
+
+def decode_batch(jpegs: list[torch.Tensor], sizes: list[tuple[int, int]], pre: Preprocessing,
+                 device: torch.device) -> list[torch.Tensor | None]:
+    """JPEG bytes -> ``uint8 (3, crop, crop)`` tensors on ``device``, decoded by ``torchvision.io.decode_jpeg``
+    there (nvJPEG on CUDA, libjpeg-turbo on the CPU), then resized and centre-cropped as the CPU path does.
+
+    ``None`` marks an image the device decoder refused or decoded to another size than its header (``sizes``,
+    from :func:`device_jpeg_size`): the caller decodes those with PIL, which decodes or names the fault.
+    torchvision deprecates its decoders for TorchCodec's; the warning is silenced here, where they are used.
+    """
+    from torchvision.io import ImageReadMode, decode_jpeg
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torchvision\.io")
+        try:
+            images = decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
+        except RuntimeError:  # one bad image fails the whole batch: decode one by one to find it
+            images = []
+            for data in jpegs:
+                try:
+                    images.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
+                except RuntimeError:
+                    images.append(None)
+    out = []
+    for image, (width, height) in zip(images, sizes):
+        if image is None or tuple(image.shape) != (3, height, width):
+            out.append(None)
+            continue
+        out.append(F.center_crop(resize_to(image, resized_size(width, height, pre.resize), pre), [pre.crop, pre.crop]))
+    return out
