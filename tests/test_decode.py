@@ -5,8 +5,8 @@ per job.
 Tolerances (draft or device decoding against a full PIL decode, same resize and crop), stated here and measured in
 BENCHMARKS.md: on photo-like 1024x768 JPEGs the cropped uint8 pixels differ by at most 1.5 grey levels on average
 (draft: a DCT-domain block average instead of a bicubic filter over full-size pixels); shipped vip_toy features of
-digits rendered as 128 px JPEGs differ by a relative L2 under 1 %, and a logistic probe trained on full-decode
-features predicts the same class for >= 97 % of draft-decoded test rows, with accuracy within 2 points.
+digits rendered as 128 px JPEGs differ by a relative L2 under 1 %, and a standardized logistic probe on all
+digits (a slow test) keeps its accuracy within 1 point and >= 98 % of its test predictions.
 """
 import io
 import os
@@ -90,34 +90,51 @@ def digits_as_jpegs(root, split, n, side=128):
         src.read(i).resize((side, side), Image.BICUBIC).save(d / f"{i:04d}.jpg", quality=90)
 
 
-def test_job_draft_mode_on_embedded_digits_features_and_probe(tmp_path, monkeypatch):
-    from sklearn.linear_model import LogisticRegression
-    digits_as_jpegs(tmp_path / "jpg", "train", 500)
-    digits_as_jpegs(tmp_path / "jpg", "test", 200)
+def digits_features(root, n_train, n_test, monkeypatch):
+    """vip_toy ``cls`` features of digits rendered as 128 px JPEGs, by the job in ``full`` and ``draft`` mode; the
+    sizes draft mode decoded at (recorded by a pass-through wrapper of :func:`decode.decode_draft`)."""
+    digits_as_jpegs(root / "jpg", "train", n_train)
+    digits_as_jpegs(root / "jpg", "test", n_test)
     decoded = []
     real = decode.decode_draft
     monkeypatch.setattr(decode, "decode_draft", lambda d, r: decoded.append(real(d, r)[0].size) or real(d, r))
     feats = {}
     for mode in ("full", "draft"):
-        out = tmp_path / f"{mode}.zarr"
-        extract("vip_toy", f"imagefolder:{tmp_path / 'jpg'}", out=out, head="cls", dtype="float32",
+        out = root / f"{mode}.zarr"
+        extract("vip_toy", f"imagefolder:{root / 'jpg'}", out=out, head="cls", dtype="float32",
                 num_workers=0, decode_mode=mode, progress=False)
         st = stores.open(out)
         assert st.attrs["decode"] == mode
         for split in ("train", "test"):
             feats[mode, split], feats["y", split] = st[split].to_numpy()
-    assert len(decoded) == 700 and set(decoded) == {(32, 32)}  # draft mode taken: 128 px decoded at 1/4, only there
+    return feats, decoded
+
+
+def test_job_draft_mode_on_embedded_digits_is_taken_and_within_tolerance(tmp_path, monkeypatch):
+    feats, decoded = digits_features(tmp_path, 100, 60, monkeypatch)
+    assert len(decoded) == 160 and set(decoded) == {(32, 32)}  # draft mode taken: 128 px decoded at 1/4, only there
     a, b = feats["full", "test"], feats["draft", "test"]
     rel = np.linalg.norm(a - b, axis=1) / np.linalg.norm(a, axis=1)
-    assert 0 < rel.max() < 0.01, rel.max()
+    assert 0 < rel.max() < 0.01, rel.max()  # measured: max 0.3 %
+
+
+@pytest.mark.slow
+def test_draft_mode_leaves_a_probe_on_all_digits_unchanged(tmp_path, monkeypatch):
+    """All 1797 digits (1437 train / 360 test); measured: standardized logistic probe 95.8 % both ways, 99.2 %
+    of test predictions the same."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    feats, _ = digits_features(tmp_path, 1437, 360, monkeypatch)
     accuracy = {}
     for mode in ("full", "draft"):
-        probe = LogisticRegression(max_iter=3000).fit(feats[mode, "train"], feats["y", "train"])
+        probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=3000))
+        probe.fit(feats[mode, "train"], feats["y", "train"])
         accuracy[mode] = probe.score(feats[mode, "test"], feats["y", "test"])
         if mode == "full":
             same = np.mean(probe.predict(feats["draft", "test"]) == probe.predict(feats["full", "test"]))
-    assert accuracy["full"] > 0.5 and abs(accuracy["draft"] - accuracy["full"]) <= 0.02, accuracy
-    assert same >= 0.97, same
+    assert accuracy["full"] > 0.9 and abs(accuracy["draft"] - accuracy["full"]) <= 0.01, accuracy
+    assert same >= 0.98, same
 
 
 @pytest.fixture(scope="module")
