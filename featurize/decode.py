@@ -87,34 +87,39 @@ def resized_size(width: int, height: int, resize: int) -> tuple[int, int]:
     return int(resize * width / height), resize
 
 
-def resize_to(image, size: tuple[int, int], pre: Preprocessing):
-    """A PIL image or ``uint8 (3, H, W)`` tensor resized to ``size = (width, height)`` with the backbone's
-    interpolation, antialiased (PIL always is; torchvision's tensor kernel then follows PIL's filter)."""
+def resize_to(image: torch.Tensor, size: tuple[int, int], pre: Preprocessing) -> torch.Tensor:
+    """A ``uint8 (3, H, W)`` tensor resized to ``size = (width, height)`` with the backbone's interpolation,
+    antialiased (torchvision's antialiased tensor kernels follow PIL's filters, which the CPU path uses)."""
     return F.resize(image, [size[1], size[0]], interpolation=InterpolationMode(pre.interpolation), antialias=True)
 
 
-def decode_draft(data: bytes, resize: int) -> tuple[Image.Image, tuple[int, int]]:
+def decode_draft(data: bytes, resize: int) -> tuple[Image.Image, tuple[int, int], tuple]:
     """A JPEG decoded at the smallest DCT scale (1, 1/2, 1/4 or 1/8: ``Image.draft``) whose size still covers
-    its resized size, as RGB; returns ``(image, original (width, height))``.  Decoding at 1/s skips most of the
-    inverse DCT and colour conversion work, and the block averaging it does is itself a low-pass filter."""
+    its resized size, as RGB; returns ``(image, original (width, height), box)``, ``box`` the region of ``image``
+    the original covers (a partial last 8x8 block makes it fractional: 500 px at 1/8 is 62.5 of 63 pixels).
+    Decoding at 1/s skips most of the inverse DCT and colour conversion work, and the block averaging it does is
+    itself a low-pass filter."""
     with Image.open(io.BytesIO(data)) as im:
         original = im.size
-        im.draft("RGB", resized_size(*original, resize))
-        return to_rgb(im), original
+        drafted = im.draft("RGB", resized_size(*original, resize))
+        box = drafted[1] if drafted else (0, 0) + original
+        return to_rgb(im), original, box
 
 
 def open_rgb(data: bytes, pre: Preprocessing, *, draft: bool = True) -> Image.Image:
     """Image bytes (any format PIL opens) -> RGB PIL image.
 
-    With ``draft``, a JPEG is decoded by :func:`decode_draft` and, when that reduced it, resized here to exactly
-    the size the backbone's transform would give the full image, so its ``Resize`` leaves it as is and the centre
-    crop takes the same region. Other formats, and JPEGs too small to reduce, decode in full.
+    With ``draft``, a JPEG is decoded by :func:`decode_draft` and, when that reduced it, resized here (PIL, the
+    backbone's interpolation, from the box the original covers) to exactly the size the backbone's transform
+    gives the full image, so its ``Resize`` leaves it as is and the centre crop takes the same region. Other
+    formats, and JPEGs too small to reduce, decode in full.
     """
     if draft and data.startswith(JPEG_SOI):
-        image, original = decode_draft(data, pre.resize)
+        image, original, box = decode_draft(data, pre.resize)
         if image.size == original:
             return image
-        return resize_to(image, resized_size(*original, pre.resize), pre)
+        resample = F.pil_modes_mapping[InterpolationMode(pre.interpolation)]
+        return image.resize(resized_size(*original, pre.resize), resample, box=box)
     with Image.open(io.BytesIO(data)) as im:
         return to_rgb(im)
 

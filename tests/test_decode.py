@@ -59,13 +59,19 @@ def test_draft_decodes_at_the_smallest_covering_scale_within_tolerance_of_full()
     data = [jpeg_bytes(photo(1024, 768, seed)) for seed in range(3)]
     for pre, scaled in ((TOY, (128, 96)), (BASE, (512, 384))):  # 1/8 covers 43x32; 1/2 covers 341x256
         for d in data:
-            image, original = decode.decode_draft(d, pre.resize)
+            image, original, box = decode.decode_draft(d, pre.resize)
             assert original == (1024, 768) and image.size == scaled and image.mode == "RGB"
             full, draft = crop_of(d, pre, False), crop_of(d, pre, True)
             assert draft.shape == full.shape == (3, pre.crop, pre.crop) and draft.dtype == torch.uint8
             diff = (draft.float() - full.float()).abs()
             assert 0 < diff.mean() <= 1.5, diff.mean()  # different pixels (the draft was taken), within tolerance
             assert diff.max() <= 40
+    # sizes that are no multiple of 8: the last reduced pixel is part of a block; the resize takes the box
+    for w, h in ((1001, 751), (500, 375)):
+        d = jpeg_bytes(photo(w, h, seed=5))
+        image, _, box = decode.decode_draft(d, TOY.resize)
+        assert image.size == (-(-w // 8), -(-h // 8)) and box == (0, 0, w / 8, h / 8)
+        assert (crop_of(d, TOY, True).float() - crop_of(d, TOY, False).float()).abs().mean() <= 1.5
     # ImageNet-size 500x375 to 256: no DCT scale covers 341x256, the draft path is the full decode, bitwise
     d = jpeg_bytes(photo(500, 375))
     assert decode.decode_draft(d, 256)[0].size == (500, 375)
