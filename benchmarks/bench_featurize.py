@@ -184,7 +184,9 @@ def main():
     p.add_argument("--device", default="auto")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
+    p.add_argument("--cases", nargs="+", default=["decode", "toy", "vitb"], choices=["decode", "toy", "vitb"])
     p.add_argument("--toy-images", type=int, default=512)
+    p.add_argument("--toy-batch", type=int, default=256)
     p.add_argument("--vitb-images", type=int, default=24)
     p.add_argument("--vitb-repeats", type=int, default=1)
     p.add_argument("--gpu-images", type=int, default=4096)
@@ -195,22 +197,23 @@ def main():
     cpu_modes = ("full", "draft") + (("device",) if device.type == "cuda" else ())
     t0 = time.perf_counter()
     print("\n".join(DECODE_HEADER))
-    decode_table = decode_rows()
+    decode_table = decode_rows() if "decode" in args.cases else []
     print("\n".join(HEADER))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         toy_dir, vitb_dir = os.path.join(tmp, "toy"), os.path.join(tmp, "vitb")
         make_jpegs(toy_dir, args.toy_images, 500, 375)
         make_jpegs(vitb_dir, args.vitb_images, 500, 375)
-        for head in ("cls", "blocks"):
+        for head in ("cls", "blocks") if "toy" in args.cases else ():
             bb = backbones.load_backbone("vip_toy", head=head)
             bb.model.to(device, memory_format=torch.channels_last)
-            rows += run_case("vip_toy 32px, JPEG 500x375", bb, toy_dir, device, 256, args.workers, args.repeats,
-                             tmp, cpu_modes)
-        bb = backbones.load_backbone(vit_b_config(), head="cls", weights=random_weights(tmp))
-        bb.model.to(device, memory_format=torch.channels_last)
-        rows += run_case("ViT-B/16 224px, JPEG 500x375", bb, vitb_dir, device, 128 if device.type == "cuda" else 8,
-                         args.workers, args.vitb_repeats, tmp, cpu_modes)
+            rows += run_case("vip_toy 32px, JPEG 500x375", bb, toy_dir, device, args.toy_batch, args.workers,
+                             args.repeats, tmp, cpu_modes)
+        if "vitb" in args.cases:
+            bb = backbones.load_backbone(vit_b_config(), head="cls", weights=random_weights(tmp))
+            bb.model.to(device, memory_format=torch.channels_last)
+            rows += run_case("ViT-B/16 224px, JPEG 500x375", bb, vitb_dir, device,
+                             128 if device.type == "cuda" else 8, args.workers, args.vitb_repeats, tmp, cpu_modes)
         gpu = gpu_rows(device, tmp, args.gpu_images, args.gpu_workers, args.repeats) if device.type == "cuda" \
             else None
     machine = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
@@ -221,7 +224,8 @@ def main():
                 "`python benchmarks/bench_featurize.py`; best of the repeats (alternated); forward = model on "
                 "pre-decoded batches in memory, featurize = decode + same forward + store writes (model already "
                 "loaded). Goal: wall ratio <= 1.3.\n\n")
-        f.write("\n".join(DECODE_HEADER + decode_table) + "\n\n")
+        if decode_table:
+            f.write("\n".join(DECODE_HEADER + decode_table) + "\n\n")
         f.write("\n".join(HEADER + rows) + "\n\n")
         if gpu:
             synthetic, name, grows = gpu
