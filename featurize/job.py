@@ -222,11 +222,12 @@ def default_out(backbone: str, head: str, dataset: str) -> str:
     return os.path.join("features", f"{backbone}_{head}_{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}.zarr")
 
 
-def _forward(model: torch.nn.Module, images: torch.Tensor, device: torch.device) -> np.ndarray:
+def _forward(model: torch.nn.Module, images: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """The batch's features, left on ``device``: on CUDA the forward is only queued when this returns."""
     images = images.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
     with torch.inference_mode(), autocast:
-        return model(images).float().cpu().numpy()
+        return model(images)
 
 
 class _SplitJob:
@@ -317,31 +318,35 @@ def extract_splits(bb: Backbone, sources: list[ImageSplit], out, *, assignment: 
                             multiprocessing_context=worker_context() if num_workers else None)
         stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer") as pool:
-            def consume(batch, staged):
+            def launch(batch, staged):
                 images, errors, event = staged
-                k = batch.keys[0][0]
+                if event is not None:  # the forward waits for this batch's copy/decode on the side stream
+                    torch.cuda.current_stream(device).wait_event(event)
+                    images.record_stream(torch.cuda.current_stream(device))
+                return batch.keys, _forward(bb.model, images, device), errors
+
+            def finish(keys, feats, errors):
+                k = keys[0][0]  # a batch never straddles a shard, so never a split
                 for job in jobs[:k]:
                     if not job.finished:
                         job.finish()
                 if jobs[k].t0 is None:
                     jobs[k].start()
-                if event is not None:  # the forward waits for this batch's copy/decode on the side stream
-                    torch.cuda.current_stream(device).wait_event(event)
-                    images.record_stream(torch.cuda.current_stream(device))
-                feats = _forward(bb.model, images, device)
-                jobs[k].add(np.asarray([i for _, i in batch.keys]), feats, errors, pool)
+                jobs[k].add(np.asarray([i for _, i in keys]), feats.float().cpu().numpy(), errors, pool)
 
-            previous = None
+            queued = None
             for batch in loader:
+                # on CUDA: batch n is copied/decoded on the side stream while batch n-1's forward, queued before,
+                # runs; then n-1's features are fetched (the wait) and n's forward is queued
                 staged = _stage(batch, device, pre, bb.transform, stream)
-                if stream is None:  # staging ran synchronously: nothing to overlap, no batch held back
-                    consume(batch, staged)
-                    continue
-                if previous is not None:  # batch n's copy/decode is queued on the side stream: run n-1's forward
-                    consume(*previous)
-                previous = batch, staged
-            if previous is not None:
-                consume(*previous)
+                if queued is not None:
+                    finish(*queued)
+                queued = launch(batch, staged)
+                if stream is None:  # off CUDA everything above ran synchronously: no batch is held back
+                    finish(*queued)
+                    queued = None
+            if queued is not None:
+                finish(*queued)
     return [job.summary if job.finished else job.finish() for job in jobs]
 
 
