@@ -250,8 +250,9 @@ class _SplitJob:
         self.t0, self.bar, self.in_flight, self.finished = None, None, [], False
         self.shards = iter(zip(self.mine, self.bounds))
 
-    def start(self) -> None:
-        self.t0 = time.perf_counter()
+    def start(self, t0: float) -> None:
+        """Begin filling shards; ``t0`` is when this split's work began (the job's start for the first split)."""
+        self.t0 = t0
         self.bar = tqdm(total=self.summary["rows"], unit="img", dynamic_ncols=True, smoothing=0.1,
                         desc=f"{self.bb.config.name}/{self.bb.head} {self.source.dataset}:{self.source.split}",
                         disable=not self.progress)
@@ -316,6 +317,7 @@ def extract_splits(bb: Backbone, sources: list[ImageSplit], out, *, assignment: 
                             num_workers=num_workers, pin_memory=device.type == "cuda",
                             prefetch_factor=4 if num_workers else None,
                             multiprocessing_context=worker_context() if num_workers else None)
+        began = [time.perf_counter()]  # when the split now starting began: the job's start, then each split's end
         stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer") as pool:
             def launch(batch, staged):
@@ -330,8 +332,9 @@ def extract_splits(bb: Backbone, sources: list[ImageSplit], out, *, assignment: 
                 for job in jobs[:k]:
                     if not job.finished:
                         job.finish()
+                        began[0] = time.perf_counter()
                 if jobs[k].t0 is None:
-                    jobs[k].start()
+                    jobs[k].start(began[0])
                 jobs[k].add(np.asarray([i for _, i in keys]), feats.float().cpu().numpy(), errors, pool)
 
             queued = None

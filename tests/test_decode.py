@@ -56,7 +56,7 @@ def test_resized_size_is_torchvision_resize():
 
 
 def test_draft_decodes_at_the_smallest_covering_scale_within_tolerance_of_full():
-    data = [jpeg_bytes(photo(1024, 768, seed)) for seed in range(3)]
+    data = [jpeg_bytes(photo(1024, 768, seed), progressive=seed == 2) for seed in range(3)]
     for pre, scaled in ((TOY, (128, 96)), (BASE, (512, 384))):  # 1/8 covers 43x32; 1/2 covers 341x256
         for d in data:
             image, original, box = decode.decode_draft(d, pre.resize)
@@ -145,7 +145,7 @@ def test_draft_mode_leaves_a_probe_on_all_digits_unchanged(tmp_path, monkeypatch
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory):
-    """JPEGs (large, small, grey), a PNG, a CMYK JPEG, a bit-flipped JPEG and a truncated one."""
+    """JPEGs (large, small, grey, progressive), a PNG, a CMYK JPEG, a bit-flipped JPEG and a truncated one."""
     root = tmp_path_factory.mktemp("mixed")
     a, b = root / "a", root / "b"
     a.mkdir()
@@ -154,6 +154,7 @@ def mixed(tmp_path_factory):
         photo(320 + 40 * i, 240, seed=i).save(a / f"{i}.jpg", quality=90)
     photo(36, 40, seed=9).save(a / "small.jpg", quality=90)
     photo(200, 150, seed=7).convert("L").save(a / "grey.jpg", quality=90)
+    photo(240, 180, seed=12).save(a / "progressive.jpg", quality=90, progressive=True)
     photo(200, 150, seed=8).save(b / "p.png")
     photo(200, 150, seed=10).convert("CMYK").save(b / "cmyk.jpg", quality=90)
     good = jpeg_bytes(photo(200, 150, seed=11))
@@ -181,8 +182,9 @@ def test_device_path_on_the_cpu_decodes_jpegs_there_and_sends_the_rest_to_pil(mi
     on_device.clear()
     res = {m: job.extract_split(bb, source, tmp_path / f"{m}.zarr", num_workers=0, dtype="float32", skip_bad=True,
                                 decode_mode=m, progress=False) for m in ("device", "draft", "full")}
-    # the device took the 8 JPEGs PIL reads as RGB/L with an end marker (not CMYK, not the truncated one)
-    assert sorted(on_device) == sorted([(320 + 40 * i, 240) for i in range(6)] + [(36, 40), (200, 150), (200, 150)])
+    # the device took the 9 JPEGs PIL reads as RGB/L with an end marker (not CMYK, not the truncated one)
+    assert sorted(on_device) == sorted([(320 + 40 * i, 240) for i in range(6)] + [(36, 40), (200, 150), (240, 180),
+                                                                                     (200, 150)])
     for m in res:
         assert sorted(res[m]["skipped"]) == ["b/flipped.jpg", "b/truncated.jpg"]
     X = {m: stores.open(tmp_path / f"{m}.zarr")["train"] for m in res}
