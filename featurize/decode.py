@@ -87,10 +87,10 @@ def resized_size(width: int, height: int, resize: int) -> tuple[int, int]:
     return int(resize * width / height), resize
 
 
-def resize_to(image: torch.Tensor, size: tuple[int, int], pre: Preprocessing) -> torch.Tensor:
-    """A ``uint8 (3, H, W)`` tensor resized to ``size = (width, height)`` with the backbone's interpolation,
+def resize_to(images: torch.Tensor, size: tuple[int, int], pre: Preprocessing) -> torch.Tensor:
+    """``uint8 (..., 3, H, W)`` images resized to ``size = (width, height)`` with the backbone's interpolation,
     antialiased (torchvision's antialiased tensor kernels follow PIL's filters, which the CPU path uses)."""
-    return F.resize(image, [size[1], size[0]], interpolation=InterpolationMode(pre.interpolation), antialias=True)
+    return F.resize(images, [size[1], size[0]], interpolation=InterpolationMode(pre.interpolation), antialias=True)
 
 
 def decode_draft(data: bytes, resize: int) -> tuple[Image.Image, tuple[int, int], tuple]:
@@ -160,10 +160,13 @@ def decode_batch(jpegs: list[torch.Tensor], sizes: list[tuple[int, int]], pre: P
                     images.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
                 except RuntimeError:
                     images.append(None)
-    out = []
-    for image, (width, height) in zip(images, sizes):
-        if image is None or tuple(image.shape) != (3, height, width):
-            out.append(None)
-            continue
-        out.append(F.center_crop(resize_to(image, resized_size(width, height, pre.resize), pre), [pre.crop, pre.crop]))
+    same_size: dict[tuple[int, int], list[int]] = {}  # images of one size are resized together: fewer launches
+    for j, (image, (width, height)) in enumerate(zip(images, sizes)):
+        if image is not None and tuple(image.shape) == (3, height, width):
+            same_size.setdefault((width, height), []).append(j)
+    out: list[torch.Tensor | None] = [None] * len(jpegs)
+    for (width, height), js in same_size.items():
+        batch = resize_to(torch.stack([images[j] for j in js]), resized_size(width, height, pre.resize), pre)
+        for j, crop in zip(js, F.center_crop(batch, [pre.crop, pre.crop])):
+            out[j] = crop
     return out

@@ -247,12 +247,17 @@ def test_one_worker_pool_serves_every_split(tmp_path, monkeypatch):
 
 def test_resuming_with_another_decode_path_is_refused(tmp_path):
     digits_as_jpegs(tmp_path / "jpg", "train", 8, side=64)
+    from featurize.__main__ import main
     kw = dict(out=tmp_path / "s.zarr", num_workers=0, progress=False)
-    extract("vip_toy", f"imagefolder:{tmp_path / 'jpg'}", decode_mode="draft", **kw)
+    cli = ["--backbone", "vip_toy", "--dataset", f"imagefolder:{tmp_path / 'jpg'}", "--out", str(kw["out"]),
+           "--num-workers", "0", "--no-progress", "--decode"]
+    assert main(cli + ["draft"]) == 0 and stores.open(kw["out"]).attrs["decode"] == "draft"
     with pytest.raises(ValueError, match="decode: store has \"draft\", this job \"full\""):
         extract("vip_toy", f"imagefolder:{tmp_path / 'jpg'}", decode_mode="full", **kw)
     with pytest.raises(ValueError, match="--decode must be one of"):
         extract("vip_toy", f"imagefolder:{tmp_path / 'jpg'}", decode_mode="gpu", **kw)
+    with pytest.raises(SystemExit):
+        main(cli + ["gpu"])
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (nvJPEG through torchvision)")
