@@ -6,10 +6,11 @@ Tolerances (draft or device decoding against a full PIL decode, same resize and 
 BENCHMARKS.md: on photo-like 1024x768 JPEGs the cropped uint8 pixels differ by at most 1.5 grey levels on average
 (draft: a DCT-domain block average instead of a bicubic filter over full-size pixels); shipped vip_toy features of
 digits rendered as 128 px JPEGs differ by a relative L2 under 1 %, and a standardized logistic probe on all
-digits (a slow test) keeps its accuracy within 1 point and >= 98 % of its test predictions.
+digits (a slow test) keeps its accuracy within 1 point and >= 98 % of its test predictions. The device path
+(torchvision's decoder, torch's resize) stays within 1 % relative L2 of full-decode features on the CPU; nvJPEG's
+crops within 3 grey levels on average of the CPU's (a loose bound: not yet measured on a GPU).
 """
 import io
-import os
 
 import numpy as np
 import pytest
@@ -268,7 +269,9 @@ def test_nvjpeg_batch_matches_the_cpu_decode_within_tolerance(mixed, tmp_path):
     got = decode.decode_batch(jpegs, sizes, BASE, torch.device("cuda"))
     for d, g in zip(datas, got):
         assert g.is_cuda and g.shape == (3, 224, 224)
-        assert (g.cpu().float() - crop_of(d, BASE, False).float()).abs().mean() <= 1.5
+        # nvJPEG's IDCT and chroma upsampling differ from libjpeg-turbo's: a looser bound than draft's, not yet
+        # measured on a GPU here (BENCHMARKS.md)
+        assert (g.cpu().float() - crop_of(d, BASE, False).float()).abs().mean() <= 3.0
     bb = toy()
     bb.model.cuda()
     source = open_split(f"imagefolder:{mixed}", "train")
