@@ -7,8 +7,8 @@ goes through PIL's own conversion, alpha dropped as torchvision's loader does.
 
 The decode paths of a featurize job (:data:`DECODE_MODES`) live here too. ``draft`` decodes a JPEG at the
 smallest DCT scale that still covers the size it is resized to (an ImageNet-size image going to a 32 px model
-decodes at 1/8), then resizes it to exactly that size; ``device`` leaves JPEG decoding and resizing to the job's
-device in batches (nvJPEG on CUDA) and sends everything else through PIL. Both keep the backbone's geometry
+decodes at 1/8), then resizes it to exactly that size; ``device`` leaves baseline JPEGs' decoding and resizing to the
+job's device in batches (nvJPEG on CUDA) and sends everything else through PIL in draft mode. Both keep the backbone's geometry
 (:func:`backbones.preprocessing.geometry_transform`): resize the shorter side, centre crop; the pixels differ from
 a full PIL decode only by what the decoders and filters differ by (measured in BENCHMARKS.md, bounded in
 tests/test_decode.py).
@@ -60,7 +60,7 @@ def _gray(values: np.ndarray) -> Image.Image:
 JPEG_SOI = b"\xff\xd8\xff"
 JPEG_EOI = b"\xff\xd9"
 #: How a featurize job decodes images: ``full`` (PIL, whole image), ``draft`` (PIL, JPEGs at a reduced DCT scale),
-#: ``device`` (JPEGs by torchvision on the job's device: nvJPEG on CUDA), ``auto`` (``device`` on CUDA, else ``draft``).
+#: ``device`` (baseline JPEGs by torchvision on the job's device: nvJPEG on CUDA), ``auto`` (``device`` on CUDA, else ``draft``).
 DECODE_MODES = ("auto", "draft", "full", "device")
 
 
@@ -126,13 +126,15 @@ def open_rgb(data: bytes, pre: Preprocessing, *, draft: bool = True) -> Image.Im
 
 def device_jpeg_size(data: bytes) -> tuple[int, int] | None:
     """``(width, height)`` of a JPEG a device decoder should take, from its header; ``None`` sends the bytes to
-    PIL instead: not a JPEG, CMYK or other modes, no end-of-image marker (a truncated file, which PIL names as
-    an error rather than a decoder filling the missing rows), or a header PIL cannot read."""
+    PIL (in the workers, draft mode) instead: not a JPEG, CMYK or other modes, progressive (nvJPEG decodes those
+    one by one with its entropy decoding on the host, in the job's main process: the workers do it faster), no
+    end-of-image marker (a truncated file, which PIL names as an error rather than a decoder filling the missing
+    rows), or a header PIL cannot read."""
     if not data.startswith(JPEG_SOI) or not data.rstrip(b"\0\r\n ").endswith(JPEG_EOI):
         return None
     try:
         with Image.open(io.BytesIO(data)) as im:
-            if im.format != "JPEG" or im.mode not in ("RGB", "L"):
+            if im.format != "JPEG" or im.mode not in ("RGB", "L") or im.info.get("progressive"):
                 return None
             return im.size
     except Exception:  # noqa: BLE001 - any header PIL refuses is left to PIL's full decode to name

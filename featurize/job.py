@@ -419,7 +419,7 @@ def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None
         Record undecodable images as skipped rows instead of stopping.
     decode_mode : {"auto", "draft", "full", "device"}
         ``draft``: JPEGs decoded by PIL at the smallest DCT scale covering the resize target; ``full``: whole
-        images; ``device``: JPEGs decoded and resized in batches on ``device`` (nvJPEG on CUDA), other files by
+        images; ``device``: baseline JPEGs decoded and resized in batches on ``device`` (nvJPEG on CUDA), others by
         PIL; ``auto``: ``device`` on CUDA, else ``draft``. Recorded in the store (``decode``).
 
     Returns
