@@ -7,11 +7,11 @@ goes through PIL's own conversion, alpha dropped as torchvision's loader does.
 
 The decode paths of a featurize job (:data:`DECODE_MODES`) live here too. ``draft`` decodes a JPEG at the
 smallest DCT scale that still covers the size it is resized to (an ImageNet-size image going to a 32 px model
-decodes at 1/8), then resizes it to exactly that size; ``device`` leaves baseline JPEGs' decoding and resizing to the
-job's device in batches (nvJPEG on CUDA) and sends everything else through PIL in draft mode. Both keep the backbone's geometry
-(:func:`backbones.preprocessing.geometry_transform`): resize the shorter side, centre crop; the pixels differ from
-a full PIL decode only by what the decoders and filters differ by (measured in BENCHMARKS.md, bounded in
-tests/test_decode.py).
+decodes at 1/8), then resizes it to exactly that size; ``device`` leaves baseline JPEGs' decoding and resizing
+to the job's device in batches (nvJPEG on CUDA) and sends everything else through PIL in draft mode. Both keep
+the backbone's geometry (:func:`backbones.preprocessing.geometry_transform`): resize the shorter side, centre
+crop; the pixels differ from a full PIL decode only by what the decoders and filters differ by (measured in
+BENCHMARKS.md, bounded in tests/test_decode.py).
 """
 from __future__ import annotations
 
@@ -60,7 +60,8 @@ def _gray(values: np.ndarray) -> Image.Image:
 JPEG_SOI = b"\xff\xd8\xff"
 JPEG_EOI = b"\xff\xd9"
 #: How a featurize job decodes images: ``full`` (PIL, whole image), ``draft`` (PIL, JPEGs at a reduced DCT scale),
-#: ``device`` (baseline JPEGs by torchvision on the job's device: nvJPEG on CUDA), ``auto`` (``device`` on CUDA, else ``draft``).
+#: ``device`` (baseline JPEGs by torchvision on the job's device: nvJPEG on CUDA), ``auto`` (``device`` on CUDA,
+#: else ``draft``).
 DECODE_MODES = ("auto", "draft", "full", "device")
 
 
