@@ -37,7 +37,7 @@ from PIL import Image
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import backbones  # noqa: E402
 from featurize import decode, open_split  # noqa: E402
-from featurize.job import extract_split, resolve_device, shard_batches  # noqa: E402
+from featurize.job import extract_split, extract_splits, resolve_device, shard_batches  # noqa: E402
 
 
 def photo_jpeg(rng, width, height) -> bytes:
@@ -144,6 +144,30 @@ def decode_rows(n=32):
     return out
 
 
+def startup_row(bb, device, workers, repeats, tmp, n=32):
+    """Three splits of ``n`` small JPEGs: one job (one worker pool, :func:`extract_splits`) vs a job per split (a
+    pool each, as before issue 39); the difference is two pools' start-up (a fork server's once CUDA is up)."""
+    root = os.path.join(tmp, "splits")
+    for split in ("train", "val", "test"):
+        make_jpegs(os.path.join(root, split), n, 64, 48)
+    sources = [open_split(f"imagefolder:{root}", s) for s in ("train", "val", "test")]
+    one, each = [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        extract_splits(bb, sources, tempfile.mkdtemp(dir=tmp, suffix=".zarr"), device=device, batch_size=16,
+                       num_workers=workers, progress=False)
+        one.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        out = tempfile.mkdtemp(dir=tmp, suffix=".zarr")
+        for src in sources:
+            extract_split(bb, src, out, device=device, batch_size=16, num_workers=workers, progress=False)
+        each.append(time.perf_counter() - t)
+    row = (f"| 3 splits x {n} JPEGs 64x48, {workers} workers | {min(one):.2f} s | {min(each):.2f} s "
+           f"| {(min(each) - min(one)) / 2:.2f} s |")
+    print(row, flush=True)
+    return row
+
+
 def gpu_rows(device, tmp, n_images, workers, repeats, batch_size=256, steps=20):
     """ViT-B/16 on one GPU: the model alone on synthetic uint8 input, then end to end from ImageNet-size JPEGs at
     224 px with device (nvJPEG) vs worker (draft) decoding against the forward on the same pre-decoded batches."""
@@ -193,7 +217,8 @@ def main():
     p.add_argument("--device", default="auto")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
-    p.add_argument("--cases", nargs="+", default=["decode", "toy", "vitb"], choices=["decode", "toy", "vitb"])
+    p.add_argument("--cases", nargs="+", default=["decode", "toy", "vitb", "startup"],
+                   choices=["decode", "toy", "vitb", "startup"])
     p.add_argument("--toy-images", type=int, default=512)
     p.add_argument("--toy-batch", type=int, default=256)
     p.add_argument("--vitb-images", type=int, default=24)
@@ -211,13 +236,20 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         toy_dir, vitb_dir = os.path.join(tmp, "toy"), os.path.join(tmp, "vitb")
-        make_jpegs(toy_dir, args.toy_images, 500, 375)
-        make_jpegs(vitb_dir, args.vitb_images, 500, 375)
+        if "toy" in args.cases:
+            make_jpegs(toy_dir, args.toy_images, 500, 375)
+        if "vitb" in args.cases:
+            make_jpegs(vitb_dir, args.vitb_images, 500, 375)
         for head in ("cls", "blocks") if "toy" in args.cases else ():
             bb = backbones.load_backbone("vip_toy", head=head)
             bb.model.to(device, memory_format=torch.channels_last)
             rows += run_case("vip_toy 32px, JPEG 500x375", bb, toy_dir, device, args.toy_batch, args.workers,
                              args.repeats, tmp, cpu_modes)
+        startup = None
+        if "startup" in args.cases:
+            bb = backbones.load_backbone("vip_toy", head="cls")
+            bb.model.to(device, memory_format=torch.channels_last)
+            startup = startup_row(bb, device, args.workers, args.repeats, tmp)
         if "vitb" in args.cases:
             bb = backbones.load_backbone(vit_b_config(), head="cls", weights=random_weights(tmp))
             bb.model.to(device, memory_format=torch.channels_last)
@@ -236,6 +268,9 @@ def main():
         if decode_table:
             f.write("\n".join(DECODE_HEADER + decode_table) + "\n\n")
         f.write("\n".join(HEADER + rows) + "\n\n")
+        if startup:
+            f.write("| worker start-up (vip_toy cls) | one job over the splits | a job per split | one pool's start "
+                    "|\n|---|---|---|---|\n" + startup + "\n\n")
         if gpu:
             synthetic, name, grows = gpu
             f.write(f"GPU ({name}): ViT-B/16 cls, synthetic uint8 input, batch 256, bf16 autocast: "
