@@ -63,6 +63,8 @@ JPEG_EOI = b"\xff\xd9"
 #: ``device`` (baseline JPEGs by torchvision on the job's device: nvJPEG on CUDA), ``auto`` (``device`` on CUDA,
 #: else ``draft``).
 DECODE_MODES = ("auto", "draft", "full", "device")
+#: Pixels resized in one call by :func:`decode_batch` (x 3 channels x 4 bytes in float32: 768 MiB).
+RESIZE_PIXELS = 64 * 2**20
 
 
 def resolve_mode(mode: str, device: torch.device) -> str:
@@ -169,7 +171,9 @@ def decode_batch(jpegs: list[torch.Tensor], sizes: list[tuple[int, int]], pre: P
             same_size.setdefault((width, height), []).append(j)
     out: list[torch.Tensor | None] = [None] * len(jpegs)
     for (width, height), js in same_size.items():
-        batch = resize_to(torch.stack([images[j] for j in js]), resized_size(width, height, pre.resize), pre)
-        for j, crop in zip(js, F.center_crop(batch, [pre.crop, pre.crop])):
-            out[j] = crop
+        step = max(1, RESIZE_PIXELS // (width * height))  # the resize works in float32: bound its memory
+        for chunk in (js[a:a + step] for a in range(0, len(js), step)):
+            batch = resize_to(torch.stack([images[j] for j in chunk]), resized_size(width, height, pre.resize), pre)
+            for j, crop in zip(chunk, F.center_crop(batch, [pre.crop, pre.crop])):
+                out[j] = crop
     return out

@@ -221,6 +221,17 @@ def test_a_jpeg_the_device_refuses_is_decoded_by_pil(mixed, tmp_path, monkeypatc
     assert not np.array_equal(dev[1], draft[1])  # the others did come from the device decoder
 
 
+def test_decode_batch_bounds_its_resize_memory_without_changing_pixels(monkeypatch):
+    datas = [jpeg_bytes(photo(320, 240, seed)) for seed in range(5)] + [jpeg_bytes(photo(240, 320, 5))]
+    jpegs = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas]
+    sizes = [decode.device_jpeg_size(d) for d in datas]
+    whole = decode.decode_batch(jpegs, sizes, TOY, torch.device("cpu"))
+    monkeypatch.setattr(decode, "RESIZE_PIXELS", 320 * 240 * 2)  # chunks of two same-size images
+    chunked = decode.decode_batch(jpegs, sizes, TOY, torch.device("cpu"))
+    assert all(a.shape == (3, 32, 32) and torch.equal(a, b) for a, b in zip(whole, chunked))
+    assert (whole[-1].float() - crop_of(datas[-1], TOY, False).float()).abs().mean() <= 1.5
+
+
 def test_one_worker_pool_serves_every_split(tmp_path, monkeypatch):
     digits_as_jpegs(tmp_path / "jpg", "train", 40, side=64)
     digits_as_jpegs(tmp_path / "jpg", "test", 24, side=64)
