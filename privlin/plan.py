@@ -11,10 +11,11 @@ A plan is public by construction: it depends on the parameters and on N, d, k on
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from types import SimpleNamespace
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping
 
 import jax.numpy as jnp
 import numpy as np
@@ -32,22 +33,18 @@ __all__ = ["Plan", "Static", "make_plan", "default_learning_rate", "METHODS", "D
            "RECENTER_SHARE", "ADAM_LR", "stability_caps", "learning_rates"]
 
 
-class Static(NamedTuple):
-    """What a compiled fit specializes on (hashable): shapes come from the arrays, and ε, σ, the learning rate and
-    the key are arguments, so one program serves an ε grid or CV folds.  ``chain``: ``(release, σ/σ_ref)`` of each
-    release, a fixed ratio to the plan's reference σ (:attr:`Plan.reference_sigma`), the same at every ε."""
+#: The training settings a compiled fit specializes on (with the chain's σ ratios: :class:`Static`).
+STATIC_SETTINGS = ("method", "steps", "sample_rate", "clip", "normalize", "loss", "bias_init", "fit_intercept",
+                   "optimizer", "momentum")
 
-    method: str
-    steps: int
-    sample_rate: float
-    clip: float
-    normalize: bool
-    loss: str
-    bias_init: float
-    fit_intercept: bool
-    optimizer: str
-    momentum: float
-    chain: tuple
+
+class Static(collections.namedtuple("Static", (*STATIC_SETTINGS, "chain"))):
+    """What a compiled fit specializes on (hashable): the plan's :data:`STATIC_SETTINGS`, and ``chain``: each
+    release's ``(release, σ/σ_ref)``, a fixed ratio to the plan's reference σ (:attr:`Plan.reference_sigma`), the
+    same at every ε.  Shapes come from the arrays, and ε, σ, the learning rate and the key are arguments, so one
+    program serves an ε grid or CV folds."""
+
+    __slots__ = ()
 
     def release(self, name: str):
         """``(release, ratio)`` of the chain's release ``name``, or None where it is not made."""
@@ -230,9 +227,8 @@ class Plan:
         by (so no number changes): the float64 ratio moves in its last bits from one ε to the next, which would
         otherwise compile a new program per ε."""
         ref = self.reference_sigma
-        return Static(self.method, self.steps, self.sample_rate, self.clip, self.normalize, self.loss,
-                      self.bias_init, self.fit_intercept, self.optimizer, self.momentum,
-                      tuple((r, float(np.float32(s / ref))) for r, s in self.chain))
+        return Static(*(getattr(self, name) for name in STATIC_SETTINGS),
+                      chain=tuple((r, float(np.float32(s / ref))) for r, s in self.chain))
 
     def learning_rates_after(self, curvature) -> tuple[float, float]:
         """(W's, b's) learning rate the fit ran with, given its released curvature bound (None: not released)."""
