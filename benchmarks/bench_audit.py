@@ -3,7 +3,7 @@
     python benchmarks/bench_audit.py [--runs 1000] [--rows 100000] [--dim 768] [--classes 1000] [--repeats 3]
 
 1. Canary audit of 1000 runs on digits (1797 x 64, 10 classes) for each method
-   in ``privlin.audit.METHODS``: wall seconds (compile included) and the bound.
+   in ``privlin.audit.AUDITS``: wall seconds (compile included) and the bound.
 2. secure_mode noise vs plain noise on a full-batch fit of ``rows x dim x classes``
    (clip rows, per-class clipped sums, noise on the (classes, dim) statistic,
    one Adam step from zero): the ratio of whole-fit times, plus the noise alone.
@@ -41,7 +41,7 @@ def machine() -> str:
 
 def bench_audits(runs: int, epsilons) -> list[str]:
     rows = []
-    for method in sorted(A.METHODS):
+    for method in sorted(A.AUDITS):
         for eps in epsilons:
             t = time.perf_counter()
             res = A.audit_method(method, eps, runs=runs)

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_audit_table.py [--runs 20000] [--methods all]
 
-For each method in ``privlin.audit.METHODS``: the canary audit on digits with
+For each method in ``privlin.audit.AUDITS``: the canary audit on digits with
 ``--runs`` runs. Two reference columns, same evaluation runs, 95 % Clopper–Pearson:
 "exact Gaussian" is what a perfect likelihood-ratio attacker would certify against a Gaussian mechanism
 meeting the claim with equality (bound/that measures the attack); "ceiling" is what a perfect attack with no
@@ -46,7 +46,7 @@ def main(argv=None):
     p.add_argument("--delta", type=float, default=1e-5)
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
-    methods = sorted(A.METHODS) if args.methods == ["all"] else args.methods
+    methods = sorted(A.AUDITS) if args.methods == ["all"] else args.methods
     n_eval = (args.runs // 2) - int(args.runs // 2 * 0.5)  # runs per world left for the bound
     lines = [f"| method | claimed ε | audited ε ≥ | exact Gaussian at the claim | ceiling ({args.runs} runs) | "
              "claim testable | attack | audit time |", "|---|---|---|---|---|---|---|---|"]

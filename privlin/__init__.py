@@ -5,14 +5,33 @@
     privlin.evaluate(model, "feats.zarr")                               # accuracy on the 'test' split
     print(model.privacy_)                                               # (ε, δ), σ's, data, ledger total
 
-One path from every entry point to the trained model: ``data`` (what the user passed → a source of rows, the public
-class list, the ledger), ``plan`` (every default and σ, decided before any row is read), ``runner`` (normalize → the
-plan's private releases: row norm, centering, scaling, curvature → training, in memory or streaming), built from the
-pure pieces ``preprocess`` and ``train``; privacy numbers from ``accounting`` only; ``estimator`` is the scikit-learn
-surface (``DPLinearClassifier``, ``fit``, ``evaluate``); ``sweep`` and ``selection`` run many plans; ``ledger``
-records what every split has spent; ``audit`` measures the shipped estimator.
+The layers, bottom up: primitives (``sensitivity``: exact sums; ``noise``, ``secure_noise``; ``preprocess``,
+``scaling``, ``radius``, ``train``: the pure pieces), mechanisms (``releases``: each private release one value;
+``accounting``, ``events``: every privacy number), policy (``defaults``, ``plan``: the chain of releases and every
+σ, decided before any row is read), execution (``data``: inputs → a source of rows; ``runner``: the chain run on
+rows, in memory or streamed; ``workflow``: checks → plan → charge → run → a fitted record; ``ledger``), surfaces
+(``estimator``: ``DPLinearClassifier``, ``fit``, ``evaluate``; ``sweep``, ``selection``, ``audit``).
+
+The package imports lazily (PEP 562): ``import privlin.accounting`` or ``privlin.events`` loads neither JAX nor
+scikit-learn (DP-MAE's trainer uses them), and ``import privlin`` is cheap until a name is used.
 """
-from .report import PrivacyLeakWarning, PrivacyReport
-from .estimator import DPLinearClassifier, evaluate, fit
+from __future__ import annotations
+
+import importlib
 
 __all__ = ["DPLinearClassifier", "PrivacyLeakWarning", "PrivacyReport", "fit", "evaluate"]
+
+_HOME = {"DPLinearClassifier": "estimator", "fit": "estimator", "evaluate": "estimator",
+         "PrivacyLeakWarning": "report", "PrivacyReport": "report"}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -45,7 +45,7 @@ from scipy import optimize, special
 __all__ = [
     "NEIGHBOURING", "DEFAULT_NEIGHBOURING", "ACCOUNTANTS", "relation_name", "relation", "make_accountant",
     "compose_epsilon", "gdp_mu", "gdp_delta", "gdp_epsilon", "gdp_mu_for", "dp_event",
-    "event_epsilon", "dpsgd_epsilon", "calibrate_noise", "split_noise",
+    "event_epsilon", "dpsgd_epsilon", "calibrate_noise",
 ]
 
 #: dp-accounting's neighbouring relations by their lower-case enum names: the one vocabulary of privlin.
@@ -362,7 +362,7 @@ def calibrate_noise(epsilon: float, delta: float, *, steps: int = 1, sample_rate
         "gdp" is exact for full-batch plans and is solved in closed form.
     extra_ratios : sequence of float
         Extra full-batch Gaussian mechanisms sharing the budget, each with multiplier
-        ``ratio * σ`` (private centering uses one; see :func:`split_noise`).
+        ``ratio * σ`` (the plan's releases: :func:`privlin.plan.make_plan` is the one σ split).
     rtol : float
         Relative precision of the search on σ (dp-accounting accountants).
 
@@ -499,22 +499,3 @@ def _event_key(event):
     if type(event) in (list, tuple):
         return (type(event), tuple(_event_key(e) for e in event))
     return _leaf_key(event)
-
-
-def split_noise(epsilon: float, delta: float, *, steps: int = 1, center_share: float = 0.0,
-                neighbouring=DEFAULT_NEIGHBOURING) -> tuple[float, float]:
-    """Full-batch plan: (σ_train, σ_center) spending ``center_share`` of μ² on centering.
-
-    Under GDP the budget is μ² = 1/σ_c² + T/σ²; centering gets ``center_share`` of it
-    (DP-RandP Table 23 spends ~0.4% at ε=1), the T steps the rest.  ``center_share=0``
-    returns σ_center = inf (no centering).
-    """
-    if not 0.0 <= center_share < 1.0:
-        raise ValueError(f"center_share must be in [0, 1), got {center_share}")
-    if center_share == 0.0:
-        return calibrate_noise(epsilon, delta, steps=steps, neighbouring=neighbouring), math.inf
-    if math.isinf(epsilon):
-        return 0.0, 0.0  # non-private baseline: centering on the exact mean
-    ratio = math.sqrt((1.0 - center_share) / (center_share * steps))
-    sigma = calibrate_noise(epsilon, delta, steps=steps, neighbouring=neighbouring, extra_ratios=[ratio])
-    return sigma, ratio * sigma

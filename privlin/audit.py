@@ -529,12 +529,12 @@ def estimator_trainer(params: Mapping, *, n: int, dim: int, n_classes: int) -> C
 
     plan = make_plan(params, n=n, dim=dim, n_classes=n_classes)
     static = plan.static()
-    sigma_c = plan.sigma_center if plan.centered else 1.0
+    sigma_ref = plan.reference_sigma
 
     def trainer(X, y, key):
         mask = (y >= 0).astype(jnp.float32)
         Y = jax.nn.one_hot(jnp.maximum(y, 0), n_classes)
-        rel = runner.train_rows(static, X, Y, mask, float(plan.n), key, plan.sigma, sigma_c, plan.learning_rate,
+        rel = runner.train_rows(static, X, Y, mask, float(plan.n), key, plan.sigma, sigma_ref, plan.learning_rate,
                                 plan.learning_rate_ceiling)
         out = {"coef": rel.W.T, "intercept": rel.b}
         if rel.mean is not None:
@@ -554,13 +554,14 @@ def _estimator_method(**params) -> Callable:
     return factory
 
 
-#: name -> factory(epsilon, delta, n_classes, n, dim) -> pure trainer (X, y, key) -> released dict
-METHODS: dict[str, Callable] = {
+#: The canary audits: name -> factory(epsilon, delta, n_classes, n, dim) -> pure trainer (X, y, key) -> released
+#: dict.  Each estimator entry audits the shipped defaults (steps, batch size): what users run.
+AUDITS: dict[str, Callable] = {
     "gaussian_sum": _gaussian_sum_method,
     "adam1": _estimator_method(method="adam1"),
-    "sgd": _estimator_method(method="sgd", steps=10),
-    "minibatch_sgd": _estimator_method(method="minibatch", steps=20, batch_size=256),
-    "minibatch_adam": _estimator_method(method="minibatch", steps=20, batch_size=256, optimizer="adam"),
+    "sgd": _estimator_method(method="sgd"),
+    "minibatch_sgd": _estimator_method(method="minibatch"),
+    "minibatch_adam": _estimator_method(method="minibatch", optimizer="adam"),
 }
 
 
@@ -597,12 +598,12 @@ def one_run_estimator_audit(params: Mapping, X, y, *, canaries: int = 1000, seed
 def audit_method(method: str, epsilon: float, *, delta: float = 1e-5, runs: int = 1000, seed: int = 0,
                  X=None, y=None, confidence: float = 0.95) -> AuditResult:
     """Canary-audit a named privlin method at ``epsilon`` on ``X, y`` (default: digits, rows at unit norm)."""
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose from {sorted(METHODS)}")
+    if method not in AUDITS:
+        raise ValueError(f"unknown method {method!r}; choose from {sorted(AUDITS)}")
     if X is None:
         X, y = _digits()
     n_classes = int(np.max(y)) + 1
-    train = METHODS[method](epsilon=epsilon, delta=delta, n_classes=n_classes, n=len(X) + 1, dim=X.shape[1])
+    train = AUDITS[method](epsilon=epsilon, delta=delta, n_classes=n_classes, n=len(X) + 1, dim=X.shape[1])
     res = canary_audit(train, X, y, runs=runs, delta=delta, epsilon_claimed=epsilon, seed=seed, confidence=confidence)
     res.attack = f"{res.attack} (canary MI, {res.details['runs']} runs)"
     return res
@@ -623,12 +624,12 @@ def _audit_parser():
     """The command line of :func:`main` (limits as data: ``stores.cli``)."""
     from stores import cli
 
-    from privlin.plan import METHODS as ESTIMATOR_METHODS
+    from privlin.defaults import METHODS as ESTIMATOR_METHODS
 
     p = cli.parser(AUDIT_PROG, "Empirically lower-bound the ε of a privlin trainer on digits (rows at unit norm).",
                    epilog="Exit status: 0 every claim consistent, 3 an audit proved a claim false, 2 a usage error.")
-    p.add_argument("--method", default="gaussian_sum", choices=sorted({*METHODS, *ESTIMATOR_METHODS, "all"}),
-                   help=f"canary audit: one of {sorted(METHODS)}; with --one-run: one of "
+    p.add_argument("--method", default="gaussian_sum", choices=sorted({*AUDITS, *ESTIMATOR_METHODS, "all"}),
+                   help=f"canary audit: one of {sorted(AUDITS)}; with --one-run: one of "
                         f"{list(ESTIMATOR_METHODS)} (DPLinearClassifier with its defaults); 'all': every one")
     p.add_argument("--epsilon", type=cli.Interval(float, 0, math.inf, closed="neither"), nargs="+", default=[1.0],
                    help="claimed ε values to audit")
@@ -652,9 +653,9 @@ def _audit_tasks(args) -> list[tuple[str, float]]:
     """(method, ε) pairs to audit; a method the chosen audit cannot run is a usage error."""
     from stores import cli
 
-    from privlin.plan import METHODS as ESTIMATOR_METHODS
+    from privlin.defaults import METHODS as ESTIMATOR_METHODS
 
-    known = list(ESTIMATOR_METHODS) if args.one_run else sorted(METHODS)
+    known = list(ESTIMATOR_METHODS) if args.one_run else sorted(AUDITS)
     methods = known if args.method == "all" else [args.method]
     if methods[0] not in known:
         other = "the canary audit (without --one-run)" if args.one_run else "--one-run"
@@ -673,8 +674,8 @@ def _audit_one(args, method: str, epsilon: float) -> AuditResult:
                                    confidence=args.confidence)
 
 
-def _audit_row(method: str, res: AuditResult, ceiling) -> str:
-    top = "" if ceiling is None else f"  ceiling ε≤{ceiling:.3f}"
+def _audit_row(method: str, res: AuditResult) -> str:
+    top = f"  ceiling ε≤{res.ceiling:.3f}" if math.isfinite(res.ceiling) else ""
     verdict = "VIOLATED" if res.violated else "consistent"
     return (f"{method:<15s} claimed ε={res.epsilon_claimed:.3g}  audited lower bound ε≥{res.epsilon_lb:.3f}{top}  "
             f"({res.confidence:.0%} confidence, δ={res.delta:g})  attack: {res.attack}  -> {verdict}")
@@ -695,10 +696,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for i, (m, eps) in enumerate(tasks):
             with cli.status(f"[{i + 1}/{len(tasks)}] {m} at ε={eps:g} ({kind})", enabled=not args.no_progress):
                 res = _audit_one(args, m, eps)
-            ceiling = getattr(res, "ceiling", None)  # the largest ε this many runs can certify (when known)
             violated |= res.violated
-            print(json.dumps({"method": m, **res.as_dict(), "ceiling": ceiling}) if args.json
-                  else _audit_row(m, res, ceiling), flush=True)
+            print(json.dumps({"method": m, **res.as_dict()}) if args.json else _audit_row(m, res), flush=True)
         return 3 if violated else 0
 
     return run(argv)

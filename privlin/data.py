@@ -26,8 +26,8 @@ import numpy as np
 
 from .report import PrivacyLeakWarning
 
-__all__ = ["Source", "ArraySource", "SplitSource", "as_source", "public_classes", "label_index", "row_labels",
-           "open_store"]
+__all__ = ["Source", "ArraySource", "SplitSource", "as_source", "is_store_like", "public_classes", "label_index",
+           "row_labels", "open_store"]
 
 
 class Source:
@@ -316,6 +316,14 @@ def open_store(data):
     return stores.open(data)
 
 
+def is_store_like(data) -> bool:
+    """Whether ``data`` is a source of rows with their labels (a Source, a store path or URL, a ``stores`` object)
+    rather than a feature array: what lets ``fit(X)`` take a store without ``y``."""
+    if isinstance(data, (Source, str)) or hasattr(data, "__fspath__"):
+        return True
+    return (type(data).__module__ or "").startswith("stores")
+
+
 def as_source(data, split: str | None = "train") -> Source:
     """A :class:`Source` from a Source, ``(X, y)``, a ``stores.Split``, a ``stores.FeatureStore`` or a path/URL.
 
@@ -344,7 +352,7 @@ def as_source(data, split: str | None = "train") -> Source:
 def public_classes(source: Source, classes=None, *, stacklevel: int = 3) -> tuple[np.ndarray, list[str]]:
     """The public class list (sorted) and the leaks it caused (see the module docstring for the policy).
 
-    A list read from the private labels is read (and checked) before any charge (``privlin.estimator.plans_for``):
+    A list read from the private labels is read (and checked) before any charge (``privlin.workflow.plans_for``):
     its errors come with its PrivacyLeakWarning, never after a ledger entry.
 
     Raises

@@ -1,10 +1,8 @@
 """``DPLinearClassifier``: a scikit-learn estimator whose ``fit`` is (ε, δ)-differentially private.
 
-The thin public layer: settings stored by ``__init__``, validated once in ``fit``, then one path for every
-input — :func:`privlin.data.as_source` (arrays or a store split), :func:`privlin.plan.make_plan` (every
-default, every σ), :func:`privlin.runner.run` (normalize → the private releases the plan buys: row norm,
-centering, scaling, curvature → training).  ``privlin.fit`` and ``privlin.evaluate`` are the same estimator on
-a store.
+The thin public layer: settings stored by ``__init__`` (defaults: :data:`privlin.defaults.PARAMS`), validated
+once in ``fit``, then the one fit workflow (:mod:`privlin.workflow`: public checks → plan → charge → run → a
+fitted record, unpacked here).  ``privlin.fit`` and ``privlin.evaluate`` are the same estimator on a store.
 """
 from __future__ import annotations
 
@@ -20,17 +18,12 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
-from . import accounting, data, evaluation, noise, preprocess, runner, secure_noise, train
-from .plan import DEFAULT_EPSILON, METHODS, Plan, make_plan
-from .report import PrivacyLeakWarning, PrivacyReport, setting_leaks
+from . import accounting, data, evaluation, noise, runner, train, workflow
+from .defaults import DEFAULT_EPSILON, METHODS, PARAMS
+from .report import PrivacyLeakWarning
+from .workflow import coef_of, plans_for, report_for  # noqa: F401 - their home is workflow; kept importable here
 
 __all__ = ["DPLinearClassifier", "fit", "evaluate"]
-
-
-def _public_setting_leaks(plans, stacklevel: int) -> list[str]:
-    """The plans' settings that void a guarantee (ε = ∞, δ ≥ 1/N), warned once each."""
-    worst = min(plans, key=lambda p: (p.private, -p.delta))
-    return setting_leaks(private=worst.private, delta=worst.delta, n=worst.n, stacklevel=stacklevel)
 
 
 def _check_secure_mode(est) -> None:
@@ -192,12 +185,17 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         "ledger": "no_validation",
     }
 
-    def __init__(self, *, epsilon=DEFAULT_EPSILON, delta=1e-5, method="sgd", steps=None, learning_rate=None,
-                 clip=1.0, normalize=True, center=True, recenter=None, center_share=None, scale=None, scale_share=None,
-                 radial=None, noise_multiplier=None, center_noise_multiplier=None, classes=None, loss=None, fit_intercept=None,
-                 optimizer="sgd", momentum=0.9, batch_size=256, accountant=None, neighbouring=accounting.DEFAULT_NEIGHBOURING,
-                 random_state=None, block_rows=65536, memory_limit=2**30, verbose=False, budget=None, ledger=None,
-                 secure_mode=False):
+    def __init__(self, *, epsilon=PARAMS["epsilon"], delta=PARAMS["delta"], method=PARAMS["method"],
+                 steps=PARAMS["steps"], learning_rate=PARAMS["learning_rate"], clip=PARAMS["clip"],
+                 normalize=PARAMS["normalize"], center=PARAMS["center"], recenter=PARAMS["recenter"],
+                 center_share=PARAMS["center_share"], scale=PARAMS["scale"], scale_share=PARAMS["scale_share"],
+                 radial=PARAMS["radial"], noise_multiplier=PARAMS["noise_multiplier"],
+                 center_noise_multiplier=PARAMS["center_noise_multiplier"], classes=PARAMS["classes"],
+                 loss=PARAMS["loss"], fit_intercept=PARAMS["fit_intercept"], optimizer=PARAMS["optimizer"],
+                 momentum=PARAMS["momentum"], batch_size=PARAMS["batch_size"], accountant=PARAMS["accountant"],
+                 neighbouring=PARAMS["neighbouring"], random_state=PARAMS["random_state"],
+                 block_rows=PARAMS["block_rows"], memory_limit=PARAMS["memory_limit"], verbose=PARAMS["verbose"],
+                 budget=PARAMS["budget"], ledger=PARAMS["ledger"], secure_mode=PARAMS["secure_mode"]):
         self.epsilon = epsilon
         self.delta = delta
         self.method = method
@@ -249,7 +247,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         privlin.ledger.PrivacyBudgetExceeded
             The data's ledger would pass its cap (no row was read).
         """
-        if y is None and _is_store_like(X):
+        if y is None and data.is_store_like(X):
             source = data.as_source(X, "train")
             self.n_features_in_ = source.dim
         elif self.classes is None:  # the labels make the class list (a warned leak): scikit-learn's target checks
@@ -310,156 +308,14 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ the private core
 
     def _fit(self, source: data.Source) -> "DPLinearClassifier":
-        """Public checks, then the charge, then the rows: plan → ledger → runner → report."""
+        """Public checks, then the one fit workflow (:func:`privlin.workflow.fit_plans`), unpacked."""
         _check_secure_mode(self)
         key, seeded = noise.make_key(self.random_state)
-
-        def charge(led, plans):
-            (plan,) = plans
-            led.charge(plan.dp_event(), mechanism=f"DPLinearClassifier/{plan.method}", epsilon=plan.epsilon,
-                       delta=plan.delta, params=_entry_params(plan, seeded), neighbouring=plan.neighbouring)
-
-        classes, (plan,), leaks, led = plans_for(source, [self.get_params()], classes=self.classes,
-                                                 budget=self.budget, ledger=self.ledger, charge=charge)
-        (released,) = runner.run([plan], source, [key], classes, block_rows=int(self.block_rows),
-                                 memory_limit=int(self.memory_limit), verbose=bool(self.verbose))
-        self.classes_ = classes
-        self.coef_ = coef_of(released.W)
-        self.intercept_ = np.asarray(released.b, dtype=np.float64).copy()
-        self.mean_ = None if released.mean is None else np.asarray(released.mean, dtype=np.float64)
-        self.scaling_ = released.scaling
-        self.radius_ = None if released.radius is None else float(released.radius)
-        self.curvature_ = None if released.curvature is None else float(released.curvature)
-        self.plan_ = plan
-        self.ledger_ = led
-        self.privacy_ = report_for(plan, seeded=seeded, leaks=leaks, data=source.description, ledger=led,
-                                   curvature=self.curvature_, radius=self.radius_)
-        return self
-
-
-def coef_of(W) -> np.ndarray:
-    """scikit-learn's ``coef_`` (k, d') float64 from weights W (d', k), transposed where W lives: on a GPU the
-    transpose is a cheap device copy, where a transposing copy on the host took 0.21 s of a 0.55 s one-block fit
-    (d=36 864, k=1000, H100 box; ``benchmarks/diag_stream.py --profile``)."""
-    return np.array(W.T, dtype=np.float64, order="C")
-
-
-def _secure_checks(plans) -> None:
-    """secure_mode's exact grid holds every released statistic (bounded by N·C, public) with room for its noise;
-    its host-side noise is drawn on one process only."""
-    for p in plans:
-        if p.secure_mode and jax.process_count() > 1:
-            raise ValueError("secure_mode draws its noise on the host from os.urandom: run it in one process")
-        if p.secure_mode and p.private:
-            for std, _, bound in runner.secure_releases(p).values():
-                secure_noise.check_plan(std, bound)
-
-
-def plans_for(source: data.Source, params_list, *, classes, budget, ledger, charge, stacklevel: int = 6):
-    """Plans for ``source``, charged before any private row is read: ``(classes, plans, leaks, ledger)``.
-
-    The order is the guarantee: public checks (parameters, N, d) and the plans first; then the ledger; then,
-    if no class list is given or published, the private labels for one (PrivacyLeakWarning: that list is
-    released unprotected) and its checks (at least 2 classes) — after the ledger's cap was checked, so a
-    refused fit reads nothing, and before the charge, so no error that depends on a private row comes after
-    it; then ``charge(ledger, plans)`` (which may refuse).  The class count never changes the noise, so the
-    charged event is the one that runs.
-    """
-    known = classes is not None or source.published_classes() is not None
-    cls_, leaks = data.public_classes(source, classes, stacklevel=stacklevel) if known else (None, [])
-    plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=None if cls_ is None else cls_.size)
-             for p in params_list]
-    leaks += _public_setting_leaks(plans, stacklevel)
-    _secure_checks(plans)
-    led = source.ledger(cap=budget, ledger=ledger)
-    if cls_ is None:  # the warned leak: read before the charge, so its errors ("1 class") come before it too
-        if led is not None:
-            _refuse_before_reading(led, plans, charge)
-        cls_, more = data.public_classes(source, None, stacklevel=stacklevel)
-        leaks += more
-        planned = [p.dp_event() for p in plans]
-        plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=cls_.size) for p in params_list]
-        assert [p.dp_event() for p in plans] == planned, "the class count changed the noise"
-    if led is not None:
-        charge(led, plans)
-    return cls_, plans, leaks, led
-
-
-def _refuse_before_reading(led, plans, charge) -> None:
-    """Raise the ledger's PrivacyBudgetExceeded now, before the labels are read, if ``charge`` would be refused.
-
-    A refusal is left to ``charge`` itself (so it records a budget asked for, as a refused charge does); should
-    the charge pass after all (another writer changed the ledger in between) the fit stops anyway, charged and
-    with nothing read: conservative.
-    """
-    from dp_accounting import dp_event as _ev
-
-    from .ledger import PrivacyBudgetExceeded
-
-    try:
-        led.check(_ev.ComposedDpEvent([p.dp_event() for p in plans]), mechanism="this fit")
-    except PrivacyBudgetExceeded:
-        charge(led, plans)
-        raise
-
-
-def _entry_params(plan: Plan, seeded: bool) -> dict:
-    """What a ledger entry keeps about a fit (public plan facts; never the key)."""
-    return {"steps": plan.steps, "sample_rate": plan.sample_rate, "sigma": plan.sigma,
-            "sigma_center": plan.sigma_center if plan.centered else None,
-            "sigma_scale": plan.sigma_scale if plan.scaled else None,
-            "sigma_whiten": plan.sigma_whiten if plan.whitened else None,
-            "sigma_curvature": plan.sigma_curvature if plan.curved else None,
-            "sigma_radius": plan.sigma_radius if plan.radial else None,
-            "sigma_recenter": plan.sigma_recenter if plan.recentered else None, "accountant": plan.accountant,
-            "n": plan.n, "seeded": bool(seeded)}
-
-
-def report_for(plan: Plan, *, seeded: bool, leaks=(), data: str = "", ledger=None, curvature=None,
-               radius=None) -> PrivacyReport:
-    """The privacy report of a plan that ran (the estimator's and the sweep's records share it); ``curvature``:
-    its released curvature bound, which set the learning rates it ran with; ``radius``: its released log₂ row
-    norm."""
-    lr_w, lr_b = plan.learning_rates_after(curvature)
-    parts = [_budget_note(plan)]
-    if plan.centered and plan.center_stages == 2:
-        parts.append(f"centering released in 2 stages at σ {preprocess.stage_sigma(plan.sigma_center, 2):.4g} each (they compose to "
-                     f"the one at σ {plan.sigma_center:.4g}); the second sums offsets from the first estimate "
-                     f"clipped to radius {float(preprocess.refine_radius(plan.sigma_center, plan.n, plan.model_dim, plan.clip)):.3g}")
-    if plan.recentered:
-        parts.append(f"re-centered first in {plan.recenter_rounds} rounds at σ "
-                     f"{preprocess.stage_sigma(plan.sigma_recenter, plan.recenter_rounds):.4g} each (they compose to "
-                     f"the one at σ {plan.sigma_recenter:.4g}): each subtracts the released mean of the current rows "
-                     f"and normalizes them again")
-    if plan.curved and curvature is not None:
-        parts.append(f"learning rate from the released curvature bound {curvature:.3g}: "
-                     f"weights {lr_w:.4g}, intercept {lr_b:.4g}")
-    if plan.radial and radius is not None:
-        parts.append(f"radial coordinate around the released row norm 2^{radius:g}")
-    notes = "; ".join(p for p in parts if p) or None
-    return PrivacyReport(
-        epsilon=plan.epsilon, delta=plan.delta, noise_multipliers=plan.noise_multipliers(), steps=plan.steps,
-        sample_rate=plan.sample_rate, accountant=plan.accountant, neighbouring=plan.neighbouring, seeded=seeded,
-        dp_event=plan.dp_event(), clip=plan.clip, method=plan.method, n_rows=plan.n, leaks=tuple(leaks),
-        learning_rate=lr_w, secure_mode=plan.secure_mode, data=data, notes=notes,
-        ledger=None if ledger is None else ledger.where, ledger_spent=None if ledger is None else ledger.spent())
-
-
-def _budget_note(plan: Plan) -> str | None:
-    """Where the budget went: each mechanism's share of the GDP budget μ² (the report's ``notes``)."""
-    shares = plan.budget_shares()
-    if not shares:
-        return None
-    return "budget (share of μ²): " + ", ".join(f"{name} {100 * v:.3g}%" for name, v in shares.items())
-
-
-def _is_store_like(X) -> bool:
-    if isinstance(X, data.Source):
-        return True
-    if isinstance(X, str) or hasattr(X, "__fspath__"):
-        return True
-    mod = type(X).__module__ or ""
-    return mod.startswith("stores")
+        (fitted,) = workflow.fit_plans(source, [self.get_params()], [key], seeded=seeded, classes=self.classes,
+                                       budget=self.budget, ledger=self.ledger,
+                                       charge=workflow.estimator_charge(seeded), block_rows=self.block_rows,
+                                       memory_limit=self.memory_limit, verbose=self.verbose)
+        return workflow.unpack(fitted, self)
 
 
 # ----------------------------------------------------------------------------- privlin.fit / privlin.evaluate

@@ -39,7 +39,8 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_consistent_length, check_is_fitted
 
 from . import accounting, data, noise
-from .estimator import DPLinearClassifier, _is_store_like, plans_for
+from .estimator import DPLinearClassifier
+from .workflow import plans_for
 from .events import describe
 from .report import setting_leaks
 from .selection import noisy_counts
@@ -255,7 +256,7 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
         if est.classes is None:
             raise ValueError("PrivateGridSearchCV needs the public class list: pass classes=... to the estimator "
                              "(a list read from the rows would be an unaccounted release)")
-        if y is None and _is_store_like(X):
+        if y is None and data.is_store_like(X):
             source = data.as_source(X, "train")
         else:
             X = check_array(X, dtype=[np.float32, np.float64], ensure_min_samples=1)

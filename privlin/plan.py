@@ -1,54 +1,58 @@
 """The private plan: everything about one private fit that is decided before any row is read.
 
-Why one place: a default learning rate, a σ split or a bias init computed in two modules drifts (ours did:
-the sweep and the estimator trained different pipelines at the same ε).  :func:`make_plan` is the only
-function that turns the estimator's parameters and the public facts (N, dimension, number of classes) into
-a :class:`Plan`; the estimator, ``privlin.fit``, the sweep, the selection, the audit and the experiments all
-call it, and :mod:`privlin.runner` runs what it returns.
+Why one place: a default learning rate, a σ split or a bias init computed in two modules drifts (ours did: the
+sweep and the estimator trained different pipelines at the same ε).  :func:`make_plan` is the only function that
+turns the estimator's parameters and the public facts (N, dimension, number of classes) into a :class:`Plan`, in
+steps read apart — validate → resolve defaults → choose releases → calibrate → build.  The plan holds its
+*chain*: the ordered ``(release, σ)`` of every private release before training (:mod:`privlin.releases`), from
+which the event, ε, the secure-mode table, the ledger entry and the report's notes are derived.
 
 A plan is public by construction: it depends on the parameters and on N, d, k only.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
+from types import SimpleNamespace
 from typing import Any, Mapping
 
 import jax.numpy as jnp
+import numpy as np
 from dp_accounting import dp_event as _ev
 
-from . import accounting, preprocess, radius, scaling, sensitivity
+from . import accounting, preprocess, releases, scaling, sensitivity
+from .defaults import (ADAM1_BIAS_INIT, ADAM_LR, CURVATURE_FLATNESS, CURVATURE_GAIN, CURVATURE_SHARE,
+                       DEFAULT_CENTER_SHARE, DEFAULT_EPSILON, DEFAULT_SCALE_SHARE, DEFAULT_STEPS, LOGIT_NOISE,
+                       MAX_STEPS, METHODS, PARAMS, RADIUS_SHARE, RECENTER_SHARE)
+from .releases import Release
+from .releases.base import planned_sigma
 
-__all__ = ["Plan", "make_plan", "default_learning_rate", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS",
-           "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "RADIUS_SHARE", "RECENTER_SHARE",
-           "ADAM_LR",
-           "stability_caps", "learning_rates"]
+__all__ = ["Plan", "Static", "make_plan", "default_learning_rate", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS",
+           "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "RADIUS_SHARE",
+           "RECENTER_SHARE", "ADAM_LR", "stability_caps", "learning_rates"]
 
-#: The methods a plan can run (see :mod:`privlin.train`).
-METHODS = ("adam1", "sgd", "minibatch")
-#: ε when none is given: the estimator, ``privlin.fit`` and the sweep share it.
-DEFAULT_EPSILON = 1.0
-#: Default steps per method: adam1 is one step by definition; sgd follows DP-RandP (T=100, Tables 22-23); see
-#: :func:`default_learning_rate` for why more steps buy nothing at a fixed noise per logit.
-DEFAULT_STEPS = {"adam1": 1, "sgd": 100, "minibatch": 200}
-#: ρ: standard deviation, in logits of a row at norm C, of the training noise accumulated in the weights by the
-#: end of training (see :func:`default_learning_rate`).  DP-RandP's tuned CIFAR-10 probes (seed 004, Table 22:
-#: T=100, momentum 0.9, lr·σ/N ≈ 0.008 for every ε in [0.1, 8]) sit at ρ = 0.008·√100/(1−0.9) = 0.8.
-LOGIT_NOISE = 0.8
-#: Share of the GDP budget μ² spent on private centering, and on the scaling stage (:mod:`privlin.scaling`).
-DEFAULT_CENTER_SHARE = 0.05
-DEFAULT_SCALE_SHARE = 0.15
-#: Share of μ² spent on releasing the training rows' curvature (:func:`privlin.scaling.release_curvature`), made only
-#: where the stability cap, not the noise, would set the learning rate (:func:`make_plan`).
-CURVATURE_SHARE = 0.01
-#: Share of μ² spent on releasing a typical row norm (:mod:`privlin.radius`), made with the scaling stage where the
-#: release can find it (:func:`make_plan`).
-RADIUS_SHARE = 0.03
-#: Share of μ² spent on the re-centering rounds before the centering (:func:`privlin.preprocess.recenter_rounds`),
-#: made where the centering alone is coarse against the row norm (:func:`make_plan`).
-RECENTER_SHARE = 0.05
-#: Learning rate of adam1 (Mehta et al. App. F.1) and of Adam/LAMB.
-ADAM_LR = 1e-3
+
+#: The training settings a compiled fit specializes on (with the chain's σ ratios: :class:`Static`).
+STATIC_SETTINGS = ("method", "steps", "sample_rate", "clip", "normalize", "loss", "bias_init", "fit_intercept",
+                   "optimizer", "momentum")
+
+
+class Static(collections.namedtuple("Static", (*STATIC_SETTINGS, "chain"))):
+    """What a compiled fit specializes on (hashable): the plan's :data:`STATIC_SETTINGS`, and ``chain``: each
+    release's ``(release, σ/σ_ref)``, a fixed ratio to the plan's reference σ (:attr:`Plan.reference_sigma`), the
+    same at every ε.  Shapes come from the arrays, and ε, σ, the learning rate and the key are arguments, so one
+    program serves an ε grid or CV folds."""
+
+    __slots__ = ()
+
+    def release(self, name: str):
+        """``(release, ratio)`` of the chain's release ``name``, or None where it is not made."""
+        return next(((r, x) for r, x in self.chain if r.name == name), None)
+
+    @property
+    def centered(self) -> bool:
+        return self.release("center") is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,25 +76,6 @@ class Plan:
         Poisson rate q of each step (1.0: full batch).
     sigma : float
         Noise multiplier of every training step (0: non-private).
-    sigma_center : float
-        Noise multiplier of the private centering (inf: no centering): with ``center_stages`` = 2 the mean is
-        released in two Gaussian stages at σ_center·√2 each, which compose to exactly one at σ_center.
-    center_stages : int
-        1, or 2 where a refining pass pays (:func:`privlin.preprocess.center_stages`, from public facts).
-    sigma_recenter : float
-        Noise multiplier of the re-centering rounds before the centering (inf: none made): ``recenter_rounds``
-        Gaussian releases at σ_recenter·√rounds each, which compose to exactly one at σ_recenter.
-    recenter_rounds : int
-        0, or :data:`privlin.preprocess.RECENTER_ROUNDS` (:func:`privlin.preprocess.recenter_rounds`).
-    sigma_scale, sigma_whiten : float
-        Noise multipliers of the scaling stage's two releases (:mod:`privlin.scaling`): the per-dimension moments
-        and the whitening second moment (inf: release not made).
-    sigma_radius : float
-        Noise multiplier of the row-norm release (inf: not made); with it rows gain a radial coordinate
-        (:mod:`privlin.radius`) and the model has :attr:`model_dim` = dim + 1 inputs.
-    sigma_curvature : float
-        Noise multiplier of the curvature release (inf: not made), which lifts W's stability cap
-        (:func:`learning_rates`).
     learning_rate : float
         The rate of every parameter unless the curvature release lifts W's (then the rate W's is lifted toward).
     learning_rate_ceiling : float
@@ -104,6 +89,9 @@ class Plan:
     optimizer : {"sgd", "adam", "lamb"}
     momentum : float
     secure_mode : bool
+    chain : tuple of (Release, float)
+        The releases made before training, in the order they run, each with its noise multiplier σ (0: the
+        non-private baseline's exact statistic).  ``sigma_<name>`` reads one (inf: not made).
     """
 
     method: str
@@ -117,7 +105,6 @@ class Plan:
     steps: int
     sample_rate: float
     sigma: float
-    sigma_center: float
     learning_rate: float
     clip: float
     normalize: bool
@@ -127,60 +114,93 @@ class Plan:
     optimizer: str
     momentum: float
     secure_mode: bool = False
-    sigma_scale: float = math.inf
-    sigma_whiten: float = math.inf
-    sigma_curvature: float = math.inf
     learning_rate_ceiling: float = math.nan
-    sigma_radius: float = math.inf
-    center_stages: int = 1
-    sigma_recenter: float = math.inf
-    recenter_rounds: int = 0
+    chain: tuple = ()
+
+    # ---- the chain, read by name
+    def release(self, name: str) -> Release | None:
+        return next((r for r, _ in self.chain if r.name == name), None)
+
+    def sigma_of(self, name: str) -> float:
+        """σ of release ``name`` (inf: not made)."""
+        return next((s for r, s in self.chain if r.name == name), math.inf)
+
+    sigma_center = property(lambda self: self.sigma_of("center"))
+    sigma_scale = property(lambda self: self.sigma_of("scale"))
+    sigma_whiten = property(lambda self: self.sigma_of("whiten"))
+    sigma_curvature = property(lambda self: self.sigma_of("curvature"))
+    sigma_radius = property(lambda self: self.sigma_of("radius"))
+    sigma_recenter = property(lambda self: self.sigma_of("recenter"))
+
+    @property
+    def center_stages(self) -> int:
+        """1, or 2 where a refining pass pays (:func:`privlin.preprocess.center_stages`, from public facts)."""
+        r = self.release("center")
+        return 1 if r is None else r.stages
+
+    @property
+    def recenter_rounds(self) -> int:
+        r = self.release("recenter")
+        return 0 if r is None else r.rounds
 
     @property
     def private(self) -> bool:
         return self.sigma > 0
 
-    @property
-    def centered(self) -> bool:
-        return not math.isinf(self.sigma_center)
-
-    @property
-    def recentered(self) -> bool:
-        """Whether re-centering rounds run before the centering (:func:`privlin.preprocess.recenter_rounds`)."""
-        return self.recenter_rounds > 0
-
-    @property
-    def scaled(self) -> bool:
-        """Whether the scaling stage runs (its moments release; whitening is :attr:`whitened`)."""
-        return not math.isinf(self.sigma_scale)
-
-    @property
-    def whitened(self) -> bool:
-        return not math.isinf(self.sigma_whiten)
-
-    @property
-    def radial(self) -> bool:
-        """Whether rows gain the radial coordinate, from the released row norm (:mod:`privlin.radius`)."""
-        return not math.isinf(self.sigma_radius)
+    centered = property(lambda self: self.release("center") is not None)
+    recentered = property(lambda self: self.release("recenter") is not None)
+    scaled = property(lambda self: self.release("scale") is not None)
+    whitened = property(lambda self: self.release("whiten") is not None)
+    radial = property(lambda self: self.release("radius") is not None)
+    curved = property(lambda self: self.release("curvature") is not None)
 
     @property
     def model_dim(self) -> int:
-        """Inputs of the model: the rows' dimension, plus the radial coordinate where it is made."""
-        return self.dim + int(self.radial)
+        """Inputs of the model: the rows' dimension, plus what the releases add (the radial coordinate)."""
+        return self.dim + sum(r.adds_dims for r, _ in self.chain)
 
-    @property
-    def curved(self) -> bool:
-        """Whether the curvature release runs (and may lift W's learning rate)."""
-        return not math.isinf(self.sigma_curvature)
+    # ---- what the chain implies
+    def noise_multipliers(self) -> dict:
+        """σ of each mechanism that runs, in the order they run, as the report shows them."""
+        out = {r.name: s for r, s in self.chain}
+        out["step"] = self.sigma
+        return out
+
+    def dp_event(self) -> _ev.DpEvent:
+        """The dp-accounting event of the whole plan: every release's Gaussians as they run, then the steps."""
+        if not self.private:
+            return _ev.NonPrivateDpEvent()
+        extra = [s for r, sigma in self.chain for s in r.events(sigma)]
+        return accounting.dp_event(self.sigma, steps=self.steps, sample_rate=self.sample_rate,
+                                   extra_noise_multipliers=extra)
 
     def budget_shares(self) -> dict:
         """Share of the GDP budget μ² = Σ 1/σ² (Poisson steps: q²T/σ², their CLT value) of each mechanism."""
         if not self.private:
             return {}
-        parts = {name: 1.0 / s**2 for name, s in self.noise_multipliers().items() if name != "step"}
+        parts = {r.name: 1.0 / s**2 for r, s in self.chain}
         parts["step"] = self.steps * self.sample_rate**2 / self.sigma**2
         total = sum(parts.values())
         return {name: v / total for name, v in parts.items()}
+
+    def secure_table(self) -> dict:
+        """``{mechanism: (noise std, L2 sensitivity, public bound on every entry)}`` as secure mode draws them
+        (``secure_noise.check_plan`` refuses impossible ones before the charge)."""
+        out = {r.name: r.secure(self, s) for r, s in self.chain}
+        out["step"] = (self.sigma * self.clip, self.clip, self.n * self.clip)
+        return out
+
+    def ledger_params(self, seeded: bool) -> dict:
+        """What a ledger entry keeps about the fit (public plan facts; never the key): σ of every release
+        privlin knows (None where not made) and of any added one."""
+        sig = {f"sigma_{name}": None for name in releases.BUILT_IN}
+        sig.update({r.ledger_key: s for r, s in self.chain})
+        return {"steps": self.steps, "sample_rate": self.sample_rate, "sigma": self.sigma, **sig,
+                "accountant": self.accountant, "n": self.n, "seeded": bool(seeded)}
+
+    def notes(self, values: Mapping[str, Any]) -> list[str]:
+        """The releases' report notes, in chain order, given their released ``values`` by name."""
+        return [note for r, s in self.chain if (note := r.note(self, s, values.get(r.name)))]
 
     @property
     def center_share(self) -> float:
@@ -193,45 +213,22 @@ class Plan:
         shares = self.budget_shares()
         return shares.get("scale", 0.0) + shares.get("whiten", 0.0)
 
-    def dp_event(self) -> _ev.DpEvent:
-        """The dp-accounting event of the whole plan (row norm, centering, scaling, curvature, then the steps)."""
-        if not self.private:
-            return _ev.NonPrivateDpEvent()
-        extra = []
-        for name, s in self.noise_multipliers().items():
-            if name == "center":  # its stages, as they run (they compose to one Gaussian at σ_center)
-                extra += [preprocess.stage_sigma(s, self.center_stages)] * self.center_stages
-            elif name == "recenter":  # its rounds, likewise (they compose to one Gaussian at σ_recenter)
-                extra += [preprocess.stage_sigma(s, self.recenter_rounds)] * self.recenter_rounds
-            elif name != "step":
-                extra.append(s)
-        return accounting.dp_event(self.sigma, steps=self.steps, sample_rate=self.sample_rate,
-                                   extra_noise_multipliers=extra)
+    @property
+    def reference_sigma(self) -> float:
+        """The σ every release's is a fixed multiple of in :meth:`static` (the centering's, else the steps'; 1
+        where that is 0, the non-private baseline, whose releases are all at 0)."""
+        ref = self.sigma_center if self.centered else self.sigma
+        return ref if ref > 0 else 1.0
 
-    def noise_multipliers(self) -> dict:
-        """σ of each mechanism that runs, in the order they run, as the report shows them."""
-        out = {name: s for name, s in (("radius", self.sigma_radius), ("recenter", self.sigma_recenter),
-                                       ("center", self.sigma_center),
-                                       ("scale", self.sigma_scale),
-                                       ("whiten", self.sigma_whiten), ("curvature", self.sigma_curvature))
-               if not math.isinf(s)}
-        out["step"] = self.sigma
-        return out
+    def static(self) -> Static:
+        """What a compiled trainer specializes on; plans with equal ``static()`` run vmapped together.
 
-    def scale_static(self) -> tuple | None:
-        """The scaling stage as the compiled trainer sees it: ``(σ_scale/σ_center, σ_whiten/σ_center or None)``.
-
-        The stage's multipliers are fixed multiples of the centering's (the ratio of their budget shares, the same
-        at every ε), so a trainer vmapped over ε, or called with the centering's σ alone, runs exactly this plan.
-        """
-        if not self.scaled:
-            return None
-        return (self._per_center(self.sigma_scale), self._per_center(self.sigma_whiten) if self.whitened else None)
-
-    def _per_center(self, sigma: float) -> float:
-        """σ/σ_center: a one-off release's multiplier as a fixed multiple of the centering's (non-private: every σ
-        is 0, and so is the ratio)."""
-        return sigma / (self.sigma_center if self.sigma_center > 0 else 1.0)
+        Each release's σ/σ_ref is rounded to float32, the precision the compiled fit multiplies the traced σ_ref
+        by (so no number changes): the float64 ratio moves in its last bits from one ε to the next, which would
+        otherwise compile a new program per ε."""
+        ref = self.reference_sigma
+        return Static(*(getattr(self, name) for name in STATIC_SETTINGS),
+                      chain=tuple((r, float(np.float32(s / ref))) for r, s in self.chain))
 
     def learning_rates_after(self, curvature) -> tuple[float, float]:
         """(W's, b's) learning rate the fit ran with, given its released curvature bound (None: not released)."""
@@ -241,69 +238,51 @@ class Plan:
                               fit_intercept=self.fit_intercept)
         return float(w), float(b)
 
-    def curvature_static(self) -> float | None:
-        """σ_curvature/σ_center (a fixed ratio, as in :meth:`scale_static`), or None without the release."""
-        if not self.curved:
-            return None
-        return self._per_center(self.sigma_curvature)
 
-    def radius_static(self) -> float | None:
-        """σ_radius/σ_center (a fixed ratio, as in :meth:`scale_static`), or None without the release."""
-        if not self.radial:
-            return None
-        return self._per_center(self.sigma_radius)
-
-    def recenter_static(self) -> tuple | None:
-        """``(σ_recenter/σ_center, rounds)`` (a fixed ratio, as in :meth:`scale_static`), or None without rounds."""
-        if not self.recentered:
-            return None
-        return (self._per_center(self.sigma_recenter), self.recenter_rounds)
-
-    def static(self) -> tuple:
-        """What a compiled trainer specializes on (hashable); plans with equal ``static()`` run vmapped together."""
-        return (self.method, self.steps, self.sample_rate, self.clip, self.normalize, self.centered, self.loss,
-                self.bias_init, self.fit_intercept, self.optimizer, self.momentum, self.scale_static(),
-                self.curvature_static(), self.radius_static(), self.center_stages, self.recenter_static())
-
+# ----------------------------------------------------------------------------- make_plan, in its steps
 
 def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | None) -> Plan:
     """The plan of ``DPLinearClassifier(**params)`` on N = ``n`` rows of dimension ``dim`` with ``n_classes``.
 
-    ``params`` are the estimator's parameters (``DPLinearClassifier.get_params()``; missing keys take the
-    estimator's defaults).  Only public facts enter.  ``n_classes=None``: not known yet (the class list will
-    be read from the labels after the charge); the noise, and so the event charged, never depend on it.
+    ``params`` are the estimator's parameters (missing keys take :data:`privlin.defaults.PARAMS`).  Only public
+    facts enter.  ``n_classes=None``: not known yet (the class list will be read from the labels after the
+    charge); the noise, and so the event charged, never depend on it.
 
     The defaults (every ``None`` parameter), all from public facts:
 
-    * preprocessing: with the scaling stage, where the release can find it (:func:`_radius_pays`), a typical row
-      norm (``radial``; :data:`RADIUS_SHARE` = 3% of μ²) and each row's log-norm as one more coordinate
-      (:mod:`privlin.radius`: normalizing alone discards it); normalize, privately center (``center_share`` = 5% of μ²; in two stages where the first's expected error
-      is between 1% and a third of the row norm, :func:`privlin.preprocess.center_stages`), then the scaling stage of
-      :mod:`privlin.scaling` (``scale_share`` = 15% of μ², for ``sgd``/``minibatch``; ``adam1`` stays the one-pass
-      method of Mehta et al.): per-dimension moments, and whitening where it can resolve two or more directions
-      (:func:`privlin.scaling.whitening_resolves`; then the stage's share is split evenly between its two releases).
-      A release that cannot be told from its own noise (:func:`privlin.scaling.moments_resolve`) is not made and
-      its share goes to training.  Decided in GDP terms from (ε, δ, N, d) before calibration.
+    * preprocessing: normalize, privately center (``center_share`` = 5% of μ²; in two stages where the first's
+      expected error is between 1% and a third of the row norm, :func:`privlin.preprocess.center_stages`), then
+      the scaling stage of :mod:`privlin.scaling` (``scale_share`` = 15% of μ², for ``sgd``/``minibatch``;
+      ``adam1`` stays the one-pass method of Mehta et al.): per-dimension moments, and whitening where it can
+      resolve two or more directions; a release that cannot be told from its own noise is not made and its
+      share goes to training.  With the scaling stage, where the release can find it (:meth:`privlin.releases.Radius.pays`), a
+      typical row norm (``radial``; :data:`RADIUS_SHARE`) and each row's log-norm as one more coordinate.
     * ``recenter``: with the scaling stage, where the centering's expected error is ≥ a tenth of the row norm
-      (:func:`privlin.preprocess.recenter_rounds`, from its share's σ in the GDP view), two re-centering rounds
-      before it (:data:`RECENTER_SHARE` = 5% of μ² on top of the centering's): few rows at small ε, where the
-      centering alone cannot find a tight cloud's centre.  Never in secure mode.
+      (:func:`privlin.preprocess.recenter_rounds`), two re-centering rounds before it (:data:`RECENTER_SHARE`).
+      Never in secure mode.
     * ``fit_intercept``: True for ``sgd``/``minibatch`` — centered rows carry no constant direction, so without an
-      intercept a model cannot express unequal class frequencies (1:10 imbalance); ``adam1`` keeps Mehta et al.'s
-      frozen bias −10.
+      intercept a model cannot express unequal class frequencies; ``adam1`` keeps Mehta et al.'s frozen bias −10.
     * ``steps``, ``learning_rate``: :data:`DEFAULT_STEPS`, :func:`default_learning_rate`.
-    * the curvature release (:data:`CURVATURE_SHARE` of μ², :func:`_curvature_pays`): with the sgd optimizer, centered
-      rows and no rate given, where the noise term is ≥ 1.5× the stability cap; W's rate is then lifted at run
-      time from the released bound (:func:`learning_rates`), up to ``learning_rate_ceiling``.
+    * the curvature release (:data:`CURVATURE_SHARE`, :func:`_curvature_pays`): with the sgd optimizer, centered
+      rows and no rate given, where the noise term is well above the stability cap; W's rate is then lifted at
+      run time from the released bound (:func:`learning_rates`), up to ``learning_rate_ceiling``.
+    * added releases (:data:`privlin.releases.ADDED`): each asks for its own share from public facts.
 
     Raises
     ------
     ValueError
         A combination no plan can run (adam1 with several steps, GDP for a subsampled plan, ...).
     """
-    from .estimator import DPLinearClassifier  # the parameter defaults live in its signature
+    s = _validate(params, n, dim, n_classes)
+    _resolve_defaults(s)
+    shares = _choose_releases(s)
+    sigma, sig = _calibrate_plan(s, shares)
+    return _build(s, shares, sigma, sig)
 
-    p = {**DPLinearClassifier().get_params(), **dict(params)}
+
+def _validate(params, n, dim, n_classes) -> SimpleNamespace:
+    """Step 1: the parameters (defaults filled in) and the public facts, refused where no plan can run them."""
+    p = {**PARAMS, **dict(params)}
     n, dim, k = int(n), int(dim), (0 if n_classes is None else int(n_classes))
     if n < 1:
         raise ValueError("no rows to fit on")
@@ -318,7 +297,9 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
     steps = int(p["steps"] or DEFAULT_STEPS[method])
     if method == "adam1" and steps != 1:
         raise ValueError(f"method='adam1' is a single step; got steps={steps} (use method='sgd' or 'minibatch')")
-    q = 1.0 if method != "minibatch" else min(1.0, p["batch_size"] / n)
+    if steps > MAX_STEPS:
+        raise ValueError(f"steps={steps} is more than privlin runs (privlin.defaults.MAX_STEPS = {MAX_STEPS}): "
+                         f"every step's key is drawn before training")
     relation = accounting.relation_name(p["neighbouring"])
     if relation == "add_or_remove_one":
         raise ValueError("privlin's trainers publish N (they divide by it and report it), which tells D from "
@@ -327,32 +308,52 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
     center = bool(p["center"]) or p["center_noise_multiplier"] is not None
     if center and not p["normalize"]:
         raise ValueError("private centering needs normalize=True (rows of norm `clip` bound the mean's sensitivity)")
-    sigma_given = p["noise_multiplier"]
-    epsilon = p["epsilon"]
+    sigma_given, epsilon = p["noise_multiplier"], p["epsilon"]
     if (epsilon is None) == (sigma_given is None):
         raise ValueError("give epsilon (the noise is calibrated to it) or noise_multiplier (the ε it achieves is "
                          "reported), not both" if epsilon is not None else "give epsilon or noise_multiplier")
+    return SimpleNamespace(p=p, n=n, dim=dim, k=k, method=method, steps=steps, relation=relation, center=center,
+                           sigma_given=sigma_given, epsilon=epsilon, delta=float(p["delta"]))
+
+
+def _resolve_defaults(s) -> None:
+    """Step 2: every ``None`` parameter that does not depend on which releases are bought."""
+    p, method = s.p, s.method
+    s.q = 1.0 if method != "minibatch" else min(1.0, p["batch_size"] / s.n)
     scale = p["scale"]
     if scale is None:
-        scale = center and method != "adam1" and sigma_given is None
-    if scale and not center:
+        scale = s.center and method != "adam1" and s.sigma_given is None
+    if scale and not s.center:
         raise ValueError("the scaling stage works on privately centered rows: it needs center=True")
-    if scale and sigma_given is not None:
+    if scale and s.sigma_given is not None:
         raise ValueError("scale=True calibrates its noise from epsilon; with noise_multiplier given use scale=False")
-    acct = p["accountant"] or ("gdp" if q >= 1.0 else "pld")
-    if acct == "gdp" and q < 1.0:
+    s.scale = scale
+    s.acct = p["accountant"] or ("gdp" if s.q >= 1.0 else "pld")
+    if s.acct == "gdp" and s.q < 1.0:
         raise ValueError("accountant='gdp' is exact only for full-batch methods; use 'pld' or 'rdp' for minibatch")
-    center_share = DEFAULT_CENTER_SHARE if p["center_share"] is None else float(p["center_share"])
-    scale_share = DEFAULT_SCALE_SHARE if p["scale_share"] is None else float(p["scale_share"])
-    shares = {"center": center_share} if center else {}
-    mdim = dim
-    if scale and epsilon is not None:
+    s.center_share = DEFAULT_CENTER_SHARE if p["center_share"] is None else float(p["center_share"])
+    s.scale_share = DEFAULT_SCALE_SHARE if p["scale_share"] is None else float(p["scale_share"])
+    s.loss = p["loss"] or ("sigmoid" if method == "adam1" else "softmax")
+    s.optimizer = "sgd" if method == "sgd" else ("adam" if method == "adam1" else p["optimizer"])
+    s.fit_intercept = (method != "adam1") if p["fit_intercept"] is None else bool(p["fit_intercept"])
+    s.clip, s.momentum = float(p["clip"]), float(p["momentum"])
+    s.secure = bool(p["secure_mode"])
+
+
+def _choose_releases(s) -> dict:
+    """Step 3: ``{release name: share of μ²}`` of every release the plan buys, decided in GDP terms from
+    (ε, δ, N, d) before calibration; sets ``s.mdim`` (the model's inputs) and ``s.added`` (added releases)."""
+    p, n, epsilon = s.p, s.n, s.epsilon
+    shares = {"center": s.center_share} if s.center else {}
+    s.mdim = s.dim
+    if s.scale and epsilon is not None:
         radial = p["radial"]
         if radial is None:
-            radial = _radius_pays(float(epsilon), float(p["delta"]), n, relation)
-        stage = _scale_releases(float(epsilon), float(p["delta"]), scale_share, n, dim + int(radial), relation)
+            radial = releases.RADIUS.pays(float(epsilon), s.delta, n, s.relation)
+        stage = releases.scaling_stage(float(epsilon), s.delta, s.scale_share, n, s.dim + int(radial),
+                                       s.relation)
         if radial and "scale" in stage:
-            shares["radius"], mdim = RADIUS_SHARE, dim + 1
+            shares["radius"], s.mdim = RADIUS_SHARE, s.dim + 1
         elif p["radial"]:
             raise ValueError("radial=True needs the scaling stage, which this budget cannot resolve at this N")
         shares.update(stage)
@@ -360,98 +361,87 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
         raise ValueError("radial=True needs the scaling stage (it weighs the radial coordinate): scale=True "
                          "(or None) and epsilon given")
     recenter = p["recenter"]
-    if recenter and (not center or sigma_given is not None or p["secure_mode"]):
+    if recenter and (not s.center or s.sigma_given is not None or s.secure):
         raise ValueError("recenter=True needs center=True and epsilon (its noise is calibrated from it), and is not "
                          "made in secure_mode")
     if recenter is None:
-        recenter = ("scale" in shares and not p["secure_mode"] and not math.isinf(epsilon)
-                    and preprocess.recenter_rounds(_release_sigma(center_share, accounting.gdp_mu_for(
-                        float(epsilon), float(p["delta"])), relation), n, mdim, float(p["clip"])) > 0)
+        recenter = ("scale" in shares and not s.secure and not math.isinf(epsilon)
+                    and preprocess.recenter_rounds(planned_sigma(s.center_share, accounting.gdp_mu_for(
+                        float(epsilon), s.delta), s.relation), n, s.mdim, s.clip) > 0)
     if recenter:
         shares["recenter"] = RECENTER_SHARE
-    loss = p["loss"] or ("sigmoid" if method == "adam1" else "softmax")
-    optimizer = "sgd" if method == "sgd" else ("adam" if method == "adam1" else p["optimizer"])
-    fit_intercept = (method != "adam1") if p["fit_intercept"] is None else bool(p["fit_intercept"])
-    clip, momentum = float(p["clip"]), float(p["momentum"])
-    if (center and epsilon is not None and p["learning_rate"] is None and optimizer == "sgd"
-            and _curvature_pays(float(epsilon), float(p["delta"]), shares, n, mdim, steps=steps, q=q,
-                                momentum=momentum, clip=clip, fit_intercept=fit_intercept, relation=relation)):
+    if (s.center and epsilon is not None and p["learning_rate"] is None and s.optimizer == "sgd"
+            and _curvature_pays(float(epsilon), s.delta, shares, n, s.mdim, steps=s.steps, q=s.q,
+                                momentum=s.momentum, clip=s.clip, fit_intercept=s.fit_intercept,
+                                relation=s.relation)):
         shares["curvature"] = CURVATURE_SHARE
+    s.added = []
+    if epsilon is not None:
+        mu = math.inf if math.isinf(epsilon) else accounting.gdp_mu_for(float(epsilon), s.delta)
+        facts = releases.Facts(n, s.dim, s.clip, mu, accounting.sensitivity_factor(s.relation), s.secure)
+        for r in releases.ADDED:
+            if (share := float(r.share(facts))) > 0:
+                shares[r.name] = share
+                s.added.append(r)
     if sum(shares.values()) >= 1.0:
         raise ValueError(f"center_share + scale_share must leave the training steps a share of the budget; "
                          f"got {shares}")
+    return shares
 
-    sig = dict.fromkeys(("center", "scale", "whiten", "curvature", "radius", "recenter"), math.inf)
-    if sigma_given is not None:
-        sigma = float(sigma_given)
-        if center:
-            if p["center_noise_multiplier"] is None:
+
+def _calibrate_plan(s, shares) -> tuple[float, dict]:
+    """Step 4: σ of the training steps and ``{name: σ}`` of every release bought."""
+    sig = {}
+    if s.sigma_given is not None:
+        sigma = float(s.sigma_given)
+        if s.center:
+            if s.p["center_noise_multiplier"] is None:
                 raise ValueError("with noise_multiplier given, give center_noise_multiplier too (or center=False)")
-            sig["center"] = float(p["center_noise_multiplier"])
-    elif math.isinf(epsilon):
+            sig["center"] = float(s.p["center_noise_multiplier"])
+    elif math.isinf(s.epsilon):
         sigma = 0.0
         sig.update(dict.fromkeys(shares, 0.0))  # the non-private baseline: exact statistics
     else:
-        sigma, got = _calibrate(float(epsilon), float(p["delta"]), steps=steps, q=q, shares=shares,
-                                accountant=acct, relation=relation)
-        sig.update(got)
+        sigma, sig = _calibrate(float(s.epsilon), s.delta, steps=s.steps, q=s.q, shares=shares,
+                                accountant=s.acct, relation=s.relation)
+    return sigma, sig
 
-    lr, ceiling = p["learning_rate"], math.nan
+
+def _build(s, shares, sigma, sig) -> Plan:
+    """Step 5: the plan, its chain in run order, its learning rate and the ε it achieves."""
+    lr, ceiling = s.p["learning_rate"], math.nan
     if lr is None:
-        lr = default_learning_rate(method, optimizer, sigma, q * n, steps=steps, momentum=momentum,
-                                   clip=clip, fit_intercept=fit_intercept)
+        lr = default_learning_rate(s.method, s.optimizer, sigma, s.q * s.n, steps=s.steps, momentum=s.momentum,
+                                   clip=s.clip, fit_intercept=s.fit_intercept)
         if "curvature" in shares:
-            ceiling = _noise_rate(sigma, q * n, steps=steps, momentum=momentum, clip=clip)
-    plan = Plan(method=method, epsilon=math.inf, delta=float(p["delta"]), neighbouring=relation,
-                accountant="none" if sigma == 0 else acct, n=n, dim=dim, n_classes=k, steps=steps, sample_rate=q,
-                sigma=sigma, sigma_center=sig["center"], learning_rate=float(lr), clip=clip,
-                normalize=bool(p["normalize"]), loss=loss, bias_init=-10.0 if loss == "sigmoid" else 0.0,
-                fit_intercept=fit_intercept, optimizer=optimizer, momentum=momentum,
-                secure_mode=bool(p["secure_mode"]), sigma_scale=sig["scale"], sigma_whiten=sig["whiten"],
-                sigma_curvature=sig["curvature"], learning_rate_ceiling=float(ceiling), sigma_radius=sig["radius"],
-                center_stages=1 if p["secure_mode"] else preprocess.center_stages(sig["center"], n, mdim, clip),
-                sigma_recenter=sig["recenter"], recenter_rounds=preprocess.RECENTER_ROUNDS if recenter else 0)
+            ceiling = _noise_rate(sigma, s.q * s.n, steps=s.steps, momentum=s.momentum, clip=s.clip)
+    made = {"radius": releases.RADIUS, "scale": releases.MOMENTS, "whiten": releases.WHITEN,
+            "curvature": releases.CURVATURE, "recenter": releases.Recentering(preprocess.RECENTER_ROUNDS)}
+    if "center" in sig:
+        made["center"] = releases.Centering(1 if s.secure else preprocess.center_stages(sig["center"], s.n, s.mdim,
+                                                                                          s.clip))
+    made.update({r.name: r for r in s.added})
+    order = ["radius", *(r.name for r in s.added), *releases.ORDER[1:]]
+    chain = tuple((made[name], float(sig[name])) for name in order if name in sig)
+    plan = Plan(method=s.method, epsilon=math.inf, delta=s.delta, neighbouring=s.relation,
+                accountant="none" if sigma == 0 else s.acct, n=s.n, dim=s.dim, n_classes=s.k, steps=s.steps,
+                sample_rate=s.q, sigma=sigma, learning_rate=float(lr), clip=s.clip,
+                normalize=bool(s.p["normalize"]), loss=s.loss,
+                bias_init=ADAM1_BIAS_INIT if s.loss == "sigmoid" else 0.0, fit_intercept=s.fit_intercept,
+                optimizer=s.optimizer, momentum=s.momentum, secure_mode=s.secure,
+                learning_rate_ceiling=float(ceiling), chain=chain)
     if plan.private:
-        eps = accounting.event_epsilon(plan.dp_event(), plan.delta, accountant=acct, neighbouring=relation)
+        eps = accounting.event_epsilon(plan.dp_event(), plan.delta, accountant=s.acct, neighbouring=s.relation)
         plan = dataclasses.replace(plan, epsilon=eps)
     return plan
 
 
-def _scale_releases(epsilon, delta, share, n, dim, relation) -> dict:
-    """The scaling stage's releases and their shares of μ²: ``{"scale": s/2, "whiten": s/2}``, ``{"scale": s}``
-    (whitening cannot resolve two directions, or costs too much) or ``{}`` (not even the moments can).
-
-    Decided before calibration from the GDP view of the budget (a release with share s of μ² has multiplier
-    1/(√s·μ), sensitivity doubled under ``replace_one``): public facts only, the same for every accountant.
-    """
-    if math.isinf(epsilon):
-        return {"scale": share / 2, "whiten": share / 2} if scaling.whitening_resolves(n, dim, 0.0) else {"scale": share}
-    mu = accounting.gdp_mu_for(epsilon, delta)
-
-    def sigma_of(s):
-        return _release_sigma(s, mu, relation)
-
-    if scaling.whitening_resolves(n, dim, sigma_of(share / 2)) and scaling.moments_resolve(n, dim, sigma_of(share / 2)):
-        return {"scale": share / 2, "whiten": share / 2}
-    if scaling.moments_resolve(n, dim, sigma_of(share)):
-        return {"scale": share}
-    return {}
-
-
-def _radius_pays(epsilon, delta, n, relation) -> bool:
-    """Whether to buy the row-norm release (:data:`RADIUS_SHARE` of μ²): where it can find a typical norm
-    (:func:`privlin.radius.resolves`; decided, like :func:`_scale_releases`, from the GDP view of the budget)."""
-    if math.isinf(epsilon):
-        return True
-    return radius.resolves(n, _release_sigma(RADIUS_SHARE, accounting.gdp_mu_for(epsilon, delta), relation))
-
-
 def _curvature_pays(epsilon, delta, shares, n, dim, *, steps, q, momentum, clip, fit_intercept, relation) -> bool:
     """Whether to buy the curvature release (:data:`CURVATURE_SHARE` of μ²): its pass is affordable (the bounds of
-    whitening), the noise term is at least 1.5× the stability cap (so a flatter curvature could lift the rate by
-    that much: at 1.0× the k=100 mixture lost 0.2 points for nothing, at 1.9× it gained 2.0; BENCHMARKS.md), and
-    the release can show a curvature at least 1.5× below the worst case.  Decided, like
-    :func:`_scale_releases`, from the GDP view of the budget before calibration: public facts only."""
+    whitening), the noise term is at least :data:`~privlin.defaults.CURVATURE_GAIN` × the stability cap (so a
+    flatter curvature could lift the rate by that much), and the release can show a curvature at least
+    :data:`~privlin.defaults.CURVATURE_FLATNESS` × below the worst case.  Decided, like :func:`privlin.releases.scaling_stage`,
+    from the GDP view of the budget before calibration: public facts only (BENCHMARKS.md, "curvature")."""
     if not scaling.second_moment_affordable(n, dim):
         return False
     if math.isinf(epsilon):
@@ -460,18 +450,13 @@ def _curvature_pays(epsilon, delta, shares, n, dim, *, steps, q, momentum, clip,
     rest = 1.0 - sum(shares.values()) - CURVATURE_SHARE
     if rest <= 0:
         return False
-    sigma = _release_sigma(rest, mu, relation) * q * math.sqrt(steps)  # T steps sharing the rest of μ²
-    if _noise_rate(sigma, q * n, steps=steps, momentum=momentum, clip=clip) < 1.5 * _joint_cap(momentum, clip, fit_intercept):
+    sigma = planned_sigma(rest, mu, relation) * q * math.sqrt(steps)  # T steps sharing the rest of μ²
+    noise_rate = _noise_rate(sigma, q * n, steps=steps, momentum=momentum, clip=clip)
+    if noise_rate < CURVATURE_GAIN * _joint_cap(momentum, clip, fit_intercept):
         return False
-    std = _release_sigma(CURVATURE_SHARE, mu, relation) * scaling.curvature_sensitivity(n, dim)
+    std = planned_sigma(CURVATURE_SHARE, mu, relation) * scaling.curvature_sensitivity(n, dim)
     flattest = float(scaling.curvature_bound(n / dim, n, dim, std))  # the bound if the rows were isotropic
-    return 1.5 * flattest < 1.0
-
-
-def _release_sigma(share, mu, relation) -> float:
-    """σ of a Gaussian release spending ``share`` of the GDP budget μ² (1/σ² = share·μ², sensitivity doubled under
-    ``replace_one``): the view in which the plan decides which releases to make."""
-    return accounting.sensitivity_factor(relation) / (math.sqrt(share) * mu)
+    return CURVATURE_FLATNESS * flattest < 1.0
 
 
 def _calibrate(epsilon, delta, *, steps, q, shares, accountant, relation) -> tuple[float, dict]:
@@ -507,12 +492,9 @@ def default_learning_rate(method: str, optimizer: str, sigma: float, batch: floa
       holds on data it was not set on: BENCHMARKS.md, "privlin defaults on unseen data" (it is weakest at small
       N·μ, where a smaller rate, closer to the first gradient's direction, does better).  At a fixed ρ, the total
       step ``lr·T/(1−β) = ρ·B·√T/σ = ρ·N·μ_train`` (full batch) is what moves the model, so more steps at a
-      smaller rate should give about the same model: T stays DP-RandP's 100, ten momentum time constants.
-      Measured, T still matters where N ≈ d: fewer steps (T=10, whose momentum never builds up: an earlier stop)
-      gain 2–4 points on 2048–4096-d mixtures of 3000–5000 rows at ε ≤ 1, and lose up to 14 on wine (124 rows,
-      ε=0.5); no rule for T from (N, d, σ) has been found that wins on both, so T is not derived.  More steps
-      (T=300, BENCHMARKS.md "Do more steps pay?") move the table's sets −1.0…+2.9 points where the noise sets the
-      rate, and +0.1 on the N=200 000 mixture, where the cap does, at 3× the time.
+      smaller rate should give about the same model: T stays DP-RandP's 100, ten momentum time constants.  No
+      rule for T from (N, d, σ) has been found that wins everywhere, so T is not derived (BENCHMARKS.md, "privlin
+      defaults on unseen data").
     * Stability term.  With rows at norm C and an intercept feature 1, the mean softmax (or sigmoid) loss has a
       Hessian bounded by L = (C² + 1)/2 (C²/2 without intercept; the logits' Hessian is ≼ ½I); heavy ball is
       stable for lr·L < 2(1+β) (Polyak 1964).  It binds at large N·μ (little noise), where the noise rule alone would
@@ -540,7 +522,12 @@ def default_learning_rate(method: str, optimizer: str, sigma: float, batch: floa
 
 def _joint_cap(momentum, clip, fit_intercept) -> float:
     """The stability term: one rate for W and b, worst-case rows (:func:`stability_caps` at curvature 1)."""
-    return 4.0 * (1.0 + momentum) / (clip**2 + (1.0 if fit_intercept else 0.0))
+    return 2.0 * _heavy_ball_gain(momentum) / (clip**2 + (1.0 if fit_intercept else 0.0))
+
+
+def _heavy_ball_gain(momentum) -> float:
+    """2(1+β): heavy ball with momentum β is stable for lr·L below it (Polyak 1964)."""
+    return 2.0 * (1.0 + momentum)
 
 
 def _noise_rate(sigma, batch, *, steps, momentum, clip) -> float:
@@ -560,7 +547,7 @@ def stability_caps(curvature, *, momentum: float, clip: float, fit_intercept: bo
     whatever the rows' mean; taken where it beats the joint cap (λ well below 1).  Without an intercept
     W's cap is 4(1+β)/(C²λ).
     """
-    gain = 2.0 * (1.0 + momentum)  # lr·L below this is stable
+    gain = _heavy_ball_gain(momentum)  # lr·L below this is stable
     joint = _joint_cap(momentum, clip, fit_intercept)
     if not fit_intercept:
         return 2.0 * gain / (clip**2 * curvature), joint

@@ -9,7 +9,7 @@
    noisy mean is then shrunk toward 0 by James–Stein (post-processing,
    :func:`shrink`): where the noise is as large as the mean (few rows, small
    ε, large d), subtracting it would add more error than the offset it
-   removes (digits pixels at ε=0.5: 70.6% → 80.3%, BENCHMARKS.md).
+   removes (BENCHMARKS.md, "privlin defaults on unseen data").
    Where that noise is small against ``norm`` but can still be large against the rows' own spread (a tight
    cloud far from the origin: backbone features, whose rows share most of their direction), the mean is
    released in two stages (:func:`center_stages`, CoinPress of Biswas et al., NeurIPS 2020): the first at
@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from . import noise, radius, sensitivity
 
 __all__ = ["normalize_rows", "row_sum", "shrink", "private_mean", "center_stages", "stage_sigma", "refine_radius",
-           "offset_sum", "refined_mean", "staged_mean", "recenter_rounds", "round_means", "Preprocessing", "apply",
+           "offset_sum", "refined_mean", "staged_mean", "recenter_rounds", "round_means", "RowMap", "apply",
            "RECENTER_ROUNDS", "RECENTER_FROM"]
 
 #: The refining stage's radius in units of the first stage's expected error norm √D·σ₁·norm/N: the noise of a
@@ -44,13 +44,16 @@ __all__ = ["normalize_rows", "row_sum", "shrink", "private_mean", "center_stages
 #: mean); a row farther from the first estimate is clipped to it, which only slows the correction.
 REFINE_RADIUS = 1.5
 #: Re-centering rounds made where they are made (:func:`recenter_rounds`), and the centering's expected error, in
-#: units of the row norm, from which they are made.  Measured (BENCHMARKS.md, "privlin defaults on unseen data"):
-#: two rounds buy `vip_toy` digits features 14.0 ± 0.6 points at ε=0.5 (30 paired seeds; a prototype read 12.8 with
-#: one round) and cost no set more than 0.2; below an error of norm/10 the two-stage centering is already finer
-#: than the clouds we have met, and the rounds' share would be paid for nothing (prototype: `vip_toy` at ε=8,
-#: e = 0.02, −1.1).
+#: units of the row norm, from which they are made: below norm/10 the two-stage centering is already finer than
+#: the clouds met so far and the rounds' share would buy nothing (BENCHMARKS.md, "privlin defaults on unseen
+#: data").
 RECENTER_ROUNDS = 2
 RECENTER_FROM = 0.1
+#: The two-stage centering is made where one stage's expected error lies between these fractions of the row
+#: norm: above TWO_STAGES_TO two stages end coarser than one (their error ≈ 3e²/norm); below TWO_STAGES_FROM one
+#: stage is already finer than any cloud of rows met so far, and a second would cost a pass for nothing.
+TWO_STAGES_FROM = 1.0 / 100.0
+TWO_STAGES_TO = 1.0 / 3.0
 
 
 
@@ -85,12 +88,12 @@ def row_sum(X, mask, norm: float, n, log_scale=None, rounds=None):
     array (d,) or (d + 1,) float64
     """
     if rounds is not None:
-        X = apply(X, Preprocessing(1.0, rounds, log_scale))
+        X = apply(X, RowMap(1.0, rounds, log_scale))
     elif log_scale is not None:
         X = radius.embed(X, log_scale)
     A, _ = sensitivity.directions(X)
     eta = sensitivity.margin(n, A.shape[1])
-    return sensitivity.vector_sum(A * (norm * (1.0 - eta)), mask, norm, n)
+    return sensitivity.vector_sum(A * (norm * (1.0 - eta)), mask, norm)
 
 
 def shrink(v, noise_std, target=None):
@@ -133,14 +136,12 @@ def _error_norm(sigma, n, dim: int, norm: float):
 
 def center_stages(sigma_center: float, n: int, dim: int, norm: float = 1.0) -> int:
     """How many stages the centering release takes (public): 2 where one stage's expected error e = √D·σ·norm/N
-    lies in [norm/100, norm/3].  Two stages end at error ≈ 3e²/norm (the second's radius is 1.5·√2·e, its noise
-    √2·e per unit radius), so they win below norm/3; below norm/100 one stage is already finer than any cloud
-    of rows we have met (the toy ViT's digits rows spread 0.026·norm around their mean) and a second would
-    cost a pass over the store for nothing."""
+    lies in [:data:`TWO_STAGES_FROM`, :data:`TWO_STAGES_TO`]·norm.  Two stages end at error ≈ 3e²/norm (the
+    second's radius is 1.5·√2·e, its noise √2·e per unit radius), so they win below norm/3."""
     if not 0.0 < sigma_center < float("inf"):
         return 1
     e = _error_norm(sigma_center, n, dim, norm)
-    return 2 if norm / 100.0 <= e <= norm / 3.0 else 1
+    return 2 if norm * TWO_STAGES_FROM <= e <= norm * TWO_STAGES_TO else 1
 
 
 def recenter_rounds(sigma_center: float, n: int, dim: int, norm: float = 1.0) -> int:
@@ -185,10 +186,10 @@ def offset_sum(X, mask, first, radius_, n, norm: float, log_scale=None, rounds=N
     Each offset enters at norm ≤ R·(1 − η) (:func:`privlin.sensitivity.margin`), so the sum moves by at most R
     when one row is replaced by a null row.  ``first``: the first stage's released mean (public).
     """
-    U = apply(X, Preprocessing(norm, rounds, log_scale))
+    U = apply(X, RowMap(norm, rounds, log_scale))
     A, lengths = sensitivity.directions(U - jnp.asarray(first, U.dtype))
     eta = sensitivity.margin(n, A.shape[1])
-    return sensitivity.vector_sum(A * jnp.minimum(lengths, radius_ * (1.0 - eta))[:, None], mask, radius_, n)
+    return sensitivity.vector_sum(A * jnp.minimum(lengths, radius_ * (1.0 - eta))[:, None], mask, radius_)
 
 
 def refined_mean(first, total, n: int, key, sigma: float, radius_, noisy=None):
@@ -209,7 +210,7 @@ def staged_mean(total, offsets_of, n, keys, sigma_center, stages: int, norm: flo
     return mean
 
 
-class Preprocessing(NamedTuple):
+class RowMap(NamedTuple):
     """What :func:`apply` needs: the row norm, the (noisy, public) mean or None, and the released log₂ of a typical
     row norm (:mod:`privlin.radius`) or None.  ``mean`` may be a chain (R, d'): the re-centering rounds' means,
     then the centering's, each subtracted in turn and followed by a re-normalization."""
@@ -219,14 +220,14 @@ class Preprocessing(NamedTuple):
     log_scale: Optional[jax.Array] = None
 
 
-def apply(X, prep: Preprocessing):
+def apply(X, prep: RowMap):
     """Normalize rows (with ``prep.log_scale``: give them their radial coordinate, :func:`privlin.radius.embed`),
     subtract the released mean, normalize again (DP-RandP).
 
     Parameters
     ----------
     X : array (n, d)
-    prep : Preprocessing
+    prep : RowMap
 
     Returns
     -------

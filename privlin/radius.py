@@ -2,9 +2,8 @@
 
 Why: the pipeline's first step scales every row to a fixed norm (DP-RandP; it is what bounds every released
 sum), which discards each row's norm.  Where features carry a common offset larger than their spread (raw tabular
-features, some backbones'), the class signal along the offset lives in the norm: without any noise the N=200
-mixture of BENCHMARKS.md reaches 94.2% normalized first against 97.4% centered first, and no later stage can
-recover the lost direction.  Rows keep it as one more coordinate next to their direction::
+features, some backbones'), the class signal along the offset lives in the norm, and no later stage can recover
+the lost direction (BENCHMARKS.md, "privlin defaults on unseen data").  Rows keep it as one more coordinate next to their direction::
 
     embed(x) = ( x/‖x‖ ,  r ) / √(1 + r²),    r = clip(ln(‖x‖/R), −1, 1)          (0 for an all-zero row)
 

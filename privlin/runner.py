@@ -1,17 +1,22 @@
-"""The one runner: a plan run on rows with a key — normalize → private centering → private scaling → DP training.
+"""The one runner: a plan's chain run on rows with a key — the chain's releases (row norm, re-centering, centering,
+scaling, curvature, and any added release: :mod:`privlin.releases`) → DP training.
 
-Two forms of the same pipeline, built from the same pieces (:mod:`privlin.preprocess`, :mod:`privlin.train`)
-and the same key split (:func:`stage_keys`); the stages are :mod:`privlin.preprocess` (normalize, center),
-:mod:`privlin.scaling` (standardize, whiten) and :mod:`privlin.train`:
+Two drivers of the same chain, built from the same pieces (:mod:`privlin.preprocess`, :mod:`privlin.scaling`,
+:mod:`privlin.train`) and the same key split (:func:`stage_keys`, :func:`release_key`):
 
 * :func:`train_rows` — pure and jittable, on rows in memory.  ``jax.vmap`` runs many plans that share their
   compiled form (:meth:`Plan.static`) over one copy of the rows (the sweep), or one plan over many keys (the
   audit).
 * :func:`run` — many plans on a :class:`privlin.data.Source`: rows that fit ``memory_limit`` are loaded once
   and handed to :func:`train_rows` (vmapped per group of plans); larger ones are streamed block by block
-  (one pass per ``adam1`` group, one pass per step for ``sgd``/``minibatch``); ``secure_mode`` releases every
-  statistic on the host with the discrete Gaussian.  Rows are sharded over ``jax.devices()`` (and over hosts
-  under ``jax.distributed``); every noise draw is made once, on the global sum.
+  (:func:`_stream`: one pass per statistic, two blocks in flight; one pass per step for ``sgd``/``minibatch``);
+  ``secure_mode`` releases every statistic on the host with the discrete Gaussian.  Rows are sharded over
+  ``jax.devices()`` (and over hosts under ``jax.distributed``); every noise draw is made once, on the global sum.
+
+The chain's head — the generic releases, whose exact sums read the rows as given (the row norm; added releases)
+— is one loop in both drivers (:func:`train_rows`, :func:`_head`).  The later releases each depend on the rows as
+the earlier ones left them and still have a streamed form of their own (:func:`_centering`, :func:`_scaling`,
+:func:`_curvature`); the equivalence tests keep the two drivers in step.
 
 Rows whose label is not in the public class list, rows with a non-finite value, and a store's rows skipped at
 extraction (counted in N) are null rows: they contribute nothing (the zero-out relation), and nothing about
@@ -22,6 +27,7 @@ from __future__ import annotations
 import functools
 import queue
 import threading
+import zlib
 from typing import Iterator, NamedTuple, Optional, Sequence
 
 import jax
@@ -31,7 +37,7 @@ from tqdm.auto import tqdm
 
 from . import noise, preprocess, radius, scaling, secure_noise, sensitivity, train
 from .data import Source, label_index
-from .plan import Plan, learning_rates
+from .plan import Plan, Static, learning_rates
 
 __all__ = ["Released", "train_rows", "run", "stage_keys", "TAIL_ROWS"]
 
@@ -58,6 +64,7 @@ class Released(NamedTuple):
     scaling: Optional[scaling.Scaling] = None
     curvature: Optional[jax.Array] = None
     radius: Optional[jax.Array] = None
+    extra: Optional[dict] = None  # {name: value} of the added releases (privlin.releases.ADDED)
 
 
 def stage_keys(key) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -66,12 +73,17 @@ def stage_keys(key) -> tuple[jax.Array, jax.Array, jax.Array]:
     return keys["center"], keys["scale"], keys["train"]
 
 
+_KEYED = ("center", "train", "scale", "curvature", "radius", "center-refine", "recenter", "added")
+
+
 def release_key(key, name: str) -> jax.Array:
     """The key of a later release (``"curvature"``, ``"radius"``, ``"center-refine"``, ``"recenter"``) of a fit's
     key: the 4th to 7th of the same split (JAX's partitionable threefry makes a split's first keys independent of
-    how many follow, so :func:`stage_keys` and the earlier releases' keys are unchanged by them)."""
-    return noise.split_named(key, "center", "train", "scale", "curvature", "radius", "center-refine",
-                             "recenter")[name]
+    how many follow, so :func:`stage_keys` and the earlier releases' keys are unchanged by them).  An added
+    release's key is its name's CRC-32 folded into the 8th."""
+    if name in _KEYED:
+        return noise.split_named(key, *_KEYED)[name]
+    return noise.fold_in(noise.split_named(key, *_KEYED)["added"], zlib.crc32(name.encode()) & 0x7FFFFFFF)
 
 
 def _recenter_keys(key, rounds: int) -> jax.Array:
@@ -81,44 +93,52 @@ def _recenter_keys(key, rounds: int) -> jax.Array:
 
 # ----------------------------------------------------------------------------- the pure core
 
-def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_rate,
+def train_rows(static: Static, X, Y, mask, n, key, sigma, sigma_ref, learning_rate,
                lr_ceiling=float("nan")) -> Released:
-    """Run one plan on in-memory rows; pure, jittable, vmappable over (key, σ, σ_center, lr, lr ceiling).
+    """Run one plan on in-memory rows; pure, jittable, vmappable over (key, σ, σ_ref, lr, lr ceiling).
 
     Parameters
     ----------
-    static : tuple
+    static : privlin.plan.Static
         ``Plan.static()`` (hashable: what the compiled code specializes on).
     X : (m, d) rows as given (float16/32); Y : (m, k) one-hot; mask : (m,) 1 for real rows, 0 for padding
         and null rows.  Trace under ``privlin.sensitivity.x64()`` (the released sums are exact float64).
     n : scalar
         The public N.
     key : jax key
-    sigma, sigma_center, learning_rate : scalars (may be traced); ``sigma_center`` is ignored without centering.
-        The scaling stage's and the curvature release's multipliers are ``sigma_center`` times the plan's fixed
-        ratios (``static``).
+    sigma, sigma_ref, learning_rate : scalars (may be traced): the steps' σ, ``Plan.reference_sigma`` (each
+        release's σ is it times the chain's fixed ratio in ``static``), the learning rate.
     lr_ceiling : scalar
         ``Plan.learning_rate_ceiling``: with the curvature release, the most W's rate may be lifted to.
     """
-    (method, steps, q, clip, normalize, centered, loss, bias_init, fit_intercept, optimizer, momentum, scale,
-     curved, radial, center_stages, recenter) = static
+    method, steps, q, clip, normalize = static.method, static.steps, static.sample_rate, static.clip, static.normalize
+    loss, bias_init, fit_intercept = static.loss, static.bias_init, static.fit_intercept
+    optimizer, momentum = static.optimizer, static.momentum
+
+    def sigma_of(name):  # the release's σ, or None where it is not made
+        got = static.release(name)
+        return None if got is None else sigma_ref * got[1]
+
     k_center, k_scale, k_train = stage_keys(key)
     X = jnp.asarray(X, jnp.float32)
-    dim = X.shape[1] + (radial is not None)  # the model's inputs (Plan.model_dim)
-    mean = scl = log_scale = None
-    if radial is not None:  # ---- the row-norm release; the rows gain their radial coordinate (privlin.radius)
-        counts = sensitivity.chunked(lambda t, x, m: t + radius.norm_counts(x, m), jnp.zeros(radius.BINS, jnp.int32),
-                                     X, mask)
-        log_scale = radius.release_log_scale(counts, release_key(key, "radius"), sigma_center * radial)
+    dim = X.shape[1] + sum(r.adds_dims for r, _ in static.chain)  # the model's inputs (Plan.model_dim)
+    mean = scl = None
+    values = {}
+    for r, ratio in static.chain:  # ---- the chain's head: releases whose sum reads the rows as given
+        if r.generic:
+            total = sensitivity.chunked(lambda t, x, m, r=r: r.block_sum(t, x, m, n), r.init(X.shape[1]), X, mask)
+            values[r.name] = r.release(total, n, release_key(key, r.name), sigma_ref * ratio)
+    log_scale = values.pop("radius", None)  # the rows gain their radial coordinate (privlin.radius)
+    centered = static.centered
     if centered:
         def sum_of(rounds):
             return sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n, log_scale, rounds),
                                        jnp.zeros(dim, jnp.float64), X, mask)
 
         rounds = None
-        if recenter is not None:  # ---- the re-centering rounds (privlin.preprocess.round_means)
-            ratio, count = recenter
-            rounds = preprocess.round_means(sum_of, n, _recenter_keys(key, count), sigma_center * ratio, count, clip)
+        if static.release("recenter") is not None:  # ---- the re-centering rounds (privlin.preprocess.round_means)
+            count = static.release("recenter")[0].rounds
+            rounds = preprocess.round_means(sum_of, n, _recenter_keys(key, count), sigma_of("recenter"), count, clip)
 
         def offsets_of(first, r):
             return sensitivity.chunked(
@@ -126,19 +146,18 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
                 jnp.zeros(dim, jnp.float64), X, mask)
 
         mean = preprocess.staged_mean(sum_of(rounds), offsets_of, n, (k_center, release_key(key, "center-refine")),
-                                      sigma_center, center_stages, clip, dim)
+                                      sigma_of("center"), static.release("center")[0].stages, clip, dim)
         mean = _chain(rounds, mean)
-    if scale is not None:  # ---- the scaling stage (privlin.scaling), on the centered rows
-        ratio_m, ratio_w = scale
-        scl = _scaling_in_memory(X, mask, n, k_scale, mean, normalize, sigma_center * ratio_m,
-                                 None if ratio_w is None else sigma_center * ratio_w, log_scale, dim)
+    if static.release("scale") is not None:  # ---- the scaling stage (privlin.scaling), on the centered rows
+        scl = _scaling_in_memory(X, mask, n, k_scale, mean, normalize, sigma_of("scale"), sigma_of("whiten"),
+                                 log_scale, dim)
     curv, intercept_scale = None, 1.0
     Xp = None if method == "adam1" else _prep(X, clip, normalize, mean, scl, log_scale)  # adam1: chunk by chunk
-    if curved is not None:  # ---- the curvature release lifts W's rate (sgd optimizer only: never adam1)
+    if static.release("curvature") is not None:  # ---- lifts W's rate (sgd optimizer only: never adam1)
         curv = scaling.release_curvature(
             sensitivity.chunked(lambda t, x, m: t + scaling.second_moment_sum(x, m, n),
                                 jnp.zeros((dim, dim), jnp.float64), Xp, mask),
-            n, release_key(key, "curvature"), sigma_center * curved)
+            n, release_key(key, "curvature"), sigma_of("curvature"))
         learning_rate, intercept_scale = _lifted_rates(lr_ceiling, curv, momentum, clip, fit_intercept)
     if method == "adam1":
         def add(acc, x, y, m):
@@ -158,7 +177,7 @@ def train_rows(static: tuple, X, Y, mask, n, key, sigma, sigma_center, learning_
                                      clip=clip, loss=loss, optimizer=optimizer, momentum=momentum,
                                      fit_intercept=fit_intercept, bias_init=bias_init, row_norm=clip if normalize else None,
                                      intercept_scale=intercept_scale)
-    return Released(params.W, params.b, mean, scl, curv, log_scale)
+    return Released(params.W, params.b, mean, scl, curv, log_scale, values)
 
 
 def _chain(rounds, mean):
@@ -181,8 +200,8 @@ def _prep(X, clip, normalize, mean, scl=None, log_scale=None):
     if not normalize:
         return jnp.asarray(X, jnp.float32)
     if scl is None:
-        return preprocess.apply(X, preprocess.Preprocessing(clip, mean, log_scale))
-    return scaling.apply(preprocess.apply(X, preprocess.Preprocessing(1.0, mean, log_scale)), scl, clip)
+        return preprocess.apply(X, preprocess.RowMap(clip, mean, log_scale))
+    return scaling.apply(preprocess.apply(X, preprocess.RowMap(1.0, mean, log_scale)), scl, clip)
 
 
 def preprocess_rows(plan: Plan, X, mean, scl=None, log_scale=None) -> jax.Array:
@@ -198,11 +217,11 @@ _prep_jit = jax.jit(_prep, static_argnames=("clip", "normalize"))
 
 
 @functools.partial(jax.jit, static_argnames=("static", "k"))
-def _train_many(static, X, idx, mask, n, keys, sigmas, sigmas_center, lrs, ceilings, *, k):
+def _train_many(static, X, idx, mask, n, keys, sigmas, sigmas_ref, lrs, ceilings, *, k):
     """:func:`train_rows` for S plans of one static form at once; the rows are shared (not batched)."""
     Y = jax.nn.one_hot(idx, k, dtype=jnp.float32)
     return jax.vmap(train_rows, in_axes=(None, None, None, None, None, 0, 0, 0, 0, 0))(
-        static, X, Y, mask, n, keys, sigmas, sigmas_center, lrs, ceilings)
+        static, X, Y, mask, n, keys, sigmas, sigmas_ref, lrs, ceilings)
 
 
 # ----------------------------------------------------------------------------- run plans on a source
@@ -247,7 +266,7 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
         X, labels, mask = rows.load()
         spare = max(0, memory_limit - in_memory_bytes(source, len(classes)))
         for static, idx in groups.items():
-            per_plan = X.size * 4 if static[5] else 0  # a centered plan holds its own centered copy
+            per_plan = X.size * 4 if static.centered else 0  # a centered plan holds its own centered copy
             chunk = max(1, int(spare // per_plan)) if per_plan else len(idx)
             for a in range(0, len(idx), chunk):
                 sel = idx[a:a + chunk]
@@ -274,7 +293,7 @@ def in_memory_bytes(source: Source, k: int) -> int:
 
 
 def _dynamic(plans):
-    return ([p.sigma for p in plans], [p.sigma_center if p.centered else 1.0 for p in plans],
+    return ([p.sigma for p in plans], [p.reference_sigma for p in plans],
             [p.learning_rate for p in plans], [p.learning_rate_ceiling for p in plans])
 
 
@@ -297,7 +316,7 @@ def _put_rows(*arrays):
     """
     sharding = _row_sharding()
     if sharding is None:
-        return tuple(jax.device_put(a, may_alias=False) for a in arrays)  # jnp.asarray: ~1.6x slower on a CPU
+        return tuple(jax.device_put(a, may_alias=False) for a in arrays)  # faster than jnp.asarray on a CPU
     return tuple(jax.make_array_from_process_local_data(sharding, np.asarray(a)) for a in arrays)
 
 
@@ -412,7 +431,7 @@ class _Rows:
 
 def _page_locked() -> bool:
     """Whether streamed blocks are read into page-locked host memory: where the default device is a CUDA GPU, which
-    copies it by DMA at ~6x the rate of ordinary memory (an H100: 47 vs 8 GB/s, ``benchmarks/diag_h2d.py``).  Off
+    copies it by DMA several times faster than ordinary memory (BENCHMARKS.md, "Page-locked blocks").  Off
     where :data:`PAGE_LOCKED` is False or the reader cannot allocate it (then blocks stay in ordinary memory)."""
     if not PAGE_LOCKED or jax.default_backend() != "gpu":
         return False
@@ -560,14 +579,15 @@ def _noisy_step(state, grad_sum, key, sigma, denom, lr, momentum, clip, intercep
 def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
     """Plans whose rows do not fit in memory, or in secure mode: block by block."""
     out: list[Optional[Released]] = [None] * len(plans)
-    logs = _radius(rows, plans, keys)
+    heads = _head(rows, plans, keys)
+    logs = [h.pop("radius", None) for h in heads]
     means = _centering(rows, plans, keys, logs)
     scls = _scaling(rows, plans, keys, means, logs)
     curvs = _curvature(rows, plans, keys, means, scls, logs)
     # adam1 without centering: one class-sum pass for every plan of the same static form
     shared: dict[tuple, list[int]] = {}
     for i, p in enumerate(plans):
-        if p.method == "adam1" and not p.centered and not p.secure_mode:
+        if p.method == "adam1" and not p.chain and not p.secure_mode:
             shared.setdefault(p.static(), []).append(i)
     for idx in shared.values():
         p = plans[idx[0]]
@@ -577,7 +597,7 @@ def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
                                   jnp.asarray([plans[i].learning_rate for i in idx], jnp.float32), p.clip,
                                   loss=p.loss, bias_init=p.bias_init, fit_intercept=p.fit_intercept)
         for j, i in enumerate(idx):
-            out[i] = Released(got.W[j], got.b[j], None)
+            out[i] = Released(got.W[j], got.b[j], None, extra={})
     for i, p in enumerate(plans):
         if out[i] is not None:
             continue
@@ -593,28 +613,31 @@ def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
                                           bias_init=p.bias_init, fit_intercept=p.fit_intercept)
         else:
             params = _stream_steps(rows, p, k_train, means[i], scls[i], curvs[i], logs[i])
-        out[i] = Released(params.W, params.b, means[i], scls[i], curvs[i], logs[i])
+        out[i] = Released(params.W, params.b, means[i], scls[i], curvs[i], logs[i], heads[i])
     return out
 
 
-_counts_block = jax.jit(lambda total, X, mask: total + radius.norm_counts(X, mask))
+@functools.lru_cache(maxsize=None)
+def _head_block(release):
+    """A generic release's block sum, compiled once per release value."""
+    return jax.jit(lambda total, X, mask, n: sensitivity.chunked(
+        lambda t, x, m: release.block_sum(t, x, m, n), total, X, mask))
 
 
-def _radius(rows: _Rows, plans: list[Plan], keys: list) -> list:
-    """The released log₂ R of every radial plan (:mod:`privlin.radius`); one histogram pass shared by all (the
-    counts depend on no plan), the same release as :func:`train_rows` makes, with the same key."""
-    out: list = [None] * len(plans)
-    if not any(p.radial for p in plans):
-        return out
-
-    counts = _pass(rows, "row norms", _counts_block, jnp.zeros(radius.BINS, jnp.int32))
+def _head(rows: _Rows, plans: list[Plan], keys: list) -> list[dict]:
+    """``{name: released value}`` of every plan's generic releases (the chain's head: their sums read the rows as
+    given, so one pass per release value serves every plan); the same releases :func:`train_rows` makes, with the
+    same keys; in secure mode drawn on the host with the discrete Gaussian."""
+    out: list[dict] = [{} for _ in plans]
+    totals: dict = {}
     for i, p in enumerate(plans):
-        if p.radial:
-            noisy = None
-            if p.secure_mode:
-                std, sens, bound = secure_releases(p)["radius"]
-                noisy = secure_noise.secure_gaussian_release(np.asarray(counts, np.float64), std, sens, bound=bound)
-            out[i] = radius.release_log_scale(counts, release_key(keys[i], "radius"), p.sigma_radius, noisy)
+        for r, sigma in p.chain:
+            if not r.generic:
+                continue
+            if r not in totals:
+                totals[r] = _pass(rows, r.name, _head_block(r), r.init(p.dim), float(p.n))
+            out[i][r.name] = r.release(totals[r], float(p.n), release_key(keys[i], r.name), sigma,
+                                       _host_noise(p, r.name, totals[r]))
     return out
 
 
@@ -644,9 +667,8 @@ def _centering(rows: _Rows, plans: list[Plan], keys: list, logs: list) -> list:
                 totals[group] = sum_of(None)
             total = totals[group]
         if p.secure_mode:  # one stage (make_plan)
-            std, sens, bound = secure_releases(p)["center"]
             means[i] = preprocess.private_mean(total, p.n, None, p.sigma_center, p.clip,
-                                               noisy=secure_noise.secure_gaussian_release(total, std, sens, bound=bound))
+                                               noisy=_host_noise(p, "center", total))
             continue
 
         def offsets_of(first, r, p=p, log_scale=logs[i], rounds=rounds):  # the refining stage: a pass of its own
@@ -667,24 +689,26 @@ def _moments_add(total, X, mask, mean, log_scale, n, normalize):
 
 def _second_moment_add(total, X, mask, mean, log_scale, shift, scale, n, normalize):
     return total + scaling.second_moment_sum(
-        scaling.scaled_rows(_prep(X, 1.0, normalize, mean, None, log_scale), shift, scale), mask, n)
+        scaling.standardized(_prep(X, 1.0, normalize, mean, None, log_scale), shift, scale), mask, n)
 
 
 _moments_block = jax.jit(_moments_add, static_argnames=("normalize",))
 _second_moment_block = jax.jit(_second_moment_add, static_argnames=("normalize",))
 
 
+def _host_noise(p: Plan, name: str, value):
+    """Secure mode's release of ``value`` (an exact sum) by mechanism ``name``: the discrete Gaussian drawn on the
+    host from ``os.urandom`` with the plan's table (:meth:`Plan.secure_table`); None outside secure mode, where the
+    release draws its own noise from its key.  The one place the streamed driver's noise differs."""
+    if not p.secure_mode:
+        return None
+    std, sens, bound = p.secure_table()[name]
+    return secure_noise.secure_gaussian_release(np.asarray(value, np.float64), std, sens, bound=bound)
+
+
 def secure_releases(p: Plan) -> dict:
-    """``{mechanism: (noise std, L2 sensitivity, public bound on every entry)}`` of a plan's releases, as secure
-    mode draws them (``secure_noise.check_plan`` refuses impossible ones before the charge)."""
-    out = {"center": (p.sigma_center * p.clip, p.clip, p.n * p.clip),
-           "scale": (np.sqrt(2.0) * p.sigma_scale, np.sqrt(2.0), float(p.n)),  # Σz and Σz⊙z released together
-           "whiten": (p.sigma_whiten, 1.0, float(p.n)),
-           "radius": (p.sigma_radius, 1.0, float(p.n)),  # one count moves by 1
-           "curvature": (p.sigma_curvature * scaling.curvature_sensitivity(p.n, p.model_dim),
-                         scaling.curvature_sensitivity(p.n, p.model_dim), float(p.n)),
-           "step": (p.sigma * p.clip, p.clip, p.n * p.clip)}
-    return {name: out[name] for name in p.noise_multipliers()}
+    """``{mechanism: (noise std, L2 sensitivity, public bound on every entry)}``: :meth:`Plan.secure_table`."""
+    return p.secure_table()
 
 
 def _scaling_in_memory(X, mask, n, key, mean, normalize, sigma_m, sigma_w, log_scale, dim):
@@ -712,22 +736,14 @@ def _scaling(rows: _Rows, plans: list[Plan], keys: list, means: list, logs: list
             continue
         k_moments, k_rotate = noise.split(stage_keys(keys[i])[1])
         n = float(p.n)
-        secure = secure_releases(p) if p.secure_mode else {}
-
-        def host_noise(name, value):  # secure mode: the discrete Gaussian on the host
-            if name not in secure:
-                return None
-            std, sens, bound = secure[name]
-            return secure_noise.secure_gaussian_release(value, std, sens, bound=bound)
-
         sums = _pass(rows, "scaling", _moments_block, jnp.zeros((2, p.model_dim), jnp.float64), means[i], logs[i], n,
                      normalize=p.normalize)
-        shift, scale = scaling.release_moments(sums, n, k_moments, p.sigma_scale, host_noise("scale", sums))
+        shift, scale = scaling.release_moments(sums, n, k_moments, p.sigma_scale, _host_noise(p, "scale", sums))
         rotate = None
         if p.whitened:
             M = _pass(rows, "scaling", _second_moment_block, jnp.zeros((p.model_dim,) * 2, jnp.float64), means[i],
                       logs[i], shift, scale, n, normalize=p.normalize)
-            rotate = scaling.release_rotation(M, n, k_rotate, p.sigma_whiten, host_noise("whiten", scaling.upper(M)))
+            rotate = scaling.release_rotation(M, n, k_rotate, p.sigma_whiten, _host_noise(p, "whiten", scaling.upper(M)))
         out[i] = scaling.Scaling(shift, scale, rotate)
     return out
 
@@ -750,12 +766,9 @@ def _curvature(rows: _Rows, plans: list[Plan], keys: list, means: list, scls: li
 
         M = _pass(rows, "curvature", _curvature_block, jnp.zeros((p.model_dim,) * 2, jnp.float64), means[i], scls[i],
                   logs[i], n, clip=p.clip, normalize=p.normalize)
-        noisy = None
-        if p.secure_mode:
-            std, sens, bound = secure_releases(p)["curvature"]
-            noisy = secure_noise.secure_gaussian_release(np.asarray([scaling.top_eigenvalue(M)]), std, sens,
-                                                         bound=bound)[0]
-        out[i] = scaling.release_curvature(M, n, release_key(keys[i], "curvature"), p.sigma_curvature, noisy)
+        noisy = _host_noise(p, "curvature", [scaling.top_eigenvalue(M)]) if p.secure_mode else None
+        out[i] = scaling.release_curvature(M, n, release_key(keys[i], "curvature"), p.sigma_curvature,
+                                           None if noisy is None else noisy[0])
     return out
 
 
@@ -812,7 +825,6 @@ def _secure_release(g: train.LinearParams, p: Plan) -> train.LinearParams:
     """A clipped gradient sum released with the discrete Gaussian (W and b as one vector when b is trained)."""
     W, b = np.asarray(g.W, np.float64), np.asarray(g.b, np.float64)
     flat = np.concatenate([W.ravel(), b]) if p.fit_intercept else W.ravel()
-    std, sens, bound = secure_releases(p)["step"]
-    noisy = secure_noise.secure_gaussian_release(flat, std, sens, bound=bound)
+    noisy = _host_noise(p, "step", flat)
     return train.LinearParams(jnp.asarray(noisy[:W.size].reshape(W.shape), jnp.float32),
                               jnp.asarray(noisy[W.size:], jnp.float32) if p.fit_intercept else g.b)

@@ -53,7 +53,7 @@ import jax.numpy as jnp
 
 from . import noise, preprocess, sensitivity
 
-__all__ = ["Scaling", "moment_sums", "second_moment_sum", "release_moments", "release_rotation", "scaled_rows",
+__all__ = ["Scaling", "moment_sums", "second_moment_sum", "release_moments", "release_rotation", "standardized",
            "apply", "moment_noise_level", "rotation_noise_level", "sampling_floor", "rotation_floor",
            "moments_resolve", "whitening_resolves",
            "WHITEN_MAX_DIM", "WHITEN_MAX_WORK", "second_moment_affordable", "release_curvature", "curvature_bound", "top_eigenvalue", "curvature_sensitivity",
@@ -61,6 +61,14 @@ __all__ = ["Scaling", "moment_sums", "second_moment_sum", "release_moments", "re
 
 #: Whitening needs a (d, d) float64 sum and its eigendecomposition; above this dimension only the diagonal is used.
 WHITEN_MAX_DIM = 4096
+#: A release is made only where its noise level (τ_m, or the whitening's floor τ) is below this, i.e. where at
+#: least two of the variances or eigenvalues (they sum to ≤ 1 on unit rows) can stand above the noise.
+RESOLVE_LEVEL = 0.5
+#: The smallest variance a dimension is scaled by, relative to the mean variance, where there is no noise
+#: (ε = ∞): a constant dimension is left as it is rather than divided by zero.
+VARIANCE_FLOOR = 1e-6
+#: Below any variance of float32 rows: keeps the rsqrt finite.
+TINY = 1e-30
 #: ... and above N·d² multiply-adds (the float64 second-moment pass, ~1 min on 2 CPU cores) likewise.
 WHITEN_MAX_WORK = 2.0**36
 
@@ -89,8 +97,8 @@ def sampling_floor(n, dim: int):
     """τ_s = (2√γ + γ)/d, γ = d/N: how far above 1/d the top eigenvalue of the second moment of N unit rows spread
     evenly over d dimensions lands (the Marchenko–Pastur edge (1 + √γ)²/d; its bottom edge lies as far below).
     Whitening by the sample's own second moment amplifies the directions the sample underestimates, which no sample
-    of N rows can tell from an even spread: at d/N = 0.5 that cost the ε = ∞ fit of a 1024-d mixture 6.7 points
-    (BENCHMARKS.md).  Public (N, d); ``n`` may be traced."""
+    of N rows can tell from an even spread (BENCHMARKS.md, "privlin defaults on unseen data").  Public (N, d);
+    ``n`` may be traced."""
     gamma = dim / n
     return (2.0 * gamma**0.5 + gamma) / dim
 
@@ -105,7 +113,7 @@ def rotation_floor(n, dim: int, sigma_w: float):
 def moments_resolve(n: int, dim: int, sigma_m: float) -> bool:
     """Whether at least two per-dimension variances can be told from the noise (they sum to ≤ 1 on unit rows, so
     at most 1/τ_m of them exceed τ_m)."""
-    return dim >= 2 and moment_noise_level(n, sigma_m) < 0.5
+    return dim >= 2 and moment_noise_level(n, sigma_m) < RESOLVE_LEVEL
 
 
 def second_moment_affordable(n: int, dim: int) -> bool:
@@ -117,7 +125,7 @@ def second_moment_affordable(n: int, dim: int) -> bool:
 def whitening_resolves(n: int, dim: int, sigma_w: float) -> bool:
     """Whether the release can resolve at least two directions (eigenvalues sum to ≤ 1, so at most 1/τ of them
     exceed τ = :func:`rotation_floor`) and its cost is bounded (:func:`second_moment_affordable`)."""
-    return second_moment_affordable(n, dim) and rotation_floor(n, dim, sigma_w) < 0.5
+    return second_moment_affordable(n, dim) and rotation_floor(n, dim, sigma_w) < RESOLVE_LEVEL
 
 
 # ----------------------------------------------------------------------------- exact sums (the private part)
@@ -132,7 +140,7 @@ def moment_sums(Z, mask, n) -> jax.Array:
     A, _ = sensitivity.directions(Z)
     sq_dir, sq_norm = sensitivity.directions(A * A)
     eta = sensitivity.margin(n, A.shape[1])
-    second = sensitivity.vector_sum(sq_dir * (jnp.minimum(sq_norm, 1.0) * (1.0 - eta))[:, None], mask, 1.0, n)
+    second = sensitivity.vector_sum(sq_dir * (jnp.minimum(sq_norm, 1.0) * (1.0 - eta))[:, None], mask, 1.0)
     return jnp.stack([first, second])
 
 
@@ -157,8 +165,8 @@ def release_moments(sums, n, key, sigma_m, noisy=None) -> tuple[jax.Array, jax.A
     tau = moment_noise_level(n, sigma_m)
     m = preprocess.shrink(jnp.asarray(noisy[0], jnp.float64) / n, tau, 0.0)
     var = jnp.maximum(preprocess.shrink(jnp.asarray(noisy[1], jnp.float64) / n - m * m, tau), 0.0)
-    floor = tau + 1e-6 * jnp.mean(var)  # ε = ∞: no noise, but no division by a zero variance either
-    scale = jax.lax.rsqrt(var + jnp.maximum(floor, 1e-30))
+    floor = tau + VARIANCE_FLOOR * jnp.mean(var)  # ε = ∞: no noise, but no division by a zero variance either
+    scale = jax.lax.rsqrt(var + jnp.maximum(floor, TINY))
     return jnp.asarray(m, jnp.float32), jnp.asarray(scale / jnp.max(scale), jnp.float32)
 
 
@@ -223,7 +231,7 @@ def top_eigenvalue(M) -> jax.Array:
     return jnp.linalg.eigvalsh(M)[-1]
 
 
-def scaled_rows(Z, shift, scale):
+def standardized(Z, shift, scale):
     """Standardized rows ``normalize((z − shift)·scale)`` (unit norm; a zero row stays zero)."""
     Z = jnp.asarray(Z, jnp.float32)
     return preprocess.normalize_rows((Z - shift) * scale)
@@ -231,7 +239,7 @@ def scaled_rows(Z, shift, scale):
 
 def apply(Z, s: Scaling, norm: float = 1.0):
     """The stage's public map on centered rows ``Z`` (n, d): standardize, whiten, rows at norm ``norm``."""
-    B = scaled_rows(Z, s.shift, s.scale)
+    B = standardized(Z, s.shift, s.scale)
     if s.rotate is not None:
         B = preprocess.normalize_rows(B @ s.rotate)
     return B * norm

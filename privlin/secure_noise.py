@@ -27,8 +27,8 @@ The rejection test uses float64 ``exp``; its error (≤ 2⁻⁵² relative per
 draw) changes the sampled distribution by a total-variation distance far below
 any δ in use, and, unlike the leak above, does not depend on the data.
 
-Cost: see ``benchmarks/bench_audit_noise.py`` (a few times a plain Gaussian
-draw; negligible next to one data pass).
+Cost: BENCHMARKS.md, "Privacy: audits and secure_mode noise" (``benchmarks/bench_audit.py``): many times a
+plain Gaussian draw per value, small next to one data pass.
 """
 from __future__ import annotations
 

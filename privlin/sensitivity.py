@@ -150,12 +150,12 @@ def _segment_rows_sum(Q, segments, k: int) -> jax.Array:
     return part(hi) * 2.0**_LOW_BITS + part(lo)
 
 
-def vector_sum(V, mask, bound, n) -> jax.Array:
+def vector_sum(V, mask, bound) -> jax.Array:
     """Σ_i mask_i · V_i exactly, for rows of norm ≤ ``bound``: (m, d) -> (d,) float64."""
     return jnp.sum(_snap_vector(V, mask, bound).astype(jnp.float64), axis=0) * (bound * 2.0**-VECTOR_BITS)
 
 
-def segment_sum(V, segments, k: int, mask, bound, n) -> jax.Array:
+def segment_sum(V, segments, k: int, mask, bound) -> jax.Array:
     """Per-segment sums (k, d) of ``mask_i · V_i`` exactly, for rows of norm ≤ ``bound``; float64."""
     return _segment_rows_sum(_snap_vector(V, mask, bound), segments, k) * (bound * 2.0**-VECTOR_BITS)
 

@@ -31,10 +31,10 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 from dp_accounting import dp_event as _ev
 
-from . import accounting, data, noise, runner
+from . import accounting, data, noise, runner, workflow
 from . import evaluation as _evaluation
-from .estimator import DPLinearClassifier, coef_of, plans_for, report_for
-from .plan import DEFAULT_EPSILON
+from .defaults import DEFAULT_EPSILON
+from .estimator import DPLinearClassifier
 from .report import PrivacyLeakWarning
 
 __all__ = ["sweep", "SweepResult", "PrivacyLeakWarning"]
@@ -101,6 +101,7 @@ class SweepResult:
     means: list = field(default=None, repr=False)
     scalings: list = field(default=None, repr=False)
     keys: list | None = field(default=None, repr=False)
+    fits: list | None = field(default=None, repr=False)  # privlin.workflow.Fitted per setting
 
     def __post_init__(self):
         if self.means is None:
@@ -126,18 +127,10 @@ class SweepResult:
 
     def model(self, i: int) -> DPLinearClassifier:
         """Setting ``i`` as a fitted :class:`DPLinearClassifier` (predict, score, ``privacy_``)."""
-        rec = self.records[i]
-        est = DPLinearClassifier(**{**rec["params"], "classes": self.classes})
-        est.classes_, est.plan_ = self.classes, rec["plan"]
-        est.coef_ = coef_of(self.coef[i])
-        est.intercept_ = np.asarray(self.intercept[i], np.float64).copy()
-        est.mean_ = None if self.means[i] is None else np.asarray(self.means[i], np.float64)
-        est.scaling_ = self.scalings[i]
-        est.curvature_ = rec.get("curvature")
-        est.radius_ = rec.get("radius")
-        est.n_features_in_ = rec["plan"].dim
-        est.privacy_, est.ledger_ = rec["report"], None
-        return est
+        if self.fits is None:
+            raise ValueError("this SweepResult holds no fitted records (it was built by hand, not by sweep())")
+        est = DPLinearClassifier(**{**self.records[i]["params"], "classes": self.classes})
+        return workflow.unpack(self.fits[i], est, ledger=False)
 
     def to_csv(self, path: str | os.PathLike | None = None, extra: Mapping[str, Any] | None = None) -> str:
         """CSV of the records (columns :attr:`COLUMNS`, then ``extra`` constants); written to ``path`` if given."""
@@ -275,36 +268,37 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
                    params={"settings": len(plans), "epsilons": [str(p.epsilon) for p in plans],
                            "n": source.n, "seeded": bool(seeded)}, neighbouring=plans[0].neighbouring)
 
-    classes, plans, leaks, led = plans_for(source, [e.get_params() for e in ests], classes=ests[0].classes,
-                                           budget=budget, ledger=ledger, charge=charge, stacklevel=4)
-    total_eps, total_delta = _total(plans), max(p.delta for p in plans)
-    eval_charge = None if evaluation is None else _evaluation.charge_exact(
-        evaluation, public=eval_public, mechanism="privlin.sweep/evaluation", params={"settings": len(plans)})
+    charged = {"eval": None}
 
-    keys = noise.split(info.key, len(plans))
-    released = runner.run(plans, source, list(keys), classes, block_rows=int(ests[0].block_rows),
-                          memory_limit=int(ests[0].memory_limit), verbose=progress)
-    coef = [np.asarray(r.W, np.float32) for r in released]
-    intercept = np.stack([np.asarray(r.b, np.float32) for r in released])
-    means = [None if r.mean is None else np.asarray(r.mean) for r in released]
-    result = SweepResult([], coef, intercept, classes, total_eps, total_delta, eval_public, means,
-                         [r.scaling for r in released])
+    def charge_evaluation(plans):  # after the training charge, before any row is read
+        if evaluation is not None:
+            charged["eval"] = _evaluation.charge_exact(evaluation, public=eval_public,
+                                                       mechanism="privlin.sweep/evaluation",
+                                                       params={"settings": len(plans)})
+
+    keys = noise.split(info.key, len(settings))
+    fits = workflow.fit_plans(source, [e.get_params() for e in ests], list(keys), seeded=seeded,
+                              classes=ests[0].classes, budget=budget, ledger=ledger, charge=charge,
+                              block_rows=ests[0].block_rows, memory_limit=ests[0].memory_limit, verbose=progress,
+                              stacklevel=5, report_ledger=False, before_run=charge_evaluation)
+    eval_charge = charged["eval"]
+    plans = [f.plan for f in fits]
+    total_eps, total_delta = _total(plans), max(p.delta for p in plans)
+    result = SweepResult([], [np.asarray(f.coef.T, np.float32) for f in fits],
+                         np.stack([np.asarray(f.intercept, np.float32) for f in fits]), fits[0].classes, total_eps,
+                         total_delta, eval_public, [f.mean for f in fits], [f.scaling for f in fits], fits=fits)
     if return_keys:
         result.keys = list(noise.key_data(keys))
-    curv = [None if r.curvature is None else float(r.curvature) for r in released]
-    radii = [None if r.radius is None else float(r.radius) for r in released]
-    for i, (p, s) in enumerate(zip(plans, settings)):
-        target = ests[i].epsilon
+    for i, (f, s) in enumerate(zip(fits, settings)):
+        p, target = f.plan, ests[i].epsilon
         rec = {"method": p.method, "epsilon": math.inf if target is None and not p.private else target,
                "achieved_epsilon": p.epsilon, "delta": p.delta, "noise_multiplier": p.sigma,
                "center_noise_multiplier": p.sigma_center if p.centered else None,
-               "learning_rate": p.learning_rates_after(curv[i])[0],
+               "learning_rate": p.learning_rates_after(f.curvature)[0],
                "steps": p.steps, "clip": p.clip, "center_share": p.center_share, "scale_share": p.scale_share,
-               "accountant": p.accountant, "curvature": curv[i], "radius": radii[i],
+               "accountant": p.accountant, "curvature": f.curvature, "radius": f.radius,
                "neighbouring": p.neighbouring, "private": p.private, "seeded": bool(seeded), "accuracy": None,
-               "eval_split": None, "eval_charge": None, "params": dict(s), "plan": p,
-               "report": report_for(p, seeded=seeded, leaks=leaks, data=source.description, ledger=None,
-                                    curvature=curv[i], radius=radii[i])}
+               "eval_split": None, "eval_charge": None, "params": dict(s), "plan": p, "report": f.report}
         result.records.append(rec)
     if evaluation is not None:
         acc = correct_counts(result, evaluation) / evaluation.n_valid  # a skipped test image has no prediction

@@ -24,8 +24,10 @@ runs many (key, σ, lr) settings at once and an audit vmaps over seeds):
      accumulating :class:`ClassSums` (per-class Σ c_i x_i and Σ c_i);
   2. :func:`adam1_step` — gradient from the sums, noise, one Adam step.
 
-* ``sgd`` (DP-RandP, seed 004): full-batch DP-SGD with momentum, zero init, no
-  bias: :func:`noisy_update` per step (streaming) or :func:`fit_full_batch`
+* ``sgd`` (DP-RandP, seed 004): full-batch DP-SGD with momentum, zero init; the
+  intercept is trained where ``fit_intercept`` (the plan's default for sgd: its
+  gradient is part of the clipped vector and gets noise with it), else held at
+  its init: :func:`noisy_update` per step (streaming) or :func:`fit_full_batch`
   (in memory, ``lax.scan``).
 * ``minibatch``: Poisson-subsampled DP-SGD / DP-Adam / DP-LAMB:
   :func:`fit_minibatch` (in memory; every step draws its own Poisson mask).
@@ -284,7 +286,7 @@ def class_sums_update(acc: ClassSums, X, Y, mask, clip, n, *, loss: str = "sigmo
     magnitude = jnp.minimum(norms, clip * (1.0 - eta) / r)  # c_i ||x_i||
     label = jnp.argmax(Y, axis=1)
     mask = mask * jnp.sum(Y, axis=1)
-    S = sensitivity.segment_sum(A * magnitude[:, None], label, k, mask, clip / r, n)
+    S = sensitivity.segment_sum(A * magnitude[:, None], label, k, mask, clip / r)
     if not fit_intercept:  # keep the layout (k, d+1): the intercept column stays zero
         S = jnp.concatenate([S, jnp.zeros((k, 1), S.dtype)], axis=1)
     return ClassSums(acc.S + S)

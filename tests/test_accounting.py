@@ -11,6 +11,8 @@ from scipy.stats import norm
 
 from privlin import accounting as A
 
+pytestmark = pytest.mark.unit  # the pure pieces: run alone with `pytest -m unit`
+
 ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 
 
@@ -100,13 +102,18 @@ def test_calibrate_noise_is_smallest_and_never_overshoots(accountant, q, steps, 
     assert eps(sigma * (1 - 3e-3)) > target
 
 
-def test_split_noise_spends_the_share_of_mu_squared():
-    sigma, sigma_c = A.split_noise(2.0, 1e-5, steps=100, center_share=0.05)
+def test_the_plans_noise_split_spends_the_share_of_mu_squared():
+    """The one σ split (privlin.plan, full batch under GDP) against a direct GDP composition."""
+    from privlin.plan import _calibrate
+
+    sigma, sig = _calibrate(2.0, 1e-5, steps=100, q=1.0, shares={"center": 0.05}, accountant="gdp",
+                            relation="replace_special")
+    sigma_c = sig["center"]
     mu2 = A.gdp_mu([sigma_c] + [sigma] * 100) ** 2
     assert (1 / sigma_c**2) / mu2 == pytest.approx(0.05, rel=1e-9)
     assert A.gdp_epsilon([sigma_c] + [sigma] * 100, 1e-5) == pytest.approx(2.0, rel=1e-6)
-    s0, c0 = A.split_noise(2.0, 1e-5, steps=100)
-    assert c0 == math.inf and A.gdp_epsilon([s0] * 100, 1e-5) <= 2.0
+    s0, none = _calibrate(2.0, 1e-5, steps=100, q=1.0, shares={}, accountant="gdp", relation="replace_special")
+    assert none == {} and A.gdp_epsilon([s0] * 100, 1e-5) <= 2.0
 
 
 def test_dp_event_structure():

@@ -160,7 +160,7 @@ def test_without_noise_the_map_whitens_above_the_sampling_edge():
         s = runner._scaling_in_memory(jnp.asarray(Z), jnp.ones(len(Z)), len(Z), jax.random.split(jax.random.key(0)), None, True,
                                       0.0, 0.0, None, Z.shape[1])
     assert np.allclose(np.linalg.norm(np.asarray(scaling.apply(Z, s)), axis=1), 1.0, atol=1e-5)
-    S = np.asarray(scaling.scaled_rows(Z, s.shift, s.scale), np.float64)
+    S = np.asarray(scaling.standardized(Z, s.shift, s.scale), np.float64)
     W = S @ np.asarray(s.rotate, np.float64)
     ev_in, ev_out = np.linalg.eigvalsh(S.T @ S / len(S)), np.linalg.eigvalsh(W.T @ W / len(W))
     S1 = S / np.linalg.norm(S, axis=1, keepdims=True)  # the rows the release saw: directions

@@ -11,6 +11,8 @@ from scipy import stats
 from privlin import noise, sensitivity
 
 
+pytestmark = pytest.mark.unit  # the pure pieces: run alone with `pytest -m unit`
+
 @pytest.fixture(autouse=True)
 def _float64():
     """Noise is drawn where privlin draws it: under float64 (the sampler refuses without it)."""

@@ -6,6 +6,8 @@ from privlin import preprocess as P
 from privlin.noise import make_key
 
 
+pytestmark = pytest.mark.unit  # the pure pieces: run alone with `pytest -m unit`
+
 @pytest.fixture(autouse=True)
 def _x64():
     """privlin's released sums are exact float64 (privlin.sensitivity): the runner traces them under x64."""
@@ -78,12 +80,12 @@ def test_private_mean_fresh_noise_per_key():
 def test_apply_centers_then_renormalizes():
     X = rows(seed=2) + 10.0  # far from the origin: centering matters
     mean = np.asarray(P.normalize_rows(X)).mean(0)
-    Xc = np.asarray(P.apply(X, P.Preprocessing(1.0, mean)))
+    Xc = np.asarray(P.apply(X, P.RowMap(1.0, mean)))
     assert np.allclose(np.linalg.norm(Xc, axis=1), 1.0, rtol=1e-5)
     expect = np.asarray(P.normalize_rows(X)) - mean
     expect /= np.linalg.norm(expect, axis=1, keepdims=True)
     assert np.allclose(Xc, expect, atol=1e-5)
-    assert np.allclose(P.apply(X, P.Preprocessing(2.0)), P.normalize_rows(X, 2.0))
+    assert np.allclose(P.apply(X, P.RowMap(2.0)), P.normalize_rows(X, 2.0))
 
 
 # ---- two-stage centering (CoinPress-style refinement)
@@ -200,10 +202,10 @@ def test_apply_takes_a_chain_of_means_in_order():
     m1 = np.asarray(P.normalize_rows(X)).mean(0) * 0.9
     m2 = np.full(X.shape[1], 0.05, np.float32)
     m3 = np.linspace(-0.1, 0.1, X.shape[1]).astype(np.float32)
-    got = np.asarray(P.apply(X, P.Preprocessing(2.0, np.stack([m1, m2, m3]))))
+    got = np.asarray(P.apply(X, P.RowMap(2.0, np.stack([m1, m2, m3]))))
     assert np.allclose(got, _chain_numpy(X, [m1, m2, m3], 2.0), atol=1e-5)
     # one mean given as (d,) or as a chain of one: the same rows
-    assert np.allclose(P.apply(X, P.Preprocessing(1.0, m1)), P.apply(X, P.Preprocessing(1.0, m1[None])))
+    assert np.allclose(P.apply(X, P.RowMap(1.0, m1)), P.apply(X, P.RowMap(1.0, m1[None])))
 
 
 def test_row_sum_after_rounds_is_the_recentered_rows_sum_and_its_sensitivity_is_the_norm():
@@ -272,11 +274,11 @@ def test_rounds_find_a_tight_cloud_the_centering_alone_cannot():
     base, zoomed = [], []
     for s in range(10):
         k = split(make_key(s).key, 6)
-        F = np.asarray(P.apply(X, P.Preprocessing(1.0, centering(None, (k[0], k[1])))))
+        F = np.asarray(P.apply(X, P.RowMap(1.0, centering(None, (k[0], k[1])))))
         base.append(np.sum(F.mean(0) ** 2))
         rounds = P.round_means(lambda prev: P.row_sum(X, ones, 1.0, n, None, prev), n, k[2:4], sigma, 2, 1.0)
         chain = np.concatenate([np.asarray(rounds), np.asarray(centering(rounds, (k[4], k[5])))[None]])
-        F = np.asarray(P.apply(X, P.Preprocessing(1.0, chain)))
+        F = np.asarray(P.apply(X, P.RowMap(1.0, chain)))
         zoomed.append(np.sum(F.mean(0) ** 2))
     assert np.mean(base) > 0.8
     assert np.mean(zoomed) < 0.2

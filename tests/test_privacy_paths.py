@@ -130,4 +130,7 @@ def test_impossible_targets_raise_clearly(kwargs):
 
 def test_infinite_epsilon_is_the_labelled_non_private_baseline():
     assert accounting.calibrate_noise(float("inf"), 1e-5, steps=10) == 0.0
-    assert accounting.split_noise(float("inf"), 1e-5, steps=10, center_share=0.1) == (0.0, 0.0)
+    from privlin.plan import make_plan
+
+    plan = make_plan({"epsilon": float("inf"), "method": "sgd", "steps": 10}, n=100, dim=4, n_classes=2)
+    assert plan.sigma == 0.0 and plan.noise_multipliers()["center"] == 0.0 and not plan.private

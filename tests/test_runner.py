@@ -291,3 +291,25 @@ def test_plan_mismatch_and_key_count_are_refused(rows):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a given class list reads no label before the charge
         DPLinearClassifier(epsilon=1.0, classes=range(K), steps=2, random_state=0).fit(X, y)
+
+
+def test_an_epsilon_grid_with_the_same_releases_compiles_one_program(blobs):
+    """ε, σ, the learning rate and the key are arguments of the compiled fit, never part of what it specializes on
+    (issue 37): fits at three ε whose plans make the same releases reuse one program."""
+    import warnings
+
+    from privlin import DPLinearClassifier, runner
+    from privlin.plan import make_plan
+
+    X, y = blobs(3000, d=6, k=3, seed=11)
+    eps = (4.0, 6.0, 8.0)
+    params = {"method": "sgd", "steps": 10}
+    plans = [make_plan({**params, "epsilon": e}, n=len(y), dim=6, n_classes=3) for e in eps]
+    assert len({p.sigma for p in plans}) == 3 and len({p.static() for p in plans}) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        DPLinearClassifier(**params, epsilon=eps[0], classes=[0, 1, 2], random_state=0).fit(X, y)
+        before = runner._train_many._cache_size()
+        for e in eps[1:]:
+            DPLinearClassifier(**params, epsilon=e, classes=[0, 1, 2], random_state=0).fit(X, y)
+    assert runner._train_many._cache_size() == before

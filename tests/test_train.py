@@ -13,6 +13,8 @@ from privlin import noise
 from privlin.noise import make_key
 
 
+pytestmark = pytest.mark.unit  # the pure pieces: run alone with `pytest -m unit`
+
 @pytest.fixture(autouse=True)
 def _x64():
     """privlin's released sums are exact float64 (privlin.sensitivity): the runner traces them under x64."""

@@ -28,7 +28,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]  # privlin; bench_defaults and _opacus beside it
 import privlin  # noqa: E402
-from privlin import accounting, estimator, preprocess  # noqa: E402
+from privlin import accounting, estimator, preprocess, workflow  # noqa: E402
 import bench_defaults as bd  # noqa: E402
 
 FIELDS = {"none": (), "center": ("sigma_center",), "scale": ("sigma_scale", "sigma_whiten"),
@@ -42,17 +42,17 @@ def _cell(label, accs):
 
 
 def exact(data, e, seeds, what):
-    make = estimator.make_plan
+    make = workflow.make_plan
     out = []
     try:
         for w in what:
             def patched(*a, _f=FIELDS[w], **kw):
                 p = make(*a, **kw)
-                return dataclasses.replace(p, **{f: 1e-3 for f in _f if math.isfinite(getattr(p, f))})
-            estimator.make_plan = patched
+                return dataclasses.replace(p, chain=tuple((r, 1e-3 if f"sigma_{r.name}" in _f else s) for r, s in p.chain))
+            workflow.make_plan = patched
             out.append(_cell(w, bd.privlin_accs(e, seeds, *data)))
     finally:
-        estimator.make_plan = make
+        workflow.make_plan = make
     return out
 
 

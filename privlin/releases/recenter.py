@@ -1,0 +1,28 @@
+"""The re-centering rounds before the centering (:func:`privlin.preprocess.round_means`): each releases the mean
+of the current rows (at σ·√rounds; they compose to one Gaussian at σ), subtracts it and normalizes again.  Rows
+at norm C: sensitivity C.  Never in secure mode (:func:`privlin.plan.make_plan`)."""
+from __future__ import annotations
+
+import dataclasses
+
+from .. import preprocess
+from .center import StagedMean
+
+__all__ = ["Recentering"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Recentering(StagedMean):
+    """``rounds`` re-centering rounds (:data:`privlin.preprocess.RECENTER_ROUNDS`)."""
+
+    parts: int = preprocess.RECENTER_ROUNDS
+    name = "recenter"
+
+    @property
+    def rounds(self) -> int:
+        return self.parts
+
+    def note(self, plan, sigma, value):
+        return (f"re-centered first in {self.rounds} rounds at σ {preprocess.stage_sigma(sigma, self.rounds):.4g} "
+                f"each (they compose to the one at σ {sigma:.4g}): each subtracts the released mean of the current "
+                f"rows and normalizes them again")

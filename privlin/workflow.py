@@ -1,0 +1,213 @@
+"""What runs when one model is trained: public checks → plans → charge → run → a fitted record.
+
+The one fit workflow of privlin.  ``DPLinearClassifier.fit``, ``privlin.fit`` and :func:`privlin.sweep` call
+:func:`fit_plans`; the estimator and ``SweepResult.model`` unpack its :class:`Fitted` records
+(:func:`unpack`).  Reading order for a new maintainer: :func:`plans_for` (the guarantee's order: every check
+on public facts, then the ledger, then the charge, then the rows), :func:`privlin.plan.make_plan` (the chain of
+releases and every σ), :func:`privlin.runner.run` (the rows), :func:`report_for` (what the user is told).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from . import data, runner, secure_noise
+from .plan import Plan, make_plan
+from .report import PrivacyReport, setting_leaks
+
+__all__ = ["Fitted", "fit_plans", "plans_for", "report_for", "unpack", "coef_of", "estimator_charge"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Fitted:
+    """One fitted model as privlin releases it (every field public).
+
+    Attributes
+    ----------
+    plan : Plan
+    classes : ndarray (k,)
+    coef : ndarray (k, d') float64, scikit-learn's ``coef_``; d' = ``plan.model_dim``
+    intercept : ndarray (k,) float64
+    mean : ndarray or None — the released mean (or chain of means) of the centering
+    scaling : privlin.scaling.Scaling or None
+    curvature, radius : float or None — the released curvature bound and log₂ row norm
+    extra : dict — released values of added releases (:data:`privlin.releases.ADDED`)
+    report : PrivacyReport
+    ledger : the ledger charged (None: none)
+    """
+
+    plan: Plan
+    classes: np.ndarray
+    coef: np.ndarray
+    intercept: np.ndarray
+    mean: Optional[np.ndarray]
+    scaling: Any
+    curvature: Optional[float]
+    radius: Optional[float]
+    extra: dict
+    report: PrivacyReport
+    ledger: Any = None
+
+    def values(self) -> dict:
+        """Released values by release name (what the report's notes read)."""
+        return {"curvature": self.curvature, "radius": self.radius, **self.extra}
+
+
+def estimator_charge(seeded: bool) -> Callable:
+    """The ledger charge of one estimator fit: its plan's event, ε, δ and ledger parameters."""
+    def charge(led, plans):
+        (plan,) = plans
+        led.charge(plan.dp_event(), mechanism=f"DPLinearClassifier/{plan.method}", epsilon=plan.epsilon,
+                   delta=plan.delta, params=plan.ledger_params(seeded), neighbouring=plan.neighbouring)
+    return charge
+
+
+def fit_plans(source: data.Source, params_list: Sequence[dict], keys: Sequence, *, seeded: bool, classes,
+              budget, ledger, charge: Callable, block_rows: int, memory_limit: int, verbose: bool,
+              stacklevel: int = 7, report_ledger: bool = True, before_run: Callable | None = None) -> list[Fitted]:
+    """Fit one model per parameter set on ``source``, each with its key: the whole private workflow.
+
+    ``charge(ledger, plans)`` records the fits on the data's ledger (one entry per fit, or one composed entry
+    for a sweep); it runs after every public check and before any private row is read (:func:`plans_for`).
+    ``before_run(plans)``: any further charge (a sweep's evaluation split), after that one and before any row.
+    ``report_ledger``: whether each report names the ledger and its total (a sweep's per-setting reports do not).
+    """
+    classes, plans, leaks, led = plans_for(source, params_list, classes=classes, budget=budget, ledger=ledger,
+                                           charge=charge, stacklevel=stacklevel)
+    if before_run is not None:
+        before_run(plans)
+    released = runner.run(plans, source, list(keys), classes, block_rows=int(block_rows),
+                          memory_limit=int(memory_limit), verbose=bool(verbose))
+    out = []
+    for plan, r in zip(plans, released):
+        curvature = None if r.curvature is None else float(r.curvature)
+        radius = None if r.radius is None else float(r.radius)
+        extra = {name: np.asarray(v) for name, v in (r.extra or {}).items()}
+        out.append(Fitted(plan=plan, classes=classes, coef=coef_of(r.W),
+                          intercept=np.asarray(r.b, dtype=np.float64).copy(),
+                          mean=None if r.mean is None else np.asarray(r.mean, dtype=np.float64),
+                          scaling=r.scaling, curvature=curvature, radius=radius, extra=extra,
+                          report=report_for(plan, seeded=seeded, leaks=leaks, data=source.description,
+                                            ledger=led if report_ledger else None,
+                                            values={"curvature": curvature, "radius": radius, **extra}),
+                          ledger=led))
+    return out
+
+
+def unpack(fitted: Fitted, est, *, ledger=True):
+    """Set a ``DPLinearClassifier``'s fitted attributes from a record (the one place they are assigned)."""
+    est.classes_ = fitted.classes
+    est.coef_ = fitted.coef
+    est.intercept_ = fitted.intercept
+    est.mean_ = fitted.mean
+    est.scaling_ = fitted.scaling
+    est.radius_ = fitted.radius
+    est.curvature_ = fitted.curvature
+    est.extra_ = dict(fitted.extra)
+    est.n_features_in_ = fitted.plan.dim
+    est.plan_ = fitted.plan
+    est.ledger_ = fitted.ledger if ledger else None
+    est.privacy_ = fitted.report
+    return est
+
+
+def coef_of(W) -> np.ndarray:
+    """scikit-learn's ``coef_`` (k, d') float64 from weights W (d', k), transposed where W lives (on a GPU a
+    cheap device copy; a transposing copy on the host is slow for large d·k: BENCHMARKS.md, "streamed fit")."""
+    return np.array(W.T, dtype=np.float64, order="C")
+
+
+# ----------------------------------------------------------------------------- the order of the guarantee
+
+def _public_setting_leaks(plans, stacklevel: int) -> list[str]:
+    """The plans' settings that void a guarantee (ε = ∞, δ ≥ 1/N), warned once each."""
+    worst = min(plans, key=lambda p: (p.private, -p.delta))
+    return setting_leaks(private=worst.private, delta=worst.delta, n=worst.n, stacklevel=stacklevel)
+
+
+def _secure_checks(plans) -> None:
+    """secure_mode's exact grid holds every released statistic (bounded by N·C, public) with room for its noise;
+    its host-side noise is drawn on one process only."""
+    import jax
+
+    for p in plans:
+        if p.secure_mode and jax.process_count() > 1:
+            raise ValueError("secure_mode draws its noise on the host from os.urandom: run it in one process")
+        if p.secure_mode and p.private:
+            for std, _, bound in p.secure_table().values():
+                secure_noise.check_plan(std, bound)
+
+
+def plans_for(source: data.Source, params_list, *, classes, budget, ledger, charge, stacklevel: int = 6):
+    """Plans for ``source``, charged before any private row is read: ``(classes, plans, leaks, ledger)``.
+
+    The order is the guarantee: public checks (parameters, N, d) and the plans first; then the ledger; then,
+    if no class list is given or published, the private labels for one (PrivacyLeakWarning: that list is
+    released unprotected) and its checks (at least 2 classes) — after the ledger's cap was checked, so a
+    refused fit reads nothing, and before the charge, so no error that depends on a private row comes after
+    it; then ``charge(ledger, plans)`` (which may refuse).  The class count never changes the noise, so the
+    charged event is the one that runs.
+    """
+    known = classes is not None or source.published_classes() is not None
+    cls_, leaks = data.public_classes(source, classes, stacklevel=stacklevel) if known else (None, [])
+    plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=None if cls_ is None else cls_.size)
+             for p in params_list]
+    leaks += _public_setting_leaks(plans, stacklevel)
+    _secure_checks(plans)
+    led = source.ledger(cap=budget, ledger=ledger)
+    if cls_ is None:  # the warned leak: read before the charge, so its errors ("1 class") come before it too
+        if led is not None:
+            _refuse_before_reading(led, plans, charge)
+        cls_, more = data.public_classes(source, None, stacklevel=stacklevel)
+        leaks += more
+        planned = [p.dp_event() for p in plans]
+        plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=cls_.size) for p in params_list]
+        assert [p.dp_event() for p in plans] == planned, "the class count changed the noise"
+    if led is not None:
+        charge(led, plans)
+    return cls_, plans, leaks, led
+
+
+def _refuse_before_reading(led, plans, charge) -> None:
+    """Raise the ledger's PrivacyBudgetExceeded now, before the labels are read, if ``charge`` would be refused.
+
+    A refusal is left to ``charge`` itself (so it records a budget asked for, as a refused charge does); should
+    the charge pass after all (another writer changed the ledger in between) the fit stops anyway, charged and
+    with nothing read: conservative.
+    """
+    from dp_accounting import dp_event as _ev
+
+    from .ledger import PrivacyBudgetExceeded
+
+    try:
+        led.check(_ev.ComposedDpEvent([p.dp_event() for p in plans]), mechanism="this fit")
+    except PrivacyBudgetExceeded:
+        charge(led, plans)
+        raise
+
+
+# ----------------------------------------------------------------------------- what the user is told
+
+def report_for(plan: Plan, *, seeded: bool, leaks=(), data: str = "", ledger=None, curvature=None, radius=None,
+               values=None) -> PrivacyReport:
+    """The privacy report of a plan that ran: its guarantee, σ's, and the notes its chain derives from the
+    released ``values`` (by release name; ``curvature`` and ``radius`` may be given as keywords)."""
+    values = {"curvature": curvature, "radius": radius, **(values or {})}
+    lr_w, _ = plan.learning_rates_after(values.get("curvature"))
+    notes = "; ".join(p for p in [_budget_note(plan), *plan.notes(values)] if p) or None
+    return PrivacyReport(
+        epsilon=plan.epsilon, delta=plan.delta, noise_multipliers=plan.noise_multipliers(), steps=plan.steps,
+        sample_rate=plan.sample_rate, accountant=plan.accountant, neighbouring=plan.neighbouring, seeded=seeded,
+        dp_event=plan.dp_event(), clip=plan.clip, method=plan.method, n_rows=plan.n, leaks=tuple(leaks),
+        learning_rate=lr_w, secure_mode=plan.secure_mode, data=data, notes=notes,
+        ledger=None if ledger is None else ledger.where, ledger_spent=None if ledger is None else ledger.spent())
+
+
+def _budget_note(plan: Plan) -> str | None:
+    """Where the budget went: each mechanism's share of the GDP budget μ² (the report's ``notes``)."""
+    shares = plan.budget_shares()
+    if not shares:
+        return None
+    return "budget (share of μ²): " + ", ".join(f"{name} {100 * v:.3g}%" for name, v in shares.items())
