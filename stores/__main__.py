@@ -8,6 +8,7 @@ import json
 import sys
 
 from . import CorruptStoreError, IncompleteStoreError, StoreError, cli, open as open_store
+from .reader import summarize
 from .repair import repair
 
 
@@ -33,9 +34,14 @@ def _info(path: str) -> int:
 
 
 def _verify(path: str) -> int:
+    notes: list[str] = []
     with cli.status(f"verifying every shard of {path}"):
-        open_store(path).verify()
+        found = open_store(path).damage(notes)
+    if found:
+        raise summarize(found)
     print(f"ok: every shard done, every manifest, checksum and metadata seal matches ({path})")
+    for note in notes:
+        print(f"note: {note}")
     return 0
 
 

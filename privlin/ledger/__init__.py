@@ -123,7 +123,7 @@ class _Document:
 
 
 class StoreAnchor:
-    """A split ledger's anchor: its length and head in the split's sealed metadata (``stores.anchor``)."""
+    """A split ledger's anchor in the split's sealed metadata (``stores.anchor``): what :func:`_anchor_record` gives."""
 
     def __init__(self, url: str, split: str):
         self.url, self.split = url, split
@@ -133,10 +133,29 @@ class StoreAnchor:
 
         return ledger_anchor(self.url, self.split)
 
-    def set(self, entries: int, head: str) -> None:
+    def set(self, record: dict) -> None:
         from stores.anchor import set_ledger_anchor
 
-        set_ledger_anchor(self.url, self.split, entries, head)
+        set_ledger_anchor(self.url, self.split, record)
+
+
+def _anchor_record(data: dict) -> dict:
+    """What an anchor commits to: the state's head, the state it was chained to, and its entry and cap counts, so
+    the anchored state can be recomputed from any ledger that extends it (:func:`_extends`)."""
+    return {"entries": len(data["entries"]), "caps": len(data["caps"]), "head": data["head"],
+            "previous": data["previous"]}
+
+
+def _extends(doc: _Document, anchored: Mapping) -> bool:
+    """Whether ``doc`` is one write past the anchored state: chained to it, and holding its caps and entries
+    unchanged as a prefix (a crash between the ledger's write and the anchor's move leaves exactly that)."""
+    n, c = int(anchored.get("entries", -1)), anchored.get("caps")
+    if doc.previous != anchored.get("head") or not 0 <= n <= len(doc.entries):
+        return False
+    if c is None or "previous" not in anchored:  # an anchor written before it committed to its prefix
+        return n < len(doc.entries)
+    return int(c) <= len(doc.caps) and _head(anchored["previous"], doc.neighbouring, doc.caps[:int(c)],
+                                             doc.entries[:n]) == anchored["head"]
 
 
 class PrivacyLedger:
@@ -168,7 +187,7 @@ class PrivacyLedger:
         self._requested_cap = _check_cap(cap)
         self._requested_relation = None if neighbouring is None else accounting.relation_name(neighbouring)
         self._backend = storage.backend(self.path, lock_timeout)
-        self._anchor = anchor  # (get() -> {"entries", "head"} | None, set(entries, head)), e.g. a store split's
+        self._anchor = anchor  # get() -> record | None, set(record) (_anchor_record), e.g. a store split's
 
     # -- construction -----------------------------------------------------------------
     @classmethod
@@ -209,7 +228,7 @@ class PrivacyLedger:
         doc = _Document(self._backend.read(), self.path or "in-memory ledger")
         if self._anchor is not None:
             recorded = self._anchor.get()
-            if recorded and recorded["head"] not in (doc.head, doc.previous):  # previous: a crash between writes
+            if recorded and recorded["head"] != doc.head and not _extends(doc, recorded):
                 raise LedgerDamaged(
                     f"privacy ledger {self.where} is {'missing' if not doc.head else 'not the one'} the store "
                     f"records ({recorded['entries']} entries, head {recorded['head'][:12]}): deleted, replaced or "
@@ -220,7 +239,7 @@ class PrivacyLedger:
         data = doc.to_dict()
         self._backend.write(data)
         if self._anchor is not None:
-            self._anchor.set(len(doc.entries), data["head"])
+            self._anchor.set(_anchor_record(data))
 
     @property
     def where(self) -> str:
