@@ -16,7 +16,7 @@ import sys
 
 import backbones
 import stores
-from stores import cli
+import cliconv as cli
 
 from .datasets import DatasetError
 from .job import CorruptImageError, extract

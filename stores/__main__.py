@@ -7,9 +7,15 @@ from __future__ import annotations
 import json
 import sys
 
-from . import CorruptStoreError, IncompleteStoreError, StoreError, cli, open as open_store
-from .reader import summarize
-from .repair import repair
+import cliconv as cli
+
+from .errors import CorruptStoreError, IncompleteStoreError, StoreError
+
+
+def open_store(path):
+    from .reader import open
+
+    return open(path)
 
 
 def _info(path: str) -> int:
@@ -38,6 +44,8 @@ def _verify(path: str) -> int:
     with cli.status(f"verifying every shard of {path}"):
         found = open_store(path).damage(notes)
     if found:
+        from .reader import summarize
+
         raise summarize(found)
     print(f"ok: every shard done, every manifest, checksum and metadata seal matches ({path})")
     for note in notes:
@@ -46,6 +54,8 @@ def _verify(path: str) -> int:
 
 
 def _repair(path: str) -> int:
+    from .repair import repair
+
     for line in repair(path) or ["nothing to repair"]:
         print(line)
     return 0
