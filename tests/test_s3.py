@@ -58,7 +58,6 @@ def s3():
             server.shutdown()
             pytest.skip(f"local S3 server does not answer: {e}")
         yield fs
-        s3fs.S3FileSystem.clear_instance_cache()
     server.shutdown()
 
 
