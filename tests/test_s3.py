@@ -123,6 +123,27 @@ def test_fit_and_sweep_read_an_s3_store_as_they_read_the_local_one(s3, both):
     assert "DPLinearClassifier/adam1" in out.getvalue() and "total" in out.getvalue()
 
 
+@pytest.mark.slow  # ~25 s on 2 cores (torch, and the digits written twice); the store writer's S3 path runs by default
+def test_featurize_writes_to_s3_the_store_it_writes_to_disk(s3, tmp_path):
+    """``featurize --out s3://...`` (the pixels backbone on the embedded digits): the same features, labels and ids
+    as the same command writing a local folder, and the S3 store verifies."""
+    import stores
+    from featurize.__main__ import main as featurize_cli
+
+    url, local = _url(), str(tmp_path / "d.zarr")
+    for out in (url, local):
+        assert featurize_cli(["--backbone", "pixels", "--dataset", "digits", "--num-workers", "0", "--no-progress",
+                              "--out", out]) == 0
+    remote, here = stores.open(url), stores.open(local)
+    assert remote.splits == here.splits and remote.splits
+    for name in here.splits:
+        X, y = remote[name].to_numpy()
+        X0, y0 = here[name].to_numpy()
+        assert np.array_equal(X, X0) and np.array_equal(y, y0) and len(y) > 100
+        assert np.array_equal(remote[name].ids[:], here[name].ids[:])
+    remote.verify()
+
+
 def _charge_until_refused(url, worker, sigma, cap, tries, results):
     """One writer process: ``tries`` charges on the split's S3 ledger; puts the mechanisms admitted."""
     from dp_accounting import dp_event as ev
