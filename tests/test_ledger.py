@@ -235,7 +235,7 @@ def test_a_total_is_reported_at_the_caps_delta_else_the_smallest_entrys(tmp_path
 
 def test_cli_shows_sets_lowers_and_raises_a_cap_with_a_note(tmp_path, capsys):
     import stores.anchor
-    from tests.faults.inject import write_store
+    from faults.inject import write_store
 
     url = str(tmp_path / "s.zarr")
     write_store(url)
