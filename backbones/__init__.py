@@ -1,4 +1,4 @@
-"""Frozen backbones by name: architecture, weights (never downloaded), preprocessing and pooling heads.
+"""Frozen backbones by name: architecture, weights, preprocessing and pooling heads.
 
 ::
 
@@ -6,15 +6,25 @@
     backbones.list_backbones()        # ['pixels', 'syn_vip_base', 'vip_base', 'vip_large', 'vip_toy', ...]
     bb = backbones.load_backbone("vip_base", head="blocks", weights="ckpt-vip-laion233m-base.pth")
     feats = bb.model(uint8_images)    # (B, 36864)
+    bb = backbones.load_backbone("vit_base_patch16_224.augreg_in21k", head="cls")   # any timm name, from the HF cache
 
-Weights come from ``weights=PATH``, else ``$PRIVLIN_WEIGHTS_DIR/<file>``, else a clear error naming the file.
+Registry names take weights from ``weights=PATH``, else ``$PRIVLIN_WEIGHTS_DIR/<file>``, else a clear error naming
+the file; timm names and ``hf-hub:org/name`` take them from the Hugging Face cache (:mod:`backbones.hub`).
+The registry and the error types import without torch (a command line answers ``--help`` before loading it); the
+rest loads on first use.
 """
-from .build import Backbone, build_architecture, load_backbone
-from .checkpoints import (WEIGHTS_DIR_ENV, CheckpointMismatchError, WeightsNotFoundError, read_checkpoint,
-                          resolve_weights, sha256_file)
-from .heads import BLOCK_TOKENS
-from .registry import BackboneConfig, Preprocessing, get_config, list_backbones, register
+from __future__ import annotations
+
+from .errors import CheckpointMismatchError, WeightsNotFoundError
+from .lazy import lazy_exports
+from .registry import WEIGHTS_DIR_ENV, BackboneConfig, Preprocessing, get_config, list_backbones, register
+
+#: Public name -> the module that defines it (torch-bound: loaded on first use).
+_LAZY = {"Backbone": "build", "build_architecture": "build", "load_backbone": "build",
+         "read_checkpoint": "checkpoints", "resolve_weights": "checkpoints", "sha256_file": "checkpoints",
+         "BLOCK_TOKENS": "heads", "is_hub_name": "hub"}
 
 __all__ = ["Backbone", "BackboneConfig", "Preprocessing", "load_backbone", "build_architecture", "get_config",
-           "list_backbones", "register", "read_checkpoint", "resolve_weights", "sha256_file",
+           "list_backbones", "register", "read_checkpoint", "resolve_weights", "sha256_file", "is_hub_name",
            "WeightsNotFoundError", "CheckpointMismatchError", "WEIGHTS_DIR_ENV", "BLOCK_TOKENS"]
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -1,4 +1,8 @@
-"""Build a frozen backbone from its registry name: architecture + verified weights + head + preprocessing."""
+"""Build a frozen backbone from its name: architecture + verified weights + head + preprocessing.
+
+Registry names (:mod:`backbones.registry`) and timm / ``hf-hub:`` names (:mod:`backbones.hub`) differ only in where
+the network and its weights come from; both end in the same frozen model (normalization + pooling head).
+"""
 from __future__ import annotations
 
 import os
@@ -7,16 +11,21 @@ from pathlib import Path
 
 from torch import nn
 
+from . import hub
 from .checkpoints import load_strict, read_checkpoint, resolve_weights, sha256_file, to_timm_state_dict
 from .heads import FlatPixels, PooledViT
+from .hub import is_hub_name
 from .preprocessing import Normalize, geometry_transform
-from .registry import BackboneConfig, get_config
+from .registry import BackboneConfig, get_config, list_backbones
 
 
 def build_architecture(config: BackboneConfig) -> nn.Module:
     """The bare network of ``config`` with freshly initialized weights (load weights before use)."""
     if config.arch == "pixels":
         return nn.Identity()
+    if config.arch == "timm":
+        from .hub import build
+        return build(config, config.arch_kwargs.get("pretrained_cfg", {}), None)
     from timm.models.vision_transformer import VisionTransformer
     return VisionTransformer(**config.arch_kwargs)
 
@@ -36,6 +45,8 @@ class Backbone:
     dim : int
     weights_path : Path or None
     weights_sha256 : str or None
+    weights_origin : dict or None
+        Where a hub file came from: ``repo``, ``revision`` (the commit), ``requested_revision``, ``file``.
     """
 
     config: BackboneConfig
@@ -45,14 +56,18 @@ class Backbone:
     dim: int
     weights_path: Path | None
     weights_sha256: str | None
+    weights_origin: dict | None = None
 
     def provenance(self) -> dict:
         """What the feature store records about the network that produced its features."""
-        return {"backbone": self.config.name, "backbone_config": self.config.as_dict(), "head": self.head,
-                "dim": self.dim, "preprocessing": self.config.preprocessing.as_dict(),
-                "weights_file": self.weights_path.name if self.weights_path else None,
-                "weights_sha256": self.weights_sha256,
-                "weights_privacy": weights_privacy(self.weights_path, self.weights_sha256)}
+        out = {"backbone": self.config.name, "backbone_config": self.config.as_dict(), "head": self.head,
+               "dim": self.dim, "preprocessing": self.config.preprocessing.as_dict(),
+               "weights_file": self.weights_path.name if self.weights_path else None,
+               "weights_sha256": self.weights_sha256,
+               "weights_privacy": weights_privacy(self.weights_path, self.weights_sha256)}
+        if self.weights_origin is not None:
+            out["weights_origin"] = dict(self.weights_origin)
+        return out
 
 
 def weights_privacy(path, sha256: str | None) -> dict | None:
@@ -87,11 +102,13 @@ def load_backbone(backbone: str | BackboneConfig, *, head: str | None = None,
     Parameters
     ----------
     backbone : str or BackboneConfig
-        A registry name (see :func:`backbones.list_backbones`) or a config.
+        A registry name (see :func:`backbones.list_backbones`), a config, a timm model name
+        (``vit_base_patch16_224.augreg_in21k``) or ``hf-hub:org/name[@revision]`` (see :mod:`backbones.hub`).
     head : str, optional
         One of ``config.heads``; default the first.
     weights : path, optional
-        Weights file; default ``$PRIVLIN_WEIGHTS_DIR/<config.weights_file>`` (or the bundled file).
+        Weights file; default ``$PRIVLIN_WEIGHTS_DIR/<config.weights_file>`` (or the bundled file), or for a timm
+        or hub name the repository's ``.safetensors`` file in the Hugging Face cache.
 
     Raises
     ------
@@ -100,14 +117,19 @@ def load_backbone(backbone: str | BackboneConfig, *, head: str | None = None,
     ValueError
         Head not supported by this backbone.
     WeightsNotFoundError
-        No weights file (the message says which file to put where).
+        No weights file (the message says which file to put where, or how to fetch it into the HF cache).
     CheckpointMismatchError
         The file's keys/shapes do not fit the architecture (lists missing and unexpected keys).
     """
+    if isinstance(backbone, str) and backbone not in list_backbones() and is_hub_name(backbone):
+        config, pretrained_cfg = hub.config_for(backbone)
+        head = _check_head(config, head)
+        hub.probe(config)  # a model the heads cannot pool is refused before its weights are fetched
+        path, origin = hub.weights_for(config, weights)
+        net = hub.build(config, pretrained_cfg, path)
+        return _assemble(config, head, net, path, sha256_file(path), origin)
     config = get_config(backbone) if isinstance(backbone, str) else backbone
-    head = head or config.default_head
-    if head not in config.heads:
-        raise ValueError(f"backbone {config.name!r} has heads {list(config.heads)}, not {head!r}")
+    head = _check_head(config, head)
     path = resolve_weights(config, weights)
     net = build_architecture(config)
     sha = None
@@ -116,8 +138,20 @@ def load_backbone(backbone: str | BackboneConfig, *, head: str | None = None,
         state, unexpected = to_timm_state_dict(raw, config)
         load_strict(net, state, source=repr(str(path)), unexpected_in_file=unexpected)
         sha = sha256_file(path)
+    return _assemble(config, head, net, path, sha, None)
+
+
+def _check_head(config: BackboneConfig, head: str | None) -> str:
+    head = head or config.default_head
+    if head not in config.heads:
+        raise ValueError(f"backbone {config.name!r} has heads {list(config.heads)}, not {head!r}")
+    return head
+
+
+def _assemble(config: BackboneConfig, head: str, net: nn.Module, path, sha, origin) -> Backbone:
+    """Normalization + pooling head around ``net``, frozen, in eval mode."""
     pre = config.preprocessing
     pooled = FlatPixels(3, pre.crop) if config.arch == "pixels" else PooledViT(net, head)
     model = nn.Sequential(Normalize(pre.mean, pre.std), pooled).eval().requires_grad_(False)
     return Backbone(config=config, head=head, model=model, transform=geometry_transform(pre), dim=pooled.dim,
-                    weights_path=path, weights_sha256=sha)
+                    weights_path=path, weights_sha256=sha, weights_origin=origin)

@@ -14,25 +14,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .registry import BackboneConfig
+from .errors import CheckpointMismatchError, WeightsNotFoundError
+from .registry import WEIGHTS_DIR_ENV, BackboneConfig
 
-WEIGHTS_DIR_ENV = "PRIVLIN_WEIGHTS_DIR"
 BUNDLED_DIR = Path(__file__).resolve().parent / "weights"
 
 # Keys an encoder does not use: MAE's decoder and mask token, classifier heads, the (removed) ViT pre-logits.
 _DROP_PREFIXES = ("decoder_", "decoder.", "mask_token", "head.", "pre_logits.")
-
-
-class WeightsNotFoundError(FileNotFoundError):
-    """No weights file where the registry, ``--weights`` or ``$PRIVLIN_WEIGHTS_DIR`` says it should be."""
-
-
-class CheckpointMismatchError(ValueError):
-    """The checkpoint's keys or shapes do not fit the architecture (never loaded partially)."""
-
-    def __init__(self, message, *, missing=(), unexpected=(), mismatched=()):
-        super().__init__(message)
-        self.missing, self.unexpected, self.mismatched = list(missing), list(unexpected), list(mismatched)
 
 
 def resolve_weights(config: BackboneConfig, weights: str | os.PathLike | None = None) -> Path | None:

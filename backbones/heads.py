@@ -18,11 +18,14 @@ BLOCK_TOKENS = 4
 
 
 class PooledViT(nn.Module):
-    """A frozen timm ``VisionTransformer`` followed by one pooling head.
+    """A frozen ViT-shaped timm model followed by one pooling head.
 
     Parameters
     ----------
-    vit : timm.models.vision_transformer.VisionTransformer
+    vit : torch.nn.Module
+        A timm model whose ``forward_features`` returns the token sequence ``(B, N, D)`` after its final norm, with
+        ``num_prefix_tokens`` (class and register tokens first) and ``blocks`` (each returning ``(B, N, D)``):
+        ``VisionTransformer`` and its relatives (DeiT, BEiT, EVA, ...).
     head : {"cls", "gap", "blocks"}
 
     Forward: images ``(B, 3, H, W)`` -> features ``(B, dim)``.
@@ -44,12 +47,19 @@ class PooledViT(nn.Module):
             return vit.forward_features(x)[:, 0]
         if self.head == "gap":
             return vit.forward_features(x)[:, vit.num_prefix_tokens:].mean(dim=1)
-        # Same steps as timm's forward_features, keeping every block's output.
-        x = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))
+        # timm's own forward_features, each block's output pooled as it is made (a hook; only the pooled values
+        # are kept, so memory does not grow with depth).
         pooled = []
-        for block in vit.blocks:
-            x = block(x)
-            pooled.append(F.adaptive_avg_pool1d(x.transpose(1, 2), BLOCK_TOKENS))  # (B, D, 4)
+
+        def pool(module, inputs, out):
+            pooled.append(F.adaptive_avg_pool1d(out.transpose(1, 2), BLOCK_TOKENS))  # (B, D, 4)
+
+        hooks = [block.register_forward_hook(pool) for block in vit.blocks]
+        try:
+            vit.forward_features(x)
+        finally:
+            for h in hooks:
+                h.remove()
         return torch.stack(pooled, dim=1).transpose(2, 3).flatten(1)  # (B, depth, 4, D) -> (B, depth*4*D)
 
 

@@ -14,8 +14,11 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 HALF = (0.5, 0.5, 0.5)
 
+#: The environment variable naming a directory of weights files (looked up by file name).
+WEIGHTS_DIR_ENV = "PRIVLIN_WEIGHTS_DIR"
 WEIGHT_FORMATS = ("none", "mae_pth", "timm", "jax_npz", "auto")
 VIT_HEADS = ("cls", "gap", "blocks")
+ARCHS = ("vit", "pixels", "timm")
 
 
 @dataclass(frozen=True)
@@ -50,9 +53,11 @@ class BackboneConfig:
     Attributes
     ----------
     name : str
-    arch : {"vit", "pixels"}
+    arch : {"vit", "pixels", "timm"}
         ``"vit"`` builds ``timm.models.vision_transformer.VisionTransformer(**arch_kwargs)``;
-        ``"pixels"`` is the identity on preprocessed pixels (a baseline without weights).
+        ``"pixels"`` is the identity on preprocessed pixels (a baseline without weights);
+        ``"timm"`` is ``timm.create_model(arch_kwargs["model_name"], **model_args)`` for a timm or ``hf-hub:``
+        name (:mod:`backbones.hub`; ``arch_kwargs`` also records timm's pretrained config).
     arch_kwargs : dict
         Constructor arguments, spelled out (no hidden timm defaults beyond the class signature).
     timm_reference : str or None
@@ -62,7 +67,8 @@ class BackboneConfig:
     weights_file : str or None
         File name looked up in ``$PRIVLIN_WEIGHTS_DIR`` when no path is given.
     weights_source : str
-        Where a user can obtain the file (never downloaded by this library).
+        Where a user can obtain the file (a registry file is never downloaded; a timm or hub name's is
+        ``hf-hub:REPO[@REV]``, read through the Hugging Face cache).
     bundled : bool
         The weights file ships inside ``backbones/weights/``.
     preprocessing : Preprocessing
@@ -84,8 +90,8 @@ class BackboneConfig:
     description: str = ""
 
     def __post_init__(self):
-        if self.arch not in ("vit", "pixels"):
-            raise ValueError(f"arch must be 'vit' or 'pixels', got {self.arch!r}")
+        if self.arch not in ARCHS:
+            raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
         if self.weights_format not in WEIGHT_FORMATS:
             raise ValueError(f"weights_format must be one of {WEIGHT_FORMATS}, got {self.weights_format!r}")
         if not self.heads:
@@ -137,7 +143,8 @@ def get_config(name: str) -> BackboneConfig:
     try:
         return copy.deepcopy(_REGISTRY[name])
     except KeyError:
-        raise KeyError(f"unknown backbone {name!r}; known backbones: {list_backbones()}") from None
+        raise KeyError(f"unknown backbone {name!r}; known backbones: {list_backbones()}, any timm model name "
+                       "(timm.list_models(pretrained=True)) or hf-hub:ORG/NAME") from None
 
 
 def list_backbones() -> list[str]:

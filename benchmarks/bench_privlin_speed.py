@@ -29,7 +29,6 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from _results import write_section  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script)
-from privlin import sensitivity  # noqa: E402
 
 
 def best_of(fns, repeats):
@@ -234,6 +233,8 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "privlin.md"))
     args = p.parse_args(argv)
+    from privlin import sensitivity
+
     q = args.quick
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -42,7 +42,6 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import numpy as np  # noqa: E402
 
 import stores  # noqa: E402
-from privlin import runner  # noqa: E402
 from _results import write_section  # noqa: E402
 from bench_privlin_speed import build_store  # noqa: E402
 from bench_store_read import RawInto, drop_cache, timed  # noqa: E402
@@ -90,6 +89,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     warnings.simplefilter("ignore")
     import privlin
+    from privlin import runner  # its page-locked path and host-to-device copy: private names, imported here
 
     tmp = None if args.reuse else tempfile.mkdtemp(dir=os.environ.get("BENCH_TMP"))
     path = args.reuse or os.path.join(tmp, "bench.zarr")

@@ -9,6 +9,11 @@ Each row's ε is the guarantee of that one model; the sweep's total (every setti
 the training split is charged, and the split's ledger total is printed after it.  Picking the best row by its
 test accuracy is not private; with ``--val-split`` the best setting is chosen privately on that split
 (report-noisy-max, ``--select-eps``) and only the chosen model's test accuracy is reported as the private result.
+
+The printed table has one row per setting: accuracy as mean ± sd over its ``--draws`` noise draws, in %.  Every
+stage that runs longer than a few seconds (loading JAX, opening the store, the sweep, composing the ledger, the
+selection, the plot) says so on stderr; ``--no-progress`` silences that.  Arguments are parsed before privlin or
+JAX is imported, so ``--help`` answers at once.
 """
 from __future__ import annotations
 
@@ -16,10 +21,9 @@ import math
 import os
 import sys
 
-import stores
 from stores import cli
 
-from experiments import USER_ERRORS, results
+from experiments import entry_point, results
 from experiments.spent import earlier_entries, spent_line
 
 PROG = "python -m experiments.eps_sweep"
@@ -49,7 +53,7 @@ def build_parser():
     p.add_argument("--seed", type=int, default=None, help="noise seed (default: OS entropy)")
     p.add_argument("--out", type=cli.output_folder, default=None,
                    help="folder for sweep.csv and sweep.png (default: print only)")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines or bars on stderr")
     return p
 
 
@@ -92,27 +96,32 @@ def _check_splits(st, args) -> None:
         raise cli.UserError(f"--val-split {args.val_split!r} must be held out: not the training or evaluation split")
 
 
-@cli.entry_point(PROG, USER_ERRORS)
+@entry_point(PROG)
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from privlin.selection import select_private
-    from privlin.sweep import sweep
-
-    st = stores.open(args.store)
-    _check_splits(st, args)
-    todo = settings(args)
     progress = not args.no_progress
+    with cli.status("loading privlin (JAX)", enabled=progress):
+        import stores
+        from privlin.selection import select_private
+        from privlin.sweep import sweep
+
+    with cli.status(f"opening {args.store}", enabled=progress):
+        st = stores.open(args.store)
+        _check_splits(st, args)
+    todo = settings(args)
     earlier_entries(args.store, args.split)
     n_fits = len(todo) * args.draws
-    with cli.status(f"sweeping {n_fits} private fits on [{args.split}]", enabled=progress):
+    with cli.status(f"sweeping {n_fits} private fits on [{args.split}] (the first fit of a shape compiles)",
+                    enabled=progress):
         res = sweep(st, settings=todo * args.draws, split=args.split, eval_split=args.eval_split,
                     random_state=args.seed, progress=progress)
-    print(res.table())
+    print(format_table(summarize(res.records, args), res.total_epsilon, res.total_delta, len(todo), args.draws))
     spent = [spent_line(args.store, args.split, res.total_epsilon, res.total_delta,
                         f"{n_fits} private fits composed", progress=progress)]
     if args.val_split:
-        sel = select_private(res, st[args.val_split], epsilon=args.select_eps, delta=args.delta,
-                             split=args.val_split, random_state=args.seed)
+        with cli.status(f"private selection on [{args.val_split}]", enabled=progress):
+            sel = select_private(res, st[args.val_split], epsilon=args.select_eps, delta=args.delta,
+                                 split=args.val_split, random_state=args.seed)
         r = sel.record
         print(f"\nprivately selected on '{args.val_split}' (ε_select={sel.epsilon:g}): {r['method']} "
               f"ε={r['epsilon']:g} lr={r['learning_rate']:.3g} steps={r['steps']} -> {args.eval_split} accuracy "
@@ -124,27 +133,67 @@ def main(argv=None) -> int:
         print("\n(best-of-table numbers are tuned on the evaluation split: not private; use --val-split)")
     print("privacy spent:\n" + "\n".join("  " + s for s in spent))
     if args.out:
-        _write(args, st, res)
+        with cli.status(f"writing {os.path.join(args.out, 'sweep.csv')} and sweep.png", enabled=progress):
+            paths = _write(args, st, res)
+        print(f"wrote {paths[0]} and {paths[1]}")
     return 0
 
 
-def _write(args, st, res) -> None:
-    """sweep.csv (mean ± sd over draws, accuracy in %) and sweep.png (one connected curve per method)."""
+#: What the table and the CSV keep of each setting (the same in all of its draws, but the learning rate: see
+#: :func:`summarize`).
+KEEP = ("achieved_epsilon", "delta", "noise_multiplier", "learning_rate", "steps", "clip", "center_share")
+
+
+def summarize(records: list[dict], args) -> list[dict]:
+    """One row per setting: accuracy (%) mean ± sd over its noise draws (:func:`experiments.results.summarize`).
+
+    Where the plan releases the curvature, each draw's learning rate follows its own release: ``lr_min`` and
+    ``lr_max`` give their range (``learning_rate`` is the first draw's).
+    """
+    rows = [{**r, "label": line_label(r, args)} for r in records]
+    summary = results.summarize(rows, by=("label", "method", "epsilon"), keep=KEEP)
+    for s in summary:
+        lrs = [r["learning_rate"] for r in rows
+               if (r["label"], r["method"], r["epsilon"]) == (s["label"], s["method"], s["epsilon"])]
+        s["lr_min"], s["lr_max"] = min(lrs), max(lrs)
+    return summary
+
+
+def format_table(summary: list[dict], total_epsilon: float, total_delta: float, n_settings: int,
+                 draws: int) -> str:
+    """Plain-text table, one row per setting, and what releasing every fit costs (the sweep's composition)."""
+    head = (f"{'setting':16} {'eps':>6} {'eps got':>8} {'sigma':>9} {'lr':>15} {'steps':>5} {'clip':>5} "
+            f"{'accuracy %':>14} {'draws':>5}")
+    lines = [head, "-" * len(head)]
+    for s in summary:
+        eps = "inf" if math.isinf(s["epsilon"]) else f"{s['epsilon']:g}"
+        got = "inf" if math.isinf(s["achieved_epsilon"]) else f"{s['achieved_epsilon']:.3f}"
+        lr = (f"{s['lr_min']:.2g}" if s["lr_min"] == s["lr_max"] else f"{s['lr_min']:.2g}–{s['lr_max']:.2g}")
+        acc = f"{s['accuracy_pct']:.2f}" + ("" if s["sd_pct"] is None else f" ± {s['sd_pct']:.2f}")
+        lines.append(f"{s['label']:16} {eps:>6} {got:>8} {s['noise_multiplier']:>9.4g} {lr:>15} {s['steps']:>5} "
+                     f"{s['clip']:>5.3g} {acc:>14} {s['draws']:>5}")
+    fits = n_settings * draws
+    per = f" ({n_settings} setting{'s' * (n_settings != 1)} × {draws} draws)" if draws > 1 else ""
+    lines.append(f"accuracy: mean ± sd over each setting's noise draws. Releasing all {fits} fits{per}: "
+                 f"ε = {total_epsilon:.3f} at δ = {total_delta:g} (composition)")
+    return "\n".join(lines)
+
+
+def _write(args, st, res) -> tuple[str, str]:
+    """sweep.csv (the table's rows: mean ± sd over draws, accuracy in %) and sweep.png (one curve per method)."""
     from experiments.plotting import plot_privacy_curves
 
     os.makedirs(args.out, exist_ok=True)
-    rows = [{**r, "label": line_label(r, args)} for r in res.records]
-    summary = results.summarize(rows, by=("label", "method", "epsilon"),
-                                keep=("achieved_epsilon", "delta", "noise_multiplier", "learning_rate", "steps",
-                                      "clip", "center_share"))
-    csv_path = results.write_csv([{"store": args.store, **s} for s in summary], os.path.join(args.out, "sweep.csv"))
+    summary = summarize(res.records, args)
+    rows = [{"store": args.store, **{k: v for k, v in s.items() if k not in ("lr_min", "lr_max")}} for s in summary]
+    csv_path = results.write_csv(rows, os.path.join(args.out, "sweep.csv"))
     finite = [s for s in summary if math.isfinite(s["epsilon"])]
     draws = f" (mean ± sd of {args.draws} noise draws)" if args.draws > 1 else ""
     note = (f"Producing this figure cost ε = {res.total_epsilon:.4g} at δ = {res.total_delta:g} on [{args.split}] "
             f"({len(res.records)} fits composed); each point's ε is one model's.")
     png = plot_privacy_curves(finite, os.path.join(args.out, "sweep.png"), delta=args.delta, note=note,
                               title=f"{st.attrs.get('backbone', '?')} on {st.attrs.get('dataset', '?')}{draws}")
-    print(f"wrote {csv_path} and {png}")
+    return csv_path, png
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ What it does, and what is private:
    non-private release on the train split, so that ledger's total is ∞.
 
 The class list (the digits 0–9) is public; accuracies are on the test split, which is only evaluated, never used
-to choose anything.
+to choose anything.  Every stage that runs longer than a few seconds (loading torch or JAX, featurizing, each
+store's sweep, the k-NN reference, composing the ledgers, the plot) says so on stderr, with a line per store when it
+is done; ``--no-progress`` silences that.  Arguments are parsed before torch or JAX is imported.
 """
 from __future__ import annotations
 
@@ -36,8 +38,7 @@ import time
 
 from stores import cli
 
-from experiments import USER_ERRORS, results
-from experiments.plotting import plot_privacy_curves
+from experiments import entry_point, results
 from experiments.spent import earlier_entries, spent_line
 
 PROG = "python -m experiments.quickstart"
@@ -116,9 +117,10 @@ def _cell(s: dict) -> str:
     return f"{s['accuracy_pct']:.1f}" + ("" if s["sd_pct"] is None else f" ± {s['sd_pct']:.1f}")
 
 
-def _check_backbones(names: list[str]) -> list[str]:
+def _check_backbones(names: list[str], *, progress: bool = True) -> list[str]:
     """Every backbone known and its weights present, before anything is featurized or charged."""
-    import backbones
+    with cli.status("loading the backbones' registry (torch, timm)", enabled=progress):
+        import backbones
 
     if not names:
         raise cli.UserError("--backbones names no backbone")
@@ -136,15 +138,17 @@ def build_parser():
     p.add_argument("--backbones", default=",".join(BACKBONES), help="comma-separated registry names")
     p.add_argument("--seeds", type=cli.Interval(int, 1), default=3, help="noise draws per point")
     p.add_argument("--docs", action="store_true", help="also copy the PNG and the CSV to docs/")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress lines or bars on stderr")
     return p
 
 
-@cli.entry_point(PROG, USER_ERRORS)
+@entry_point(PROG)
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    names = _check_backbones([b.strip() for b in args.backbones.split(",") if b.strip()])
     progress = not args.no_progress
+    names = _check_backbones([b.strip() for b in args.backbones.split(",") if b.strip()], progress=progress)
+    with cli.status("loading privlin (JAX)", enabled=progress):
+        import privlin.sweep  # noqa: F401  (the first import of JAX takes seconds; every store's sweep needs it)
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     all_rows, knn, spent = [], {}, []
@@ -157,8 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         all_rows += run.rows
         knn[bb] = run.knn
         spent.append((bb, path, run, spent_before))
-        print(f"[{bb}] features {t_feat:.1f} s, {run.fits} private fits + k-NN {time.time() - t - t_feat:.1f} s "
-              f"-> {path}", file=sys.stderr)
+        if progress:
+            print(f"[{bb}] done: features {t_feat:.1f} s, {run.fits} private fits + k-NN "
+                  f"{time.time() - t - t_feat:.1f} s -> {path}", file=sys.stderr)
     summary = summarize(all_rows)
     csv_path = results.write_csv(summary, os.path.join(args.out, "quickstart.csv"))
     results.write_csv([{**{k: v for k, v in r.items() if k != "accuracy"}, "accuracy_pct": 100 * r["accuracy"]}
@@ -170,10 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     note = (f"Producing this figure cost ε = {' / '.join(per_store)} at δ = {DELTA:g} on each store's train split "
             f"({spent[0][2].fits} private fits composed); each point's ε is one model's. The k-NN lines are "
             f"non-private.")
-    png = plot_privacy_curves(summary, os.path.join(args.out, "quickstart.png"),
-                              references={f"{b} k-NN (non-private)": 100 * a for b, a in knn.items()},
-                              title=f"digits: private linear probes (mean ± sd of {args.seeds} noise draws)",
-                              delta=DELTA, note=note)
+    with cli.status(f"drawing {os.path.join(args.out, 'quickstart.png')}", enabled=progress):
+        from experiments.plotting import plot_privacy_curves
+
+        png = plot_privacy_curves(summary, os.path.join(args.out, "quickstart.png"),
+                                  references={f"{b} k-NN (non-private)": 100 * a for b, a in knn.items()},
+                                  title=f"digits: private linear probes (mean ± sd of {args.seeds} noise draws)",
+                                  delta=DELTA, note=note)
     if args.docs:
         import shutil
         os.makedirs("docs", exist_ok=True)

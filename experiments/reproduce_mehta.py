@@ -18,7 +18,7 @@ import sys
 
 from stores import cli
 
-from experiments import USER_ERRORS
+from experiments import entry_point
 from experiments.paper_tables import add_common_arguments, reproduce
 
 #: Table 5 of seed 003: top-1 test accuracy (%) of ViT-B/16 pretrained on ImageNet-21k.
@@ -66,7 +66,7 @@ def build_parser():
     return p
 
 
-@cli.entry_point(PROG, USER_ERRORS)
+@entry_point(PROG)
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     note = "the paper used 256px center crops of 384px images; our registry's preprocessing is recorded in the store"

@@ -22,7 +22,7 @@ import sys
 
 from stores import cli
 
-from experiments import USER_ERRORS
+from experiments import entry_point
 from experiments.paper_tables import add_common_arguments, reproduce
 
 #: Table 22: ε -> (σ, lr); 100 steps, full batch, momentum 0.9.
@@ -104,7 +104,7 @@ def build_parser():
     return p
 
 
-@cli.entry_point(PROG, USER_ERRORS)
+@entry_point(PROG)
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     return reproduce([(ds, bb, head, NOTES[ds]) for ds, (bb, head) in STORES.items()], args,

@@ -5,10 +5,19 @@
     import featurize
     featurize.extract("vip_toy", "digits", out="feats.zarr")          # every split, resumable
     featurize.open_split("cifar10", "test", data_dir="/data").labels  # the rows a store will hold
+
+Everything loads on first use, so ``featurize --help`` answers without importing torch.
 """
-from .datasets import DatasetError, ImageSplit, dataset_splits, open_split
-from .job import CorruptImageError, ShardAssignment, default_out, extract, extract_split
-from .restricted_pickle import UnsafePickleError, restricted_load
+from __future__ import annotations
+
+from backbones.lazy import lazy_exports
+
+#: Public name -> the module that defines it.
+_LAZY = {"extract": "job", "extract_split": "job", "default_out": "job", "ShardAssignment": "job",
+         "CorruptImageError": "job", "DatasetError": "datasets", "ImageSplit": "datasets",
+         "dataset_splits": "datasets", "open_split": "datasets", "UnsafePickleError": "restricted_pickle",
+         "restricted_load": "restricted_pickle"}
 
 __all__ = ["extract", "extract_split", "open_split", "dataset_splits", "default_out", "ImageSplit",
            "ShardAssignment", "DatasetError", "CorruptImageError", "UnsafePickleError", "restricted_load"]
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -11,27 +11,38 @@ Rerunning the same command resumes a killed job; ``--shard i/n`` (or torchrun) s
 """
 from __future__ import annotations
 
-import pickle
 import sys
 
 import backbones
-import stores
 import cliconv as cli
 
-from .datasets import DatasetError
-from .job import CorruptImageError, extract
-
 PROG = "featurize"
-#: The mistakes a user can make here (a dataset, a backbone's weights, the output store, an argument's value).
-USER_ERRORS = (DatasetError, CorruptImageError, backbones.WeightsNotFoundError, backbones.CheckpointMismatchError,
-               stores.StoreError, KeyError, ValueError, pickle.UnpicklingError, OSError)
+
+
+def user_errors() -> tuple:
+    """The mistakes a user can make here (a dataset, a backbone's weights, the output store, an argument's value).
+
+    Imported when a command runs, not when it is parsed: ``--help`` and usage errors answer without torch.
+    """
+    import pickle
+
+    import stores
+
+    from .datasets import DatasetError
+    from .job import CorruptImageError
+    return (DatasetError, CorruptImageError, backbones.WeightsNotFoundError, backbones.CheckpointMismatchError,
+            stores.StoreError, KeyError, ValueError, pickle.UnpicklingError, OSError)
 
 
 def build_parser():
-    p = cli.parser(PROG, __doc__, epilog="Backbones: " + ", ".join(backbones.list_backbones()))
-    p.add_argument("--backbone", required=True, help="registry name, e.g. vip_base, vit_b16_in21k, vip_toy, pixels")
-    p.add_argument("--dataset", required=True, help="imagenet, cifar10, cifar100, digits or imagefolder:PATH")
-    p.add_argument("--data-dir", default=None, help="root of imagenet / the CIFAR python release")
+    p = cli.parser(PROG, __doc__, epilog="Backbones: " + ", ".join(backbones.list_backbones()) +
+                   ", or any timm model name with pretrained weights (e.g. vit_base_patch16_224.augreg_in21k) or "
+                   "hf-hub:ORG/NAME, loaded from the Hugging Face cache (HF_HUB_OFFLINE=1: never downloaded)")
+    p.add_argument("--backbone", required=True,
+                   help="registry name (vip_base, vit_b16_in21k, vip_toy, pixels), timm name or hf-hub:ORG/NAME")
+    p.add_argument("--dataset", required=True, help="imagenet, cifar10, cifar100, digits, imagefolder:PATH, "
+                                                    "webdataset (tar shards under --data-dir) or hf:PATH_OR_NAME")
+    p.add_argument("--data-dir", default=None, help="root of imagenet / the CIFAR python release / the webdataset")
     p.add_argument("--split", default=None,
                    help="comma-separated splits (default: every split of the dataset)")
     p.add_argument("--head", default=None, help="cls, gap or blocks for ViTs (default: the backbone's first)")
@@ -52,9 +63,15 @@ def build_parser():
     return p
 
 
-@cli.entry_point(PROG, USER_ERRORS)
 def main(argv: list[str] | None = None) -> int:
+    """What ``featurize`` runs: parse (``--help`` and usage errors exit here, before torch is imported), then run."""
     args = build_parser().parse_args(argv)
+    return cli.entry_point(PROG, user_errors())(_run)(args)
+
+
+def _run(args) -> int:
+    from .job import extract
+
     result = extract(args.backbone, args.dataset, splits=args.split.split(",") if args.split else None,
                      out=args.out, head=args.head, data_dir=args.data_dir, weights=args.weights,
                      batch_size=args.batch_size, num_workers=args.num_workers, device=args.device,

@@ -13,12 +13,28 @@ Names
 ``digits``
     scikit-learn's embedded 8x8 digits (1797 images, no download), split 80/20 stratified by label with
     ``random_state=0`` (1437 train / 360 test rows); pixels 0..16 scaled to 0..255 grayscale.
+``webdataset`` (with ``--data-dir DIR``)
+    Tar shards as img2dataset and ``webdataset`` write them: a sample is the files sharing a key (the name up to
+    the first dot of its base name), one image (``jpg``, ``png``, ...) and its label, ``cls`` (an integer) or
+    ``json`` (its ``"label"`` or ``"cls"``). Splits: ``DIR/<split>/*.tar`` for the split folders present, else
+    shards named ``DIR/<split>-*.tar`` (or ``_``), else every ``DIR/*.tar`` as one ``train`` split. Read with the
+    standard library's ``tarfile`` (no extra needed); uncompressed shards only.
+``hf:PATH_OR_NAME``
+    A Hugging Face dataset (needs the ``datasets`` extra): a folder written by ``save_to_disk``, a folder of
+    parquet/arrow files, or a hub name in the HF cache (``HF_HUB_OFFLINE=1`` never downloads), with its own
+    splits. The image column is the one of type ``Image``, the label column the ``ClassLabel`` one (or named
+    ``label``); ``hf:NAME#label=fine_label,image=img`` chooses among several.
 
-Row order is deterministic (class, then file name; or the file's own order) and ids are stable: the path
-relative to the split folder, ``<batch file>:<row>`` for CIFAR, ``digits:<index>`` for digits. File names
+Row order is deterministic (class, then file name; the file's own order; shard name, then tar order; the dataset's
+row order) and ids are stable: the path relative to the split folder, ``<batch file>:<row>`` for CIFAR,
+``digits:<index>`` for digits, ``<shard>:<key>`` for webdataset, ``<split>:<row>`` for HF datasets. File names
 that are not valid UTF-8 keep their bytes as ``\\xNN`` escapes in ids and class names (a store holds text).
 Class lists come from the layout (folder names / metadata), the same for every split; they are public
-structure of the dataset, not statistics of its examples.
+structure of the dataset, not statistics of its examples: a webdataset's from ``DIR/classes.txt`` (one name a
+line, label ``i`` on line ``i``) or ``DIR/classes.json`` (a list), an HF dataset's from its ``ClassLabel`` names.
+Without such metadata the split has no class list (``classes=None``, recorded as such): the label values are
+then private data, and privlin reads the class set from them only with a ``PrivacyLeakWarning`` (or takes
+``classes=``).
 
 Each image file appears once per split: the same file reached twice (a symlink or hard link, a symlink loop, a
 second link to a folder) is refused, because a row per path would count one person's image several times and
@@ -26,8 +42,12 @@ silently weaken a per-image privacy guarantee by as much.
 """
 from __future__ import annotations
 
+import io
+import json
 import os
 import pickle
+import re
+import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +60,7 @@ from .restricted_pickle import UnsafePickleError, restricted_load
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 SPLIT_FOLDERS = ("train", "val", "validation", "test")
 EMBEDDED = ("digits",)
+KNOWN = "imagenet, cifar10, cifar100, digits, imagefolder:PATH, webdataset (--data-dir) or hf:PATH_OR_NAME"
 
 
 class DatasetError(ValueError):
@@ -83,8 +104,8 @@ class ImageSplit:
     ids : list of str, length N
         Stable row identifiers.
     labels : int64 array (N,)
-    classes : list of str
-        ``classes[label]`` is the class name.
+    classes : list of str or None
+        ``classes[label]`` is the class name; None where the dataset publishes no class list.
     images : FileImages or ArrayImages
     attrs : dict
         Where the data came from (root folder, split rule), recorded in the store.
@@ -285,6 +306,316 @@ def _open_digits(split: str) -> ImageSplit:
                                            f"random_state={DIGITS_SEED})"})
 
 
+# --------------------------------------------------------------------------------------------- webdataset shards
+
+TAR_IMAGE_EXTENSIONS = tuple(e.lstrip(".") for e in IMAGE_EXTENSIONS)
+CLASS_FILES = ("classes.txt", "classes.json")
+_TAR_BLOCK = 512
+
+
+class TarImages:
+    """Images stored as members of uncompressed tar shards: ``(shard path, data offset, size)`` per row."""
+
+    def __init__(self, members: list[tuple[str, int, int]]):
+        self.members = members
+
+    def read(self, i: int) -> Image.Image:
+        path, offset, size = self.members[i]
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(size)
+        if len(data) != size:
+            raise OSError(f"shard ends after {len(data)} of the image's {size} bytes (truncated)")
+        with Image.open(io.BytesIO(data)) as im:
+            return to_rgb(im)
+
+    def describe(self, i: int) -> str:
+        path, offset, _ = self.members[i]
+        return f"shard {path!r} (member at byte {offset})"
+
+
+def _wds_layout(root: Path) -> dict[str, list[Path]]:
+    """Split -> its shards, sorted: split folders, else split-named shards, else every shard as ``train``."""
+    if not root.is_dir():
+        raise DatasetError(f"webdataset: folder {str(root)!r} does not exist (pass --data-dir)")
+    compressed = sorted(p.name for d in (root, *(root / s for s in SPLIT_FOLDERS)) if d.is_dir() for p in d.iterdir()
+                        if p.name.endswith((".tar.gz", ".tgz", ".tar.xz", ".tar.bz2", ".tar.zst")))
+    if compressed:
+        raise DatasetError(f"webdataset: {compressed[:3]} under {str(root)!r} are compressed; only uncompressed .tar "
+                           "shards can be read by offset (decompress them)")
+    folders = {s: sorted((root / s).glob("*.tar")) for s in SPLIT_FOLDERS if (root / s).is_dir()}
+    if folders:
+        return {s: shards for s, shards in folders.items() if shards} or {}
+    flat = sorted(root.glob("*.tar"))
+    named = {s: [p for p in flat if re.match(rf"{s}(?:[-_.]|$)", p.name)] for s in SPLIT_FOLDERS}
+    named = {s: shards for s, shards in named.items() if shards}
+    if named:
+        left = sorted(set(p.name for p in flat) - {p.name for shards in named.values() for p in shards})
+        if left:
+            raise DatasetError(f"webdataset: shards {left[:3]} in {str(root)!r} belong to no split (named "
+                               f"{'/'.join(sorted(named))}-*.tar); rename them or move them out")
+        return named
+    return {"train": flat} if flat else {}
+
+
+def _wds_classes(root: Path) -> tuple[list[str] | None, str]:
+    """The class list from ``classes.txt`` / ``classes.json`` (public metadata), else None."""
+    for name in CLASS_FILES:
+        path = root / name
+        if path.is_file():
+            try:
+                if name.endswith(".json"):
+                    classes = json.loads(path.read_text(encoding="utf-8"))
+                else:
+                    classes = [line.rstrip("\r") for line in path.read_text(encoding="utf-8").split("\n")]
+                    while classes and not classes[-1]:
+                        classes.pop()
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise DatasetError(f"webdataset: {str(path)!r} is not readable ({e})") from None
+            if not isinstance(classes, list) or not classes or not all(isinstance(c, str) and c for c in classes):
+                raise DatasetError(f"webdataset: {str(path)!r} must list one non-empty class name per label")
+            if len(set(classes)) != len(classes):
+                raise DatasetError(f"webdataset: {str(path)!r} names a class twice")
+            return classes, name
+    return None, "none: no classes.txt or classes.json beside the shards, so no class list is published"
+
+
+def _sample_label(shard: str, key: str, files: dict[str, bytes]) -> int:
+    if "cls" in files:
+        text_label = files["cls"].decode("utf-8", "replace").strip()
+    elif "json" in files:
+        try:
+            meta = json.loads(files["json"])
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise DatasetError(f"webdataset: {shard}: sample {key!r} has an unreadable .json ({e})") from None
+        value = meta.get("label", meta.get("cls")) if isinstance(meta, dict) else None
+        text_label = str(value) if value is not None and not isinstance(value, bool) else ""
+    else:
+        raise DatasetError(f"webdataset: {shard}: sample {key!r} has no label (.cls, or .json with 'label')")
+    if not re.fullmatch(r"\d+", text_label):
+        raise DatasetError(f"webdataset: {shard}: sample {key!r} has label {text_label[:40]!r}, not a class index "
+                           "(an integer >= 0)")
+    return int(text_label)
+
+
+def _index_shard(path: Path, rel: str):
+    """``(key, (offset, size) of its image, label)`` per sample of one shard, in tar order.
+
+    A shard that stops before its end-of-archive marker (truncated, or a damaged header, which ``tarfile`` would
+    take for the end) or whose member runs past the file's end is an error naming it.
+    """
+    samples: dict[str, dict] = {}
+    order: list[str] = []
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f, tarfile.open(fileobj=f, mode="r:") as tf:
+            for m in tf:
+                if not m.isfile():
+                    continue
+                base = m.name.rsplit("/", 1)[-1]
+                if base.startswith(".") or "." not in base:
+                    continue
+                key = m.name[:len(m.name) - len(base)] + base.split(".", 1)[0]
+                ext = base.split(".", 1)[1].lower()
+                if m.offset_data + m.size > size:
+                    raise DatasetError(f"webdataset: shard {rel!r} is truncated: member {m.name!r} ends at byte "
+                                       f"{m.offset_data + m.size} of a {size}-byte file")
+                if key not in samples:
+                    samples[key] = {"image": None, "files": {}}
+                    order.append(key)
+                elif order[-1] != key:
+                    raise DatasetError(f"webdataset: shard {rel!r} holds sample {key!r} twice (its files are not "
+                                       "contiguous): one image would count twice")
+                sample = samples[key]
+                if ext in TAR_IMAGE_EXTENSIONS:
+                    if sample["image"] is not None:
+                        raise DatasetError(f"webdataset: shard {rel!r}: sample {key!r} has two images")
+                    sample["image"] = (m.offset_data, m.size)
+                elif ext in ("cls", "json"):
+                    sample["files"][ext] = tf.extractfile(m).read()
+            end = tf.offset
+            f.seek(end)
+            if f.read(2 * _TAR_BLOCK).strip(b"\0") or end + 2 * _TAR_BLOCK > size:
+                raise DatasetError(f"webdataset: shard {rel!r} stops at byte {end} without the tar end-of-archive "
+                                   f"marker (truncated or damaged; {size} bytes)")
+    except (tarfile.TarError, OSError) as e:
+        raise DatasetError(f"webdataset: shard {rel!r} is truncated or not a tar file ({e})") from None
+    for key in order:
+        if samples[key]["image"] is None:
+            raise DatasetError(f"webdataset: shard {rel!r}: sample {key!r} has no image "
+                               f"({'/'.join(TAR_IMAGE_EXTENSIONS)})")
+        yield key, samples[key]["image"], _sample_label(rel, key, samples[key]["files"])
+
+
+def _open_webdataset(root: Path, split: str) -> ImageSplit:
+    layout = _wds_layout(root)
+    if not layout:
+        raise DatasetError(f"webdataset: no .tar shards under {str(root)!r} (expected <split>/*.tar, "
+                           "<split>-*.tar or *.tar)")
+    if split not in layout:
+        raise DatasetError(f"webdataset has splits {sorted(layout)}, not {split!r}")
+    classes, source = _wds_classes(root)
+    members, ids, labels = [], [], []
+    for path in layout[split]:
+        rel = text(path.relative_to(root).as_posix())
+        for key, (offset, size), label in _index_shard(path, rel):
+            if classes is not None and label >= len(classes):
+                raise DatasetError(f"webdataset: {rel}: sample {key!r} has label {label}, but {source} lists "
+                                   f"{len(classes)} classes")
+            members.append((str(path), offset, size))
+            ids.append(f"{rel}:{text(key)}")
+            labels.append(label)
+    if not ids:
+        raise DatasetError(f"webdataset: split {split!r} under {str(root)!r} holds no samples")
+    return ImageSplit("webdataset", split, ids, np.asarray(labels, dtype=np.int64), classes, TarImages(members),
+                      attrs={"root": text(str(root.resolve())), "layout": "webdataset", "classes_source": source,
+                             "shards": [text(p.relative_to(root).as_posix()) for p in layout[split]]})
+
+
+# --------------------------------------------------------------------------------------------- Hugging Face datasets
+
+class HFImages:
+    """The image column of a Hugging Face ``datasets.Dataset``, decoded here (as every other source is)."""
+
+    def __init__(self, dataset, column: str, origin: str):
+        self.dataset, self.column, self.origin = dataset, column, origin
+
+    def read(self, i: int) -> Image.Image:
+        value = self.dataset[i][self.column]
+        if value is None:
+            raise ValueError("no image in this row")
+        data, path = value.get("bytes"), value.get("path")
+        with Image.open(io.BytesIO(data) if data is not None else path) as im:
+            return to_rgb(im)
+
+    def describe(self, i: int) -> str:
+        return f"{self.origin} row {i}"
+
+
+def _hf_spec(dataset: str) -> tuple[str, dict]:
+    spec, _, options = dataset[len("hf:"):].partition("#")
+    if not spec:
+        raise DatasetError("hf needs a dataset: hf:PATH_OR_NAME")
+    chosen = {}
+    for item in filter(None, options.split(",")):
+        name, eq, value = item.partition("=")
+        if name not in ("image", "label") or not eq or not value:
+            raise DatasetError(f"{dataset}: options after '#' are image=COLUMN and label=COLUMN, got {item!r}")
+        chosen[name] = value
+    return spec, chosen
+
+
+def _hf_load(spec: str):
+    """``(splits as a DatasetDict, origin)``: ``save_to_disk`` folders by ``load_from_disk``, other folders and hub
+    names by ``load_dataset``; offline, a hub name whose files are in the HF hub cache (``hf download --repo-type
+    dataset NAME``) loads from that snapshot, and ``origin`` records its repository and commit."""
+    try:
+        import datasets
+    except ImportError:
+        raise DatasetError("hf: datasets need the Hugging Face `datasets` package: pip install 'privlin[hf]'") \
+            from None
+    path = Path(spec).expanduser()
+    origin = None
+    try:
+        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+            loaded = datasets.load_from_disk(str(path))
+        elif path.exists():
+            loaded = datasets.load_dataset(str(path))
+        else:
+            snapshot = _hub_snapshot(spec) if datasets.config.HF_HUB_OFFLINE else None
+            if snapshot is not None:
+                origin = {"repo": spec.partition("@")[0], "revision": Path(snapshot).name}
+            loaded = datasets.load_dataset(snapshot or spec)
+    except (FileNotFoundError, ValueError, ConnectionError, OSError) as e:
+        from huggingface_hub import constants
+
+        where = "" if path.exists() else (
+            f" It is no local folder, and as a hub name it is in neither the HF hub cache {constants.HF_HUB_CACHE} "
+            f"nor the datasets cache {datasets.config.HF_DATASETS_CACHE}"
+            f"{' (HF_HUB_OFFLINE=1 forbids downloading)' if datasets.config.HF_HUB_OFFLINE else ''}: fetch it "
+            f"where the hub is reachable (`hf download --repo-type dataset {spec.partition('@')[0]}`, same HF_HOME), "
+            "or pass its folder.")
+        raise DatasetError(f"hf:{spec}: cannot load it as a Hugging Face dataset ({type(e).__name__}: "
+                           f"{' '.join(str(e).split())[:500]}).{where}") from None
+    if isinstance(loaded, datasets.Dataset):
+        loaded = datasets.DatasetDict({"train": loaded})
+    return loaded, origin
+
+
+def _hub_snapshot(spec: str) -> str | None:
+    """The cached snapshot folder of hub dataset ``spec`` (``org/name[@revision]``), or None; never downloads."""
+    from huggingface_hub import snapshot_download
+
+    repo, _, revision = spec.partition("@")
+    try:
+        return snapshot_download(repo, repo_type="dataset", revision=revision or None, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not cached, or not a repository name: load_dataset reports it
+        return None
+
+
+def _hf_columns(dataset: str, features, chosen: dict) -> tuple[str, str, list[str] | None]:
+    """``(image column, label column, class names or None)`` from the dataset's features (its public schema)."""
+    import datasets
+
+    def pick(kind, candidates, preferred):
+        if kind in chosen:
+            if chosen[kind] not in features:
+                raise DatasetError(f"{dataset}: no column {chosen[kind]!r}; columns: {list(features)}")
+            return chosen[kind]
+        if len(candidates) == 1:
+            return candidates[0]
+        for name in preferred:
+            if name in candidates:
+                return name
+        what = "several" if candidates else "no"
+        raise DatasetError(f"{dataset}: {what} {kind} columns ({candidates or list(features)}); choose one with "
+                           f"hf:NAME#{kind}=COLUMN")
+
+    images = [c for c, f in features.items() if isinstance(f, datasets.Image)]
+    image = pick("image", images, ("image", "img"))
+    if not isinstance(features[image], datasets.Image):
+        raise DatasetError(f"{dataset}: column {image!r} is {features[image]}, not an Image column")
+    labels = [c for c, f in features.items() if isinstance(f, datasets.ClassLabel)] or \
+        [c for c in ("label", "labels") if c in features]
+    label = pick("label", labels, ("label", "labels"))
+    feature = features[label]
+    if isinstance(feature, datasets.ClassLabel):
+        return image, label, [str(n) for n in feature.names]
+    if not (isinstance(feature, datasets.Value) and feature.dtype.startswith(("int", "uint"))):
+        raise DatasetError(f"{dataset}: label column {label!r} is {feature}, not a ClassLabel or integer column")
+    return image, label, None
+
+
+def _open_hf(dataset: str, split: str) -> ImageSplit:
+    import datasets
+
+    spec, chosen = _hf_spec(dataset)
+    loaded, origin = _hf_load(spec)
+    if split not in loaded:
+        raise DatasetError(f"{dataset} has splits {sorted(loaded)}, not {split!r}")
+    columns = {s: _hf_columns(dataset, d.features, chosen) for s, d in loaded.items()}
+    image, label, classes = columns[split]
+    if any(c[2] != classes for c in columns.values()):
+        raise DatasetError(f"{dataset}: the splits' class lists differ ({ {s: c[2] for s, c in columns.items()} }); "
+                           "one store needs one")
+    ds = loaded[split]
+    labels = np.asarray(ds.with_format("numpy")[label], dtype=np.int64)
+    if labels.size and labels.min() < 0:
+        raise DatasetError(f"{dataset}: split {split!r} row {int(np.argmin(labels))} has label "
+                           f"{int(labels.min())} (no label); remove unlabelled rows first")
+    if classes is not None and labels.size and labels.max() >= len(classes):
+        raise DatasetError(f"{dataset}: split {split!r} has label {int(labels.max())} beyond its "
+                           f"{len(classes)} ClassLabel names")
+    rows = ds.select_columns([image]).cast_column(image, datasets.Image(decode=False))
+    fingerprint = getattr(ds, "_fingerprint", None)
+    return ImageSplit(dataset, split, [f"{split}:{i}" for i in range(len(ds))], labels, classes,
+                      HFImages(rows, image, f"{dataset} {split}"),
+                      attrs={"source": spec, "hub": origin, "layout": "huggingface-datasets", "image_column": image,
+                             "label_column": label, "fingerprint": fingerprint,
+                             "classes_source": "ClassLabel names" if classes is not None else
+                             "none: the label column is not a ClassLabel, so no class list is published"})
+
+
 # --------------------------------------------------------------------------------------------- public
 
 def _need_dir(dataset: str, data_dir) -> Path:
@@ -303,7 +634,11 @@ def dataset_splits(dataset: str, data_dir: str | os.PathLike | None = None) -> l
         return [s for s in ("train", "val") if (_need_dir(dataset, data_dir) / s).is_dir()] or ["train", "val"]
     if dataset.startswith("imagefolder:"):
         return list(_folder_layout(Path(dataset.split(":", 1)[1]).expanduser(), dataset))
-    raise DatasetError(f"unknown dataset {dataset!r}; use imagenet, cifar10, cifar100, digits or imagefolder:PATH")
+    if dataset == "webdataset":
+        return list(_wds_layout(_need_dir(dataset, data_dir)))
+    if dataset.startswith("hf:"):
+        return list(_hf_load(_hf_spec(dataset)[0])[0])
+    raise DatasetError(f"unknown dataset {dataset!r}; use {KNOWN}")
 
 
 def open_split(dataset: str, split: str, data_dir: str | os.PathLike | None = None) -> ImageSplit:
@@ -312,10 +647,11 @@ def open_split(dataset: str, split: str, data_dir: str | os.PathLike | None = No
     Parameters
     ----------
     dataset : str
-        ``imagenet``, ``cifar10``, ``cifar100``, ``digits`` or ``imagefolder:PATH``.
+        ``imagenet``, ``cifar10``, ``cifar100``, ``digits``, ``imagefolder:PATH``, ``webdataset`` or
+        ``hf:PATH_OR_NAME`` (see the module docstring).
     split : str
     data_dir : path, optional
-        Root of ``imagenet`` and the CIFAR releases.
+        Root of ``imagenet``, the CIFAR releases and ``webdataset`` shards.
 
     Raises
     ------
@@ -333,4 +669,8 @@ def open_split(dataset: str, split: str, data_dir: str | os.PathLike | None = No
         if not path:
             raise DatasetError("imagefolder needs a path: imagefolder:PATH")
         return _open_folder(dataset, Path(path).expanduser(), split)
-    raise DatasetError(f"unknown dataset {dataset!r}; use imagenet, cifar10, cifar100, digits or imagefolder:PATH")
+    if dataset == "webdataset":
+        return _open_webdataset(_need_dir(dataset, data_dir), split)
+    if dataset.startswith("hf:"):
+        return _open_hf(dataset, split)
+    raise DatasetError(f"unknown dataset {dataset!r}; use {KNOWN}")

@@ -26,7 +26,8 @@ import numpy as np
 
 from .report import PrivacyLeakWarning
 
-__all__ = ["Source", "ArraySource", "SplitSource", "as_source", "public_classes", "label_index", "open_store"]
+__all__ = ["Source", "ArraySource", "SplitSource", "as_source", "public_classes", "label_index", "row_labels",
+           "open_store"]
 
 
 class Source:
@@ -119,7 +120,7 @@ class ArraySource(Source):
     description = "arrays"
 
     def __init__(self, X, y):
-        X, y = np.asarray(X), np.asarray(y)
+        X, y = np.asarray(X), row_labels(y)
         if X.ndim != 2 or y.shape != (X.shape[0],):
             raise ValueError(f"X must be (n, d) and y (n,), got {X.shape} and {y.shape}")
         if not np.issubdtype(X.dtype, np.floating):
@@ -254,6 +255,28 @@ class SplitSource(Source):
                    epsilon=float(record["epsilon"]), delta=float(record["delta"]), entry_id=entry_id,
                    params={"weights_sha256": record["weights_sha256"], "n": record["n"]},
                    neighbouring=record["neighbouring"])
+
+
+def row_labels(y) -> np.ndarray:
+    """The labels as an array, each as given: a sequence that NumPy would turn into text (one string among numbers)
+    or refuse (one list among scalars) becomes an object array, so one row's label never changes how the others
+    compare with the class list, nor raises (:func:`label_index` makes it a null row).  Arrays pass as they are;
+    a column (n, 1) becomes (n,)."""
+    if y is None:
+        raise ValueError("labels y are required with feature arrays X (got y=None)")
+    if not isinstance(y, np.ndarray) and not hasattr(y, "__array__"):
+        try:
+            arr = np.asarray(y)
+        except (ValueError, TypeError):  # ragged: a sequence among scalars
+            arr = None
+        if arr is None or (arr.dtype.kind in "US" and not all(isinstance(v, (str, bytes)) for v in y)):
+            items = list(y)
+            arr = np.empty(len(items), dtype=object)
+            for i, v in enumerate(items):
+                arr[i] = v
+        y = arr
+    y = np.asarray(y)
+    return y.reshape(-1) if y.ndim == 2 and y.shape[1] == 1 else y
 
 
 def _process_count() -> int:

@@ -9,6 +9,7 @@ a store.
 from __future__ import annotations
 
 import math
+import warnings
 from numbers import Integral, Real
 
 import jax
@@ -17,11 +18,11 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
-from . import accounting, data, noise, preprocess, runner, secure_noise, train
+from . import accounting, data, evaluation, noise, preprocess, runner, secure_noise, train
 from .plan import DEFAULT_EPSILON, METHODS, Plan, make_plan
-from .report import PrivacyReport, setting_leaks
+from .report import PrivacyLeakWarning, PrivacyReport, setting_leaks
 
 __all__ = ["DPLinearClassifier", "fit", "evaluate"]
 
@@ -251,11 +252,28 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         if y is None and _is_store_like(X):
             source = data.as_source(X, "train")
             self.n_features_in_ = source.dim
-        else:
+        elif self.classes is None:  # the labels make the class list (a warned leak): scikit-learn's target checks
             X, y = validate_data(self, X, y, dtype=[np.float32, np.float64], ensure_min_samples=1)
             check_classification_targets(y)
             source = data.ArraySource(X, y)
+        else:  # a public class list: any other label, whatever its type, is a null row; only shapes may raise
+            X = validate_data(self, X, dtype=[np.float32, np.float64], ensure_min_samples=1)
+            y = data.row_labels(y)
+            check_consistent_length(X, y)
+            source = data.ArraySource(X, y)
         return self._fit(source)
+
+    def score(self, X, y, sample_weight=None):
+        """Exact accuracy on ``(X, y)`` (scikit-learn's).  A number about those rows released without noise: where
+        this model's training rows are on a ledger (``ledger_``), a PrivacyLeakWarning says no ledger is charged for
+        it (scikit-learn's ``GridSearchCV`` scores private validation folds this way)."""
+        if getattr(self, "ledger_", None) is not None:
+            warnings.warn("score() is exact accuracy on the rows given, released without noise and charged to no "
+                          "ledger: on private rows (a validation fold, a private test split) it is an unaccounted "
+                          "release. Tune with privlin.model_selection.PrivateGridSearchCV; evaluate a split with "
+                          "privlin.evaluate (charged to that split's ledger, or declared public)",
+                          PrivacyLeakWarning, stacklevel=2)
+        return super().score(X, y, sample_weight=sample_weight)
 
     def decision_function(self, X):
         """Logits (n, k); for two classes the margin of ``classes_[1]`` (n,)."""
@@ -470,16 +488,20 @@ def fit(data_, epsilon=DEFAULT_EPSILON, *, split: str = "train", eps=None, **par
     return model.fit(data.as_source(data_, split))
 
 
-def evaluate(model: DPLinearClassifier, data_, split: str = "test", *, block_rows: int = 65536) -> float:
+def evaluate(model: DPLinearClassifier, data_, split: str = "test", *, block_rows: int = 65536, public: bool = False,
+             ledger=None) -> float:
     """Accuracy of ``model`` on a store split (streamed) or on arrays ``(X, y)``.
 
-    Reads the split's labels without noise: evaluate on a split you may look at (a public or held-out test
-    split), not on private training rows.  The accuracy is over the rows that have features: a store's rows
-    skipped at extraction (images that did not decode) have no prediction and are left out of both counts.
+    The accuracy is exact (no noise): a non-private release about the split's rows, charged before any is read as
+    a ``NonPrivateDpEvent`` on the split's ledger (a store split's own; arrays only on a ``ledger`` passed), so a
+    capped split refuses it — unless ``public=True`` declares the split public (recorded on its ledger as such;
+    :mod:`privlin.evaluation`).  The accuracy is over the rows that have features: a store's rows skipped at
+    extraction (images that did not decode) have no prediction and are left out of both counts.
     """
     source = data.as_source(data_, split)
     if source.n_valid == 0:
         raise ValueError(f"split {split!r} has no rows with features")
+    evaluation.charge_exact(source, public=public, mechanism="privlin.evaluate/accuracy", ledger=ledger)
     right = 0
     for X, y in source.blocks(block_rows):
         right += int(np.sum(model.predict(np.asarray(X, np.float32)) == y))

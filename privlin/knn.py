@@ -21,7 +21,7 @@ import faiss
 import numpy as np
 from dp_accounting import dp_event as _ev
 
-from . import data
+from . import data, evaluation
 
 __all__ = ["knn_accuracy", "KnnResult", "overlap_audit", "OverlapReport"]
 
@@ -67,6 +67,10 @@ class KnnResult:
     n_train, n_test : int
     private : bool
         Always False: the vote reads private labels without noise.
+    public_test : bool
+        The test rows were declared public (not charged).
+    test_charge : str
+        What the test split paid (:func:`privlin.evaluation.charge_exact`).
     """
 
     accuracy: float
@@ -74,14 +78,18 @@ class KnnResult:
     n_train: int
     n_test: int
     private: bool = False
+    public_test: bool = False
+    test_charge: str = ""
 
 
 def knn_accuracy(train, test, *, k: int = 10, weighted: bool = True, cosine: bool = True, budget=None,
-                 ledger=None) -> KnnResult:
+                 ledger=None, public_test: bool = False, test_ledger=None) -> KnnResult:
     """k-NN classification accuracy of ``test`` against ``train``: a non-private reference.
 
-    It releases a number computed from the training rows without noise, so it is charged to the training
-    split's ledger as a ``NonPrivateDpEvent`` (infinite ε: a capped ledger refuses it, before any row is read).
+    It releases a number computed without noise from both splits' rows, so both pay before any row is read
+    (:mod:`privlin.evaluation`): a ``NonPrivateDpEvent`` (infinite ε) on the training split's ledger, and on the
+    test split's unless ``public_test=True`` declares it public.  A capped ledger on either side refuses it; the
+    test side's cap is checked before the training side is charged.
 
     Parameters
     ----------
@@ -90,7 +98,12 @@ def knn_accuracy(train, test, *, k: int = 10, weighted: bool = True, cosine: boo
     k : int
         Neighbours per query (capped at the training size).
     budget, ledger
-        As for :class:`privlin.DPLinearClassifier` (a store split is always charged on its own ledger).
+        As for :class:`privlin.DPLinearClassifier`, for the training side (a store split is always charged on its
+        own ledger).
+    public_test : bool
+        Declare the test rows public: not charged (recorded on their ledger as declared public, and in the result).
+    test_ledger : privlin.ledger.PrivacyLedger or None
+        The ledger of test arrays (a store split always charges its own).
     weighted : bool
         Votes weighted by similarity (ties then break towards the nearer neighbours); else one vote each.
     cosine : bool
@@ -106,10 +119,13 @@ def knn_accuracy(train, test, *, k: int = 10, weighted: bool = True, cosine: boo
     train, test = data.as_source(train, "train"), data.as_source(test, "test")
     if train.dim != test.dim:
         raise ValueError(f"train has D={train.dim} but test has D={test.dim}")
+    test_side = dict(public=public_test, mechanism="privlin.knn/accuracy (test side)", ledger=test_ledger)
+    evaluation.check_exact(test, **test_side)
     led = train.ledger(cap=budget, ledger=ledger)
     if led is not None:
         led.charge(_ev.NonPrivateDpEvent(), mechanism="privlin.knn/accuracy", epsilon=float("inf"), delta=0.0,
                    params={"k": int(k), "n": train.n, "note": "non-private reference: labels vote without noise"})
+    test_charge = evaluation.charge_exact(test, params={"k": int(k)}, **test_side)
     index, train_y = _index(train, cosine)
     classes, train_code = np.unique(train_y, return_inverse=True)
     k = min(int(k), index.ntotal)
@@ -124,7 +140,8 @@ def knn_accuracy(train, test, *, k: int = 10, weighted: bool = True, cosine: boo
         total += len(y)
     if total == 0:
         raise ValueError("the query side has no rows")
-    return KnnResult(accuracy=correct / total, k=k, n_train=int(index.ntotal), n_test=total)
+    return KnnResult(accuracy=correct / total, k=k, n_train=int(index.ntotal), n_test=total,
+                     public_test=bool(public_test), test_charge=test_charge)
 
 
 @dataclass(frozen=True)

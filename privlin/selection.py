@@ -30,7 +30,7 @@ from . import accounting, data, sensitivity
 from .noise import gaussian, make_key
 from .sweep import SweepResult, correct_counts
 
-__all__ = ["select_private", "Selection", "holdout"]
+__all__ = ["select_private", "Selection", "holdout", "noisy_counts"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,13 @@ class Selection:
 
     def dp_event(self) -> _ev.DpEvent:
         return _ev.GaussianDpEvent(self.noise_multiplier)
+
+
+def noisy_counts(counts, std: float, key) -> np.ndarray:
+    """``counts`` (S,) each plus fresh N(0, std²) noise from ``key``, float64 (S,): the counts exact (float32 has no
+    odd integers past 2²⁴), the noise privlin's float64 normal (:func:`privlin.noise.gaussian`)."""
+    with sensitivity.x64():
+        return np.asarray(jnp.asarray(counts, jnp.float64) + gaussian(key, (len(counts),), std, jnp.float64))
 
 
 def holdout(X, y, fraction: float = 0.1, *, seed: int = 0):
@@ -116,10 +123,7 @@ def select_private(result: SweepResult, validation, *, epsilon: float, delta: fl
     if led is not None:
         led.charge(event, mechanism="privlin.selection/report_noisy_max_gaussian", epsilon=epsilon, delta=delta,
                    params={"candidates": len(result), "n": source.n, "seeded": info.seeded})
-    counts = correct_counts(result, source)
-    with sensitivity.x64():  # counts exact in float64 (float32 has no odd integers past 2²⁴), noise in float64
-        noisy = np.asarray(jnp.asarray(counts, jnp.float64)
-                           + gaussian(info.key, (len(result),), sigma * math.sqrt(len(result)), jnp.float64))
+    noisy = noisy_counts(correct_counts(result, source), sigma * math.sqrt(len(result)), info.key)
     i = int(np.argmax(noisy))
     rec = dict(result.records[i], index=i, selected_on=f"{split} (private: report-noisy-max, ε={epsilon:g})",
                selection_epsilon=epsilon, selection_delta=delta)

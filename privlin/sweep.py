@@ -32,6 +32,7 @@ import numpy as np
 from dp_accounting import dp_event as _ev
 
 from . import accounting, data, noise, runner
+from . import evaluation as _evaluation
 from .estimator import DPLinearClassifier, coef_of, plans_for, report_for
 from .plan import DEFAULT_EPSILON
 from .report import PrivacyLeakWarning
@@ -220,8 +221,9 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     eval_data : like ``data_``, optional
         Evaluation rows; default: split ``eval_split`` of the same store (None: no evaluation).
     eval_public : bool
-        Declare the evaluation split public (then :meth:`SweepResult.best` is free).  Test splits are usually
-        private: leave it False.
+        Declare the evaluation split public (then it is not charged and :meth:`SweepResult.best` is free).  Test
+        splits are usually private: leave it False, and the evaluation split pays for its exact accuracies as a
+        non-private release on its ledger (:mod:`privlin.evaluation`; any cap refuses it before a row is read).
     random_state : None, int or jax key
         Base key; setting s uses ``privlin.noise.split(key, S)[s]``.  None: 128 bits of OS entropy.
     budget, ledger
@@ -262,6 +264,8 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
         if e.secure_mode and (random_state is not None or return_keys):
             raise ValueError("secure_mode settings draw all randomness from os.urandom: leave random_state=None "
                              "and return_keys=False")
+    if evaluation is not None:  # the evaluation split pays too (or is declared public): its cap refuses first
+        _evaluation.check_exact(evaluation, public=eval_public, mechanism="privlin.sweep/evaluation")
     info = noise.make_key(random_state)
     seeded = info.seeded or return_keys
 
@@ -274,6 +278,8 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     classes, plans, leaks, led = plans_for(source, [e.get_params() for e in ests], classes=ests[0].classes,
                                            budget=budget, ledger=ledger, charge=charge, stacklevel=4)
     total_eps, total_delta = _total(plans), max(p.delta for p in plans)
+    eval_charge = None if evaluation is None else _evaluation.charge_exact(
+        evaluation, public=eval_public, mechanism="privlin.sweep/evaluation", params={"settings": len(plans)})
 
     keys = noise.split(info.key, len(plans))
     released = runner.run(plans, source, list(keys), classes, block_rows=int(ests[0].block_rows),
@@ -296,14 +302,14 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
                "steps": p.steps, "clip": p.clip, "center_share": p.center_share, "scale_share": p.scale_share,
                "accountant": p.accountant, "curvature": curv[i], "radius": radii[i],
                "neighbouring": p.neighbouring, "private": p.private, "seeded": bool(seeded), "accuracy": None,
-               "eval_split": None, "params": dict(s), "plan": p,
+               "eval_split": None, "eval_charge": None, "params": dict(s), "plan": p,
                "report": report_for(p, seeded=seeded, leaks=leaks, data=source.description, ledger=None,
                                     curvature=curv[i], radius=radii[i])}
         result.records.append(rec)
     if evaluation is not None:
         acc = correct_counts(result, evaluation) / evaluation.n_valid  # a skipped test image has no prediction
         for i, rec in enumerate(result.records):
-            rec["accuracy"], rec["eval_split"] = float(acc[i]), (eval_split or "eval")
+            rec["accuracy"], rec["eval_split"], rec["eval_charge"] = float(acc[i]), (eval_split or "eval"), eval_charge
     return result
 
 

@@ -44,7 +44,7 @@ def pageable(nbytes: int) -> np.ndarray:
 def page_locked(nbytes: int) -> np.ndarray:
     """Page-locked (pinned) host memory, for blocks bound for a CUDA device: the GPU copies it by DMA (47 GB/s on an
     H100 against 8 GB/s from pageable memory, which the driver stages through its own pinned buffer;
-    ``benchmarks/diag_h2d.py``).  From torch's pinned allocator; the array keeps its tensor alive."""
+    ``benchmarks/investigations/diag_h2d.py``).  From torch's pinned allocator; the array keeps its tensor alive."""
     if not can_page_lock():
         raise RuntimeError("page-locked buffers need a CUDA device (torch.cuda.is_available() is False)")
     import torch

@@ -1,8 +1,11 @@
 """experiments: reproduction scripts on tiny synthetic stores (tables beside the papers'), their build hints
 without data, the ε-sweep CLI and the quickstart's pieces (no featurization: that runs in CI's install step)."""
 import csv
+import functools
 import os
 import statistics
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -103,7 +106,7 @@ def test_eps_sweep_cli_with_private_selection_writes_csv_and_png(tmp_path, capsy
     assert eps_sweep.main([path, "--eps", "1", "8", "--method", "adam1", "sgd", "--steps", "5", "--lr", "0.5",
                            "--val-split", "val", "--seed", "0", "--out", str(out), "--no-progress"]) == 0
     text = capsys.readouterr().out
-    assert "privately selected on 'val'" in text and "releasing all 4 settings" in text
+    assert "privately selected on 'val'" in text and "Releasing all 4 fits:" in text
     assert (out / "sweep.csv").read_text().count("\n") == 5 and (out / "sweep.png").stat().st_size > 10_000
     # what it cost, from the ledgers: training split (the sweep) and validation split (the selection)
     led = PrivacyLedger.for_split(path, "train")
@@ -141,23 +144,83 @@ def test_eps_sweep_plot_connects_each_method_and_csv_is_in_percent(tmp_path, cap
     assert sorted(curves) == ["adam1", "sgd"]
     for x, y, err in curves.values():
         assert list(x) == [0.5, 2, 8] and err is not None and err.shape == (3,)  # connected, with error bars
+    # the printed table: one row per setting (2 methods x 3 ε), mean ± sd over its 3 draws, not a row per draw
     table = [ln.split() for ln in text.splitlines() if ln.startswith(("adam1 ", "sgd "))]
-    assert len(table) == 18  # 2 methods x 3 ε x 3 draws, each its own fit
+    assert len(table) == 6 and all(t[-3] == "±" and t[-1] == "3" for t in table)
+    assert "Releasing all 18 fits (6 settings × 3 draws)" in text
     rows = list(csv.DictReader(open(out / "sweep.csv")))
     assert len(rows) == 6 and {r["draws"] for r in rows} == {"3"}
-    for r in rows:  # the CSV's mean and sd are those of the table's own % column, in %
-        accs = [float(t[-1].rstrip("%")) for t in table if t[0] == r["method"] and float(t[1]) == float(r["epsilon"])]
-        assert float(r["accuracy_pct"]) == pytest.approx(statistics.mean(accs), abs=0.01)
-        assert float(r["sd_pct"]) == pytest.approx(statistics.stdev(accs), abs=0.02)
+    for r in rows:  # the table, the CSV and the plot show the same mean and sd, in %
+        t, = [t for t in table if t[0] == r["method"] and float(t[1]) == float(r["epsilon"])]
+        assert float(t[-4]) == pytest.approx(float(r["accuracy_pct"]), abs=0.006)
+        assert float(t[-2]) == pytest.approx(float(r["sd_pct"]), abs=0.006)
         x, y, err = curves[r["method"]]
         i = list(x).index(float(r["epsilon"]))
         assert y[i] == pytest.approx(float(r["accuracy_pct"])) and err[i] == pytest.approx(float(r["sd_pct"]))
 
 
+def test_eps_sweep_table_is_mean_and_sd_of_the_draws():
+    """The table's numbers are each setting's draws aggregated (the sample sd), computed here independently."""
+    args = eps_sweep.build_parser().parse_args(["s.zarr", "--eps", "1", "inf", "--method", "sgd", "--draws", "3"])
+    records = [dict(method="sgd", epsilon=e, achieved_epsilon=e, delta=1e-5, noise_multiplier=s, learning_rate=lr,
+                    steps=100, clip=1.0, center_share=0.05, accuracy=a)
+               for e, s, lr, a in [(1, 2.5, 0.3, 0.50), (1, 2.5, 0.4, 0.60), (1, 2.5, 0.3, 0.70),
+                                   (float("inf"), 0.0, 1.0, 0.9), (float("inf"), 0.0, 1.0, 0.9),
+                                   (float("inf"), 0.0, 1.0, 0.9)]]
+    summary = eps_sweep.summarize(records, args)
+    text = eps_sweep.format_table(summary, 12.5, 1e-5, n_settings=2, draws=3)
+    lines = text.splitlines()
+    assert len(lines) == 5  # header, rule, 2 settings, the cost
+    assert lines[2].split() == ["sgd", "1", "1.000", "2.5", "0.3–0.4", "100", "1", "60.00", "±",
+                                f"{statistics.stdev([50, 60, 70]):.2f}", "3"]
+    assert lines[3].split()[:2] == ["sgd", "inf"] and lines[3].split()[-4:] == ["90.00", "±", "0.00", "3"]
+    assert lines[4].endswith("Releasing all 6 fits (2 settings × 3 draws): ε = 12.500 at δ = 1e-05 (composition)")
+
+
+def test_experiment_help_answers_before_importing_jax_or_torch():
+    """--help parses arguments only: no privlin, JAX, torch or matplotlib loaded (a fresh interpreter)."""
+    code = """
+import runpy, sys
+for name in ("eps_sweep", "quickstart", "reproduce_mehta", "reproduce_randp"):
+    sys.argv = [name, "--help"]
+    try:
+        runpy.run_module("experiments." + name, run_name="__main__")
+    except SystemExit as e:
+        assert e.code == 0, (name, e.code)
+print("LOADED", sorted(m for m in ("privlin", "jax", "torch", "timm", "sklearn", "matplotlib") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("usage: python -m experiments.") == 4 and "--no-progress" in out.stdout
+    assert out.stdout.strip().endswith("LOADED []")
+
+
+@pytest.fixture
+def every_status_shown(monkeypatch):
+    """Show every progress line at once (not after 2 s), so that a fast test sees what a slow run shows."""
+    from stores import cli
+
+    monkeypatch.setattr(cli, "status", functools.partial(cli.status, after=0.0))
+
+
+def test_eps_sweep_progress_by_default_and_silent_with_no_progress(store, capsys, every_status_shown):
+    argv = ["--eps", "8", "--method", "adam1", "--seed", "0"]
+    assert eps_sweep.main([store()] + argv) == 0
+    err = capsys.readouterr().err
+    for stage in ("loading privlin (JAX)", "opening ", "sweeping 1 private fits on [train]",
+                  "composing the ledger of "):
+        assert f"{stage}" in err and err.count(stage) == 2  # "... " when shown, then its time when done
+    assert eps_sweep.main([store(), "--no-progress"] + argv) == 0
+    out = capsys.readouterr()
+    assert out.err == "" and "Releasing all 1 fits" in out.out
+
+
 def test_quickstart_pieces_on_a_tiny_store(tmp_path, store, capsys, figures):
     path = store(k=10, n=(200, 60))
     assert quickstart.earlier_entries(path, "train") == 0
-    run = quickstart.run_store(path, "toy", seeds=2)
+    run = quickstart.run_store(path, "toy", seeds=2, progress=False)
+    assert capsys.readouterr().err == ""  # progress=False: silent
     assert len(run.rows) == 2 * 2 * len(quickstart.EPSILONS) and run.knn > 0.9  # separable blobs
     # what the run says it spent is what the ledger was charged: the sweep's composition, then the k-NN release
     entries = PrivacyLedger.for_split(path, "train").entries
@@ -181,3 +244,13 @@ def test_quickstart_pieces_on_a_tiny_store(tmp_path, store, capsys, figures):
     for s in quickstart.fixed_settings():  # fixed in advance: the settings do not depend on data
         assert s["epsilon"] in quickstart.EPSILONS and s["delta"] == quickstart.DELTA
         assert set(s) == {"method", "epsilon", "delta"}  # everything else: the plan's defaults
+
+
+def test_eps_sweep_refused_budget_is_one_line(store, capsys):
+    """A split whose ledger cap the sweep would pass: one line naming the refusal, exit 2, nothing charged."""
+    path = store()
+    PrivacyLedger.for_split(path, "train").set_cap(1.0, 1e-5, note="test")
+    assert eps_sweep.main([path, "--eps", "8", "--method", "adam1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("python -m experiments.eps_sweep: error: ") and "\n" not in err and "cap" in err
+    assert len(PrivacyLedger.for_split(path, "train")) == 0

@@ -72,3 +72,48 @@ def test_bad_inputs_are_clear_errors():
 
     with pytest.raises(PrivacyBudgetExceeded):  # a non-private release is refused by any cap, before it runs
         knn_accuracy((X, y), (X, y), ledger=PrivacyLedger.in_memory(cap=(10.0, 1e-5)))
+
+
+def _untouchable(source):
+    """A store split's source that fails the test if a row of it is read."""
+    from privlin import data
+
+    class Untouchable(data.SplitSource):
+        def blocks(self, rows, page_locked=False):
+            raise AssertionError("a row was read")
+
+        fit_blocks = blocks
+
+    return Untouchable(source.split, source.store)
+
+
+def test_the_test_split_pays_for_the_knn_or_is_declared_public(make_store):
+    """Issue 36.4: the k-NN accuracy is exact about the test rows too: their ledger gains a NonPrivateDpEvent, a
+    capped test ledger refuses before any row (of either split) is read or charged, and public_test=True records
+    the declaration instead."""
+    from dp_accounting import dp_event as ev
+
+    from privlin import data
+    from privlin.ledger import PrivacyBudgetExceeded
+
+    rng = np.random.default_rng(3)
+    X, y = _blobs(rng, 200, spread=3.0)
+    st = make_store({"train": (X[:120], y[:120]), "test": (X[120:], y[120:])})
+    train_led, test_led = (data.as_source(st, s).ledger() for s in ("train", "test"))
+    res = knn_accuracy(st["train"], st["test"], k=3)
+    assert [e.event for e in test_led.entries] == [ev.NonPrivateDpEvent()] and test_led.spent()[0] == float("inf")
+    assert test_led.entries[0].params["n"] == 80 and "charged to" in res.test_charge and not res.public_test
+    assert len(train_led) == 1
+
+    capped = make_store({"train": (X[:120], y[:120]), "test": (X[120:], y[120:])})
+    data.as_source(capped, "test").ledger().set_cap(1.0, 1e-5, note="the test split is private")
+    tr, te = (_untouchable(data.as_source(capped, s)) for s in ("train", "test"))
+    with pytest.raises(PrivacyBudgetExceeded, match="Nothing was read"):
+        knn_accuracy(tr, te, k=3)
+    assert len(data.as_source(capped, "test").ledger()) == 0 and len(data.as_source(capped, "train").ledger()) == 0
+
+    declared = knn_accuracy(st["train"], st["test"], k=3, public_test=True)
+    assert declared.public_test and "declared public" in declared.test_charge
+    last = test_led.entries[-1]
+    assert last.event == ev.NoOpDpEvent() and "declared public" in last.mechanism
+    assert declared.accuracy == res.accuracy

@@ -1,4 +1,5 @@
 """DP-MAE's command line and its faults: one-line errors, refused resumes, checksums, empty samples."""
+import errno
 import json
 import os
 import subprocess
@@ -41,6 +42,7 @@ MISTAKES = {
     "delta": (["--dp", "--delta", "2"], "delta must be in (0, 1)"),
     "not a number": (["--epsilon", "eight"], "invalid float value: 'eight'"),
     "threads": (["--threads", "0"], "--threads must be >= 1"),
+    "negative seed": (["--seed", "-1"], "seed must be >= 0"),
 }
 
 
@@ -143,3 +145,149 @@ def test_empty_poisson_samples_are_noise_only_steps_on_an_image_folder(tmp_path)
     assert res["step"] == 4 and res["dp_steps"] == 4  # every step accounted, empty or not
     after = load_checkpoint(res["checkpoint"])["model"]
     assert not torch.equal(after["decoder_pred.weight"], before["decoder_pred.weight"])  # noise was added
+
+
+class _FullDisk:
+    """``open`` for the checkpoint module: the first ``files`` files written through it fit, then the disk is full:
+    every write fails with ENOSPC (torch.save's real write path, not a patched torch.save)."""
+
+    def __init__(self, files: int):
+        self.files = files
+
+    def __call__(self, path, mode="r", *args, **kw):
+        f = open(path, mode, *args, **kw)
+        if "w" not in mode:
+            return f
+        self.files -= 1
+        return f if self.files >= 0 else _Full(f)
+
+
+class _Full:
+    def __init__(self, f):
+        self._f = f
+
+    def write(self, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._f.close()
+
+
+def _one_error_line(capsys):
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_full_disk_is_one_line_naming_the_file_and_leaves_no_temporary_file(tmp_path, capsys, monkeypatch):
+    from backbones.mae import checkpoint as ckpt_mod
+
+    out = tmp_path / "o"
+    argv = ["--size", "toy", "--data", "digits", "--dp", "--noise-multiplier", "2", "--accountant", "rdp",
+            "--steps", "2", "--sample-rate", "0.005", "--physical-batch", "8", "--ckpt-every", "1", "--out", str(out),
+            "--export", "enc.pth", "--no-progress"]
+    monkeypatch.setattr(ckpt_mod, "open", _FullDisk(1), raising=False)  # step 1's checkpoint fits, step 2's not
+    assert main(argv) == 2
+    line = _one_error_line(capsys)
+    assert line.startswith("python -m backbones.mae.train: error: ")
+    assert f"cannot write {out / 'checkpoint.pth'}: No space left on device" in line
+    assert sorted(os.listdir(out)) == ["checkpoint.pth"]  # no checkpoint.pth.tmp<PID>
+    assert load_checkpoint(str(out / "checkpoint.pth"))["step"] == 1  # the previous checkpoint is intact
+    for attempt in range(2):  # resuming on a still-full disk: the same line each time, nothing left behind
+        monkeypatch.setattr(ckpt_mod, "open", _FullDisk(0), raising=False)
+        assert main(argv + ["--resume"]) == 2
+        assert "cannot write" in _one_error_line(capsys) and sorted(os.listdir(out)) == ["checkpoint.pth"]
+    # the export (and its provenance JSON) fail the same way once the checkpoint is written
+    monkeypatch.setattr(ckpt_mod, "open", _FullDisk(1), raising=False)
+    assert main(argv + ["--resume"]) == 2
+    assert f"cannot write {out / 'enc.pth'}: No space left on device" in _one_error_line(capsys)
+    assert sorted(os.listdir(out)) == ["checkpoint.pth"] and load_checkpoint(str(out / "checkpoint.pth"))["step"] == 2
+
+
+def test_export_bare_name_goes_under_out_and_a_path_is_honoured(tmp_path, monkeypatch, capsys):
+    from backbones.mae.train import export_path
+
+    monkeypatch.chdir(tmp_path)
+    base = ["--size", "toy", "--steps", "1", "--batch-size", "2", "--no-progress"]
+    assert main(base + ["--out", "runs/a", "--export", "enc.pth"]) == 0
+    assert os.path.isfile("runs/a/enc.pth") and os.path.isfile("runs/a/enc.json") and not os.path.exists("enc.pth")
+    assert main(base + ["--out", "runs/b", "--export", "elsewhere/enc.pth"]) == 0  # relative, with a folder
+    assert os.path.isfile("elsewhere/enc.pth") and os.path.isfile("elsewhere/enc.json")
+    assert not os.path.exists("runs/b/elsewhere")
+    assert main(base + ["--out", "runs/c", "--export", str(tmp_path / "abs" / "enc.pth")]) == 0  # absolute
+    assert os.path.isfile(tmp_path / "abs" / "enc.pth")
+    assert main(base + ["--out", "runs/d", "--export", "./enc.pth"]) == 0  # an explicit folder part: as given
+    assert os.path.isfile("enc.pth")
+    assert export_path(TrainSettings(out="o", export="x.pth")) == os.path.join("o", "x.pth")
+    assert "export runs/a/enc.pth" in capsys.readouterr().out  # the final line says where it went
+
+
+def test_the_torch_trainer_loads_neither_jax_nor_scikit_learn():
+    # DP-MAE needs privlin's accounting and event codec only; JAX and scikit-learn (privlin's estimator) would cost
+    # seconds and memory in every trainer process. Needs privlin/__init__ to import lazily (issue 35.6).
+    code = ("import sys, backbones.mae.train, backbones.mae.dp; "
+            "print(sorted(m for m in ('jax', 'sklearn') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": REPO})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]", r.stdout
+
+
+@pytest.mark.slow  # three CLI processes, ~1 min on a 2-core box
+def test_kill9_then_resume_equals_one_clean_run_and_leaves_no_temporary_file(tmp_path):
+    # a seeded DP run killed (SIGKILL) after some checkpoint, resumed: bit for bit the uninterrupted run (the masks
+    # are keyed by seed and step, the sample and noise by the seeds and step); a kill's temporary file is removed
+    import signal
+    import time
+
+    argv = [sys.executable, "-m", "backbones.mae.train", "--size", "toy", "--data", "digits", "--dp", "--steps", "8",
+            "--sample-rate", "0.01", "--physical-batch", "4", "--noise-multiplier", "2", "--accountant", "rdp",
+            "--noise-seed", "1", "--sample-seed", "2", "--ckpt-every", "1", "--threads", "1", "--no-progress"]
+    env = dict(os.environ, PYTHONPATH=REPO)
+    clean = subprocess.run(argv + ["--out", str(tmp_path / "clean")], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert clean.returncode == 0, clean.stderr
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(argv + ["--out", str(out)], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if (out / "checkpoint.pth").exists() and load_checkpoint(str(out / "checkpoint.pth"))["step"] >= 3:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    step = load_checkpoint(str(out / "checkpoint.pth"))["step"]
+    assert 3 <= step < 8
+    stale = out / f"checkpoint.pth.tmp{proc.pid}"
+    stale.write_bytes(b"half a checkpoint")  # as a kill in the middle of a write leaves it
+    resumed = subprocess.run(argv + ["--out", str(out), "--resume"], cwd=REPO, env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert sorted(os.listdir(out)) == ["checkpoint.pth"]
+    a, b = load_checkpoint(str(tmp_path / "clean" / "checkpoint.pth")), load_checkpoint(str(out / "checkpoint.pth"))
+    assert a["step"] == b["step"] == 8 and a["accountant"] == b["accountant"]
+    for k in a["model"]:
+        assert torch.equal(a["model"][k], b["model"][k]), k
+
+
+def test_stale_temporaries_of_dead_writers_only_are_removed(tmp_path):
+    from backbones.mae.checkpoint import remove_stale_temporaries
+
+    path = str(tmp_path / "checkpoint.pth")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    for pid in (dead.pid, os.getpid(), os.getppid()):
+        open(f"{path}.tmp{pid}", "wb").close()
+    open(f"{path}.tmpnotapid", "wb").close()
+    assert remove_stale_temporaries(path) == [f"{path}.tmp{dead.pid}"]
+    assert sorted(os.listdir(tmp_path)) == sorted(f"checkpoint.pth.tmp{p}" for p in (os.getpid(), os.getppid(),
+                                                                                      "notapid"))

@@ -2,20 +2,27 @@
 
 A training checkpoint is ``{"model": MAE state dict (encoder keys as timm ViT,
 decoder_* and mask_token), "optimizer", "step", "rng", "accountant", "config",
-"history"}``: everything to resume the run. Its generator states are the
-public ones (masks; batches of a non-private run): no secret key, sampler seed
-or noise state is ever in it. It is still as private as the data (weights
-before the end, an unnoised loss history); what gets released is
+"history"}``: everything to resume the run. No secret key, sampler seed or
+noise state is ever in it. A DP run's holds nothing computed from private
+images but the weights and the optimizer state: no generator state (its masks
+are keyed by the public seed and the step, so no stream carries the sample
+sizes) and no loss history (``None``: its losses are noise-free). A
+non-private run's holds its public generator states and its loss history.
+The weights before the end are as private as the data; what gets released is
 :func:`export_encoder`'s ``{"model": encoder only}``.
 
-Writes are atomic (temporary file + ``os.replace``): a crash leaves the
-previous checkpoint intact. Every file carries a sha256 of its content
+Writes are atomic and durable (temporary file, fsync, ``os.replace``): a
+crash leaves the previous checkpoint intact, and a failed write (a full disk)
+leaves no temporary file and raises :class:`CheckpointWriteError` naming the
+file. Every file carries a sha256 of its content
 (``"sha256"`` over the whole training checkpoint, ``"tensor_sha256"`` over an
 exported encoder's tensors, :func:`backbones.checkpoints.tensor_sha256`),
 verified on every load: a damaged file is an error naming it, never weights.
 """
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
 
@@ -24,24 +31,97 @@ import torch
 from ..checkpoints import sha256_file, tensor_sha256
 from .model import MAEConfig, MaskedAutoencoder, encoder_state_dict
 
-__all__ = ["save_checkpoint", "load_checkpoint", "export_encoder", "load_mae_weights", "sha256_file", "tensor_sha256"]
+__all__ = ["CheckpointWriteError", "remove_stale_temporaries", "save_checkpoint", "load_checkpoint", "export_encoder",
+           "load_mae_weights", "sha256_file", "tensor_sha256"]
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint, export or provenance file could not be written (disk full, no permission, I/O error).
+
+    Its message names the file; the previous file at that path, if any, is intact and no temporary file is left.
+    """
+
+
+def _atomic_write(path: str, write) -> None:
+    """Write ``path`` atomically and durably: ``write(f)`` into a temporary file beside it, fsync, ``os.replace``,
+    fsync the folder.
+
+    A crash leaves the previous file intact; a failed write (a full disk) removes the temporary file and raises
+    :class:`CheckpointWriteError` naming ``path``, so repeated attempts leave nothing behind.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        cause = _os_error(e)  # torch.save reports a failed write as a RuntimeError raised while handling it
+        if cause is None:
+            raise
+        reason = cause.strerror or str(cause) or type(cause).__name__
+        raise CheckpointWriteError(cause.errno, f"cannot write {path}: {reason} (any previous file there is "
+                                                f"intact)") from None
+    with contextlib.suppress(OSError):  # the rename itself onto the disk (best effort: not every file system can)
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _os_error(e: BaseException | None, depth: int = 0) -> OSError | None:
+    """The OSError in ``e``'s chain of causes (itself first), or None."""
+    if e is None or depth > 8:
+        return None
+    if isinstance(e, OSError):
+        return e
+    return _os_error(e.__cause__, depth + 1) or _os_error(e.__context__, depth + 1)
+
+
+def remove_stale_temporaries(path: str) -> list[str]:
+    """Delete the ``<path>.tmp<PID>`` files of writers that were killed mid-write (their PID runs no more).
+
+    A kill -9 cannot clean up after itself; a run calls this at its start so that kills do not pile temporary
+    files up. A live writer's file (another process, or this one) is left alone. Returns the paths removed.
+    """
+    removed = []
+    for tmp in glob.glob(glob.escape(path) + ".tmp*"):
+        pid = tmp[len(path) + len(".tmp"):]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:  # no such process: the writer is gone
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+                removed.append(tmp)
+        except PermissionError:  # alive, another user's
+            pass
+    return removed
 
 
 def _atomic_save(obj, path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    """``torch.save`` through :func:`_atomic_write`."""
+    _atomic_write(path, lambda f: torch.save(obj, f))
 
 
 def save_checkpoint(path: str, *, model: MaskedAutoencoder, optimizer, step: int, rng: dict,
-                    accountant: dict | None, config: dict, history: list) -> None:
+                    accountant: dict | None, config: dict, history: list | None) -> None:
     """Write a resumable checkpoint atomically.
 
     Parameters
     ----------
     rng : dict[str, torch.Tensor]
-        ``torch.Generator.get_state()`` of every generator of the run.
+        ``torch.Generator.get_state()`` of the run's public generators carried across steps (none in a DP run).
+    history : list or None
+        ``[step, mean loss, epsilon]`` rows of a non-private run; None for a DP run (noise-free losses are
+        statistics of private images).
     accountant : dict or None
         :class:`backbones.mae.dp.DPAccountantState` as a dict (None when non-private).
     config : dict
@@ -141,9 +221,8 @@ def export_encoder(model: MaskedAutoencoder, path: str, dtype: torch.dtype = tor
                     dtype=str(dtype).replace("torch.", ""),
                     layout="ViP release: {'model': encoder keys in timm VisionTransformer layout}",
                     timm_kwargs=model.cfg.timm_kwargs())
-        with open(os.path.splitext(path)[0] + ".json", "w") as f:
-            json.dump(meta, f, indent=2, sort_keys=True)
-            f.write("\n")
+        text = json.dumps(meta, indent=2, sort_keys=True) + "\n"
+        _atomic_write(os.path.splitext(path)[0] + ".json", lambda f: f.write(text.encode()))
     return digest
 
 

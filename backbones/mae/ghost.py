@@ -28,10 +28,16 @@ cost as a non-private weight gradient (book-keeping, Bu et al. 2023).
 The result equals ``vmap(grad)`` + :func:`backbones.mae.per_example.clip_and_sum`
 (tests: relative error <= 1e-5 in float32). Any module holding a trainable
 parameter that this file does not know is refused with an error naming it:
-use the vmap path there. Norms and sums are computed in float32 (float64 for
-the norm accumulation) from the tensors the pass produced, also under bf16
-autocast, so each example's clipped contribution is at most C in the
-arithmetic actually used for the sum, up to float32 rounding.
+use the vmap path there. Sums are computed in float32 from the tensors the
+pass produced, so each example's clipped contribution is at most C in the
+arithmetic actually used for the sum, up to float32 rounding. Norms are
+float32 (float64 for the accumulation); under bf16 autocast they run in bf16
+(the Gram matrices, and the instantiated per-example weight gradients, which
+are then normed and summed as that same bf16 tensor), and each bf16 ghost
+norm is inflated by a rigorous bound on its rounding error
+(:func:`low_precision_gram_bound`), so it never under-estimates the norm of
+what is summed and the clip stays conservative (an over-estimate costs that
+fraction of C, never more than C).
 """
 from __future__ import annotations
 
@@ -44,7 +50,7 @@ from torch.nn import functional as F
 
 from .per_example import clip_factors
 
-__all__ = ["ghost_clip_and_sum", "check_supported", "UnsupportedModuleError", "layer_plan"]
+__all__ = ["ghost_clip_and_sum", "check_supported", "UnsupportedModuleError", "layer_plan", "low_precision_gram_bound"]
 
 _SUPPORTED = (nn.Linear, nn.Conv2d, nn.LayerNorm)
 _SMALL = 4096  # per-example gradients up to this size are normed and summed together
@@ -127,6 +133,58 @@ def _layernorm_xhat(module: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
     return F.layer_norm(x.float(), module.normalized_shape, None, None, module.eps)
 
 
+#: Unit roundoff of the low-precision dtypes the norms may run in (p significant bits: 2^-p), and of float32.
+_UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8}
+_U32 = 2.0 ** -24
+
+
+def low_precision_gram_bound(d: int, dtype: torch.dtype = torch.bfloat16) -> float:
+    """``gamma``: a Gram matrix computed in ``dtype`` is within ``gamma ||x_t|| ||x_s||`` of the exact one.
+
+    The Gram matrix of ``x`` (T x d, float32 values) computed from ``x`` rounded to ``dtype`` (unit roundoff u),
+    its products (exact in float32) accumulated in float32 over d terms and the result rounded to ``dtype`` (or
+    kept in float32): ``gamma = (1+u)^3 (1 + 2 d u32 / (1 - 2 d u32)) - 1`` (the error of a dot product, Higham,
+    *Accuracy and Stability*, 3.1, with ``sum_k |x_tk x_sk| <= ||x_t|| ||x_s||``; 2 u32 per addition also covers
+    accumulators that truncate, as GPU matrix units may). bf16: about 3u = 0.012.
+    """
+    u = _UNIT_ROUNDOFF[dtype]
+    return (1 + u) ** 3 * (1 + 2 * d * _U32 / (1 - 2 * d * _U32)) - 1
+
+
+def _ghost_bound(a: torch.Tensor, g: torch.Tensor, gram_a: torch.Tensor, gram_g: torch.Tensor,
+                 dtype: torch.dtype) -> torch.Tensor:
+    """An upper bound on how far the ghost norm from low-precision Gram matrices ``gram_a``, ``gram_g`` (float32)
+    can fall below the exact ``sum_ts A_ts G_ts``: (B,), float64.
+
+    With ``|gram_a - A| <= ga Na``, ``Na_ts = ||a_t|| ||a_s||`` (:func:`low_precision_gram_bound`), likewise for g,
+    ``|sum gram_a gram_g - sum A G| <= ga sum Na |gram_g| + gg sum |gram_a| Ng + 3 ga gg S^2`` with
+    ``S = sum_t ||a_t|| ||g_t||`` (``sum Na Ng = S^2``). The row norms are float32, each at least ``(1 - eta)``
+    of the exact one, ``eta = (d_in + d_out + T + 4) u32``, which also covers the float64 sums; dividing by
+    ``(1 - eta)^2`` makes the bound hold for the exact norms. Much tighter than ``gamma S^2`` where the tokens'
+    gradients are far from parallel (``S^2`` up to T times the squared norm).
+    """
+    t, d_in, d_out = a.shape[1], a.shape[2], g.shape[2]
+    ga, gg = low_precision_gram_bound(d_in, dtype), low_precision_gram_bound(d_out, dtype)
+    na, ng = torch.linalg.vector_norm(a, dim=2).double(), torch.linalg.vector_norm(g, dim=2).double()
+    outer_a, outer_g = (na[:, :, None] * na[:, None, :]).flatten(1), (ng[:, :, None] * ng[:, None, :]).flatten(1)
+    s = (na * ng).sum(1)
+    first = ga * torch.linalg.vecdot(outer_a, gram_g.flatten(1).double().abs())
+    second = gg * torch.linalg.vecdot(gram_a.flatten(1).double().abs(), outer_g)
+    eta = (d_in + d_out + t + 4) * _U32
+    return (first + second + 3 * ga * gg * s.square()) / (1 - eta) ** 2
+
+
+def _gram(x: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """``x x^T`` per example, float32 (in ``dtype`` when given, float32 accumulation, as bounded above)."""
+    if dtype is None:
+        return torch.bmm(x, x.transpose(1, 2))
+    x = x.to(dtype)
+    if x.is_cuda:  # cuBLAS: low-precision inputs, float32 accumulation and output (torch >= 2.8)
+        with contextlib.suppress(TypeError, NotImplementedError):
+            return torch.bmm(x, x.transpose(1, 2), out_dtype=torch.float32)
+    return torch.bmm(x, x.transpose(1, 2)).float()
+
+
 def _sq(x: torch.Tensor) -> torch.Tensor:
     """Squared L2 norm of each example's slice: (B,), float64."""
     return torch.linalg.vector_norm(x.reshape(x.shape[0], -1).float(), dim=1).double().square()
@@ -135,8 +193,8 @@ def _sq(x: torch.Tensor) -> torch.Tensor:
 class _Layer:
     """One trainable supported module during a pass: its recorded inputs and what its output grads gave."""
 
-    def __init__(self, name: str, module: nn.Module):
-        self.name, self.module = name, module
+    def __init__(self, name: str, module: nn.Module, norm_dtype: torch.dtype | None = None):
+        self.name, self.module, self.norm_dtype = name, module, norm_dtype
         self.inputs: list = []  # per call, dropped once that call's output grad is processed
         self.tokens: list = []  # per call: T (positions per example) of its output
         self.pending = 0  # calls whose output grad has not been processed yet
@@ -173,19 +231,30 @@ class _Layer:
             if self.trainable("weight"):
                 if self.plan == "ghost":
                     self.pieces.append((a, g))
-                else:  # instantiate: (B, d_out, d_in), never larger than the (a, g) it replaces
+                elif self.norm_dtype is None:  # instantiate: (B, d_out, d_in), never larger than the (a, g) it replaces
                     self.add("weight", torch.bmm(g.transpose(1, 2), a))
+                else:  # the same in the norm dtype: its norm and its clipped sum are of this very tensor
+                    self.add("weight", torch.bmm(g.transpose(1, 2).to(self.norm_dtype), a.to(self.norm_dtype)))
         if self.trainable("bias"):
             self.add("bias", g.sum(1))
 
     def ghost_sq_norms(self) -> torch.Tensor | None:
-        """Squared per-example norms of the weight gradient from the ghost pieces (None when not ghost)."""
+        """Squared per-example norms of the weight gradient from the ghost pieces (None when not ghost).
+
+        In float32, exact to float32 rounding. In ``norm_dtype`` (bf16), the Gram matrices run in it and the
+        result is inflated by its error bound (:func:`_ghost_bound`): never below the squared norm of the gradient
+        that :meth:`ghost_weight_sum` sums (in float32), so clipping with it stays conservative.
+        """
         if not self.pieces:
             return None
         a = torch.cat([x for x, _ in self.pieces], 1) if len(self.pieces) > 1 else self.pieces[0][0]
         g = torch.cat([y for _, y in self.pieces], 1) if len(self.pieces) > 1 else self.pieces[0][1]
-        gram_a, gram_g = torch.bmm(a, a.transpose(1, 2)), torch.bmm(g, g.transpose(1, 2))
-        return torch.linalg.vecdot(gram_a.flatten(1), gram_g.flatten(1)).double()
+        if self.norm_dtype is None:
+            gram_a, gram_g = torch.bmm(a, a.transpose(1, 2)), torch.bmm(g, g.transpose(1, 2))
+            return torch.linalg.vecdot(gram_a.flatten(1), gram_g.flatten(1)).double()
+        gram_a, gram_g = _gram(a, self.norm_dtype), _gram(g, self.norm_dtype)
+        ghost = torch.linalg.vecdot(gram_a.flatten(1).double(), gram_g.flatten(1).double())
+        return ghost + _ghost_bound(a, g, gram_a, gram_g, self.norm_dtype)
 
     def ghost_weight_sum(self, scale: torch.Tensor) -> torch.Tensor:
         """Book-keeping: ``sum_i c_i G_i`` as one GEMM per call with output grads scaled by ``c_i``."""
@@ -200,7 +269,7 @@ class _Layer:
 
 
 def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.Tensor, clip: float, *,
-                       autocast_dtype: torch.dtype | None = None):
+                       autocast_dtype: torch.dtype | None = None, low_precision_norms: bool | None = None):
     """Clipped per-example gradient sum of the MAE loss by mixed ghost norms + book-keeping.
 
     Parameters
@@ -214,6 +283,12 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
         C > 0.
     autocast_dtype : torch.dtype or None
         Run the forward under ``torch.autocast`` with this dtype (e.g. bfloat16 on CUDA).
+    low_precision_norms : bool or None
+        Compute the norms in bfloat16 (Gram matrices and instantiated per-example weight gradients): None
+        (default) does so under bfloat16 autocast. Ghost norms are then inflated by a stated bound
+        (``_ghost_bound``) so that they never under-estimate; an instantiated gradient is
+        normed and summed as the same bf16 tensor. Either way each clipped contribution is at most C up to
+        float32 rounding. Sums stay float32.
 
     Returns
     -------
@@ -223,7 +298,10 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
         Per-example gradient norms before clipping (float32).
     losses : torch.Tensor, shape (B,)
     """
-    layers = {name: _Layer(name, m) for name, m in _trainable_modules(model).items()}
+    if low_precision_norms is None:
+        low_precision_norms = autocast_dtype == torch.bfloat16
+    norm_dtype = torch.bfloat16 if low_precision_norms else None
+    layers = {name: _Layer(name, m, norm_dtype) for name, m in _trainable_modules(model).items()}
     b, device = imgs.shape[0], imgs.device
     tokens = {k: p.detach().expand(b, *p.shape[1:]).clone().requires_grad_(True)
               for k, p in _own_trainable(model).items()}
@@ -287,7 +365,8 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
         # for all of them; instantiated weights (B, d_out, d_in) each on their own (a copy would cost more)
         big = {k: pe for k, pe in small.items() if pe[0].numel() > _SMALL}
         small = {k: pe for k, pe in small.items() if k not in big}
-        flat = torch.cat([pe.reshape(b, -1).float() for pe in small.values()], 1)
+        flat = (torch.cat([pe.reshape(b, -1).float() for pe in small.values()], 1) if small
+                else torch.zeros(b, 0, device=device))  # only weight matrices trainable: nothing small
         sq = _sq(flat)
         for pe in big.values():
             sq += _sq(pe)
@@ -306,7 +385,7 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
             summed[k] = flat_sum[at:at + n].reshape(params[k].shape)
             at += n
         for k, pe in big.items():
-            summed[k] = (scale @ pe.reshape(b, -1)).reshape(params[k].shape)
+            summed[k] = (scale @ pe.reshape(b, -1).float()).reshape(params[k].shape)
         for layer in layers.values():
             if layer.pieces:
                 summed[f"{layer.name}.weight"] = layer.ghost_weight_sum(scale)

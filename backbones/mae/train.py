@@ -36,11 +36,13 @@ import time
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from privlin.events import event_from_dict, event_to_dict  # the one event codec (a ledger reads it back)
 import cliconv as cli
 
-from .checkpoint import export_encoder, load_checkpoint, load_mae_weights, save_checkpoint
+from .checkpoint import (CheckpointWriteError, export_encoder, load_checkpoint, load_mae_weights,
+                         remove_stale_temporaries, save_checkpoint)
 from .data import make_source, normalize
 from .dp import (DPAccountantState, PrivacyLeakWarning, SecretStream, broadcast_stream, calibrate_sigma,
                  default_delta, poisson_sample, reduce_and_privatize)
@@ -48,7 +50,7 @@ from .model import MAE_SIZES, MaskedAutoencoder, build_mae
 from .ghost import UnsupportedModuleError, check_supported
 from .per_example import METHODS, clipped_grad_sum, split_params
 
-__all__ = ["TrainSettings", "train", "lr_at", "main", "run_dp_event", "SECRET_SETTINGS"]
+__all__ = ["TrainSettings", "train", "export_path", "lr_at", "main", "run_dp_event", "SECRET_SETTINGS"]
 
 
 @dataclass
@@ -99,14 +101,18 @@ class TrainSettings:
         Run directory (``checkpoint.pth`` inside).
     ckpt_every, log_every : int
     export : str or None
-        Where to write the released encoder (float16) at the end.
+        Where to write the released encoder (float16) at the end: a bare
+        file name goes under ``out``, a path with a folder part is taken as
+        given (:func:`export_path`).
     per_example : {"ghost", "vmap"}
         DP clipping: mixed ghost norms + book-keeping (fast, default) or
         ``vmap`` per-example gradients (the reference; any module).
     device : {"auto", "cpu", "cuda"}
         ``auto``: CUDA when available (``cuda:LOCAL_RANK`` under torchrun).
     amp : {"none", "bf16"}
-        bf16 autocast of the forward passes (norms and sums stay float32).
+        bf16 autocast of the forward passes; the ghost path's norms run in
+        bf16 too, inflated by a stated error bound so the clip stays
+        conservative (:mod:`backbones.mae.ghost`); sums stay float32.
     """
 
     size: str = "vip_toy"
@@ -145,6 +151,8 @@ class TrainSettings:
         for name in ("steps", "batch_size", "physical_batch", "ckpt_every", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.seed < 0:  # it keys numpy SeedSequences (a DP run's masks)
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
         if self.warmup_steps < 0 or self.lr <= 0 or self.clip <= 0:
             raise ValueError("need warmup_steps >= 0, lr > 0 and clip > 0")
         if self.sample_rate is not None and not 0 < self.sample_rate <= 1:
@@ -171,9 +179,21 @@ _RESUME_SAME = ("size", "data", "dp", "seed", "clip", "steps", "physical_batch",
                 "epsilon", "delta", "noise_multiplier", "accountant")
 
 
+#: spawn_key tag of a DP run's per-step mask generators (public: keyed by --seed and the step index).
+_MASK_STREAM = 1
+
+
 def _public_settings(s: TrainSettings) -> dict:
     """The settings as stored in checkpoints and provenance: everything but :data:`SECRET_SETTINGS`."""
     return {k: v for k, v in dataclasses.asdict(s).items() if k not in SECRET_SETTINGS}
+
+
+def export_path(s: TrainSettings) -> str | None:
+    """Where ``--export`` writes: a bare file name goes under ``--out`` (beside the run's checkpoint); a path with a
+    folder part (absolute, or relative to the working directory) is taken as given."""
+    if s.export is None:
+        return None
+    return s.export if os.path.dirname(s.export) else os.path.join(s.out, s.export)
 
 
 def lr_at(step: int, s: TrainSettings) -> float:
@@ -227,14 +247,14 @@ class _Run:
         self.amp = torch.bfloat16 if s.amp == "bf16" else None
         self.optimizer = torch.optim.AdamW(_param_groups(self.model, s.weight_decay), lr=s.lr,
                                            betas=(s.beta1, s.beta2), eps=1e-8)
-        # public generators (from --seed), saved in checkpoints so a run resumes with the same masks
-        self.gens = {"mask": torch.Generator().manual_seed(s.seed + 1)}
-        if not s.dp:
-            self.gens["data"] = torch.Generator().manual_seed(s.seed)
+        # public generators (from --seed) of a non-private run, saved in its checkpoints so that it resumes with
+        # the same masks and batches; a DP run has none (see _mask_noise)
+        self.gens = {} if s.dp else {"mask": torch.Generator().manual_seed(s.seed + 1),
+                                     "data": torch.Generator().manual_seed(s.seed)}
         self.sampler = self.noise = None  # secret streams (DP): never saved
         self.seeded = {"sample": False, "noise": False}
         self.step = 0
-        self.history: list[list[float]] = []  # [step, mean loss, epsilon]
+        self.history: list[list[float]] = []  # [step, mean loss, epsilon]; saved for a non-private run only
         self.accountant: DPAccountantState | None = None
         if s.dp:
             n = n_private
@@ -264,12 +284,15 @@ class _Run:
 
     # -- checkpoints -------------------------------------------------------------------------------
     def save(self, path: str) -> None:
+        """Write the checkpoint. A DP run's holds nothing computed from private images but the weights and the
+        optimizer state: no loss history (its losses are noise-free means over the Poisson samples) and no
+        generator state (a mask stream carried across steps would encode every sample's size)."""
         save_checkpoint(path, model=self.model, optimizer=self.optimizer, step=self.step,
-                        rng={k: g.get_state() for k, g in self.gens.items()},  # public generators only
+                        rng={k: g.get_state() for k, g in self.gens.items()},  # public, non-private runs only
                         accountant=self.accountant.to_dict() if self.accountant else None,
                         config={"settings": _public_settings(self.s), "seeded": dict(self.seeded),
                                 "mae": dataclasses.asdict(self.model.cfg)},
-                        history=self.history)
+                        history=None if self.s.dp else self.history)
 
     def restore(self, path: str) -> None:
         ck = load_checkpoint(path)
@@ -282,6 +305,8 @@ class _Run:
         self.model.load_state_dict(ck["model"], strict=True)
         self.optimizer.load_state_dict(ck["optimizer"])
         for k, state in ck["rng"].items():
+            if self.s.dp:  # a DP checkpoint written before masks were keyed by step: the state is not needed
+                continue
             if k not in self.gens:
                 raise ValueError(f"cannot resume: the checkpoint holds an unexpected generator {k!r}")
             self.gens[k].set_state(state)
@@ -290,13 +315,24 @@ class _Run:
         for k, flag in ck["config"].get("seeded", {}).items():
             self.seeded[k] = bool(self.seeded.get(k)) or bool(flag)
         self.step = int(ck["step"])
-        self.history = [list(h) for h in ck["history"]]
+        self.history = [list(h) for h in ck["history"] or []]
         if ck["accountant"] is not None:
             self.accountant = DPAccountantState(**ck["accountant"])
 
     # -- steps -------------------------------------------------------------------------------------
     def _mask_noise(self, b: int) -> torch.Tensor:
-        return torch.rand(b, self.model.cfg.num_patches, generator=self.gens["mask"]).to(self.device)
+        """Mask noise of this step's ``b`` images (public randomness, from ``--seed``).
+
+        Non-private runs draw it from one generator carried across steps (saved in checkpoints). A DP run
+        draws step ``t``'s from a generator keyed by (seed, t) alone: how much of a carried stream earlier steps
+        consumed would be a function of their (private) Poisson sample sizes. Resume stays exact either way.
+        """
+        if self.s.dp:
+            key = np.random.SeedSequence(self.s.seed, spawn_key=(_MASK_STREAM, self.step)).generate_state(1, np.uint64)
+            gen = torch.Generator().manual_seed(int(key[0]))
+        else:
+            gen = self.gens["mask"]
+        return torch.rand(b, self.model.cfg.num_patches, generator=gen).to(self.device)
 
     def _images(self, idx: torch.Tensor) -> torch.Tensor:
         return normalize(self.source[idx.numpy()].to(self.device))
@@ -369,7 +405,7 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
     dict
         ``checkpoint`` path, ``step``, ``loss`` (mean of the last logged
         window), ``epsilon`` spent (DP), ``noise_multiplier``, ``sample_rate``,
-        ``delta``, ``history`` and, when exported, ``export_sha256``.
+        ``delta``, ``history`` and, when exported, ``export`` (its path) and ``export_sha256``.
     """
     cfg = MAE_SIZES[s.size]
     ckpt = os.path.join(s.out, "checkpoint.pth")
@@ -385,9 +421,13 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
     if resume:
         run.restore(ckpt)
     rank, _ = _dist_info()
+    if rank == 0:  # what earlier runs in this --out that were killed mid-write left behind
+        for path in (ckpt, export_path(s)):
+            if path is not None:
+                remove_stale_temporaries(path)
     if s.dp and rank == 0:
-        warnings.warn("the training loss shown and stored in the (private) checkpoint is computed on private "
-                      "images without noise; do not publish it", PrivacyLeakWarning, stacklevel=2)
+        warnings.warn("the training loss shown is computed on private images without noise; do not publish it "
+                      "(checkpoints do not store it)", PrivacyLeakWarning, stacklevel=2)
 
     from tqdm.auto import tqdm
 
@@ -419,7 +459,8 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
                       neighboring_relation=acc.neighboring_relation, neighbouring=acc.neighbouring,
                       dp_event=acc.dp_event(), seeded=dict(run.seeded))
     if s.export and rank == 0 and run.step == s.steps:
-        result["export_sha256"] = export_encoder(run.model, s.export, provenance=_provenance(s, result))
+        result["export"] = export_path(s)
+        result["export_sha256"] = export_encoder(run.model, result["export"], provenance=_provenance(s, result))
     return result
 
 
@@ -432,7 +473,9 @@ def _provenance(s: TrainSettings, result: dict) -> dict:
             "images_seen_approx": round(result["step"] * (result["sample_rate"] * result["n_private"] if s.dp
                                                           else s.batch_size)),
             "preprocessing": "RGB in [0,1], ImageNet mean/std, 32x32 for vip_toy",
-            "wall_seconds": round(result["seconds"], 1), "torch": torch.__version__}
+            "wall_seconds": round(result["seconds"], 1) if not s.dp else "not recorded (a DP run's time grows with "
+                                                                          "its secret Poisson sample sizes)",
+            "torch": torch.__version__}
     if s.dp:
         prov["privacy"] = {k: result[k] for k in ("epsilon", "delta", "noise_multiplier", "sample_rate", "accountant",
                                                    "neighboring_relation", "neighbouring", "n_private")}
@@ -549,7 +592,8 @@ def _parser() -> argparse.ArgumentParser:
     a("--out", default=d.out, help="run directory (checkpoint.pth inside)")
     a("--ckpt-every", type=int, default=d.ckpt_every, help="steps between checkpoints")
     a("--log-every", type=int, default=d.log_every, help="steps between log lines")
-    a("--export", default=None, help="write the encoder (float16, ViP layout) and its provenance JSON here at the end")
+    a("--export", default=None, help="write the encoder (float16, ViP layout) and its provenance JSON here at the end "
+                                     "(a bare file name goes under --out)")
     a("--resume", action="store_true", help="continue from <out>/checkpoint.pth (same settings required)")
     a("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     a("--no-progress", action="store_true", help="no progress bar")
@@ -557,8 +601,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 #: User errors: reported as one line on stderr with exit status 2, never as a traceback.
-_USER_ERRORS = (ValueError, KeyError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
-                UnsupportedModuleError)
+_USER_ERRORS = (ValueError, KeyError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
+                PermissionError, UnsupportedModuleError, CheckpointWriteError)
 
 
 @cli.entry_point(PROG, _USER_ERRORS)
@@ -587,6 +631,8 @@ def main(argv=None) -> int:
         line += (f"  (epsilon={result['epsilon']:.3f}, delta={result['delta']:.2e}, sigma="
                  f"{result['noise_multiplier']:.3f}, q={result['sample_rate']:.4f}, {result['accountant']}, "
                  f"{result['neighboring_relation']}{', SEEDED' if any(result['seeded'].values()) else ''})")
+    if result.get("export"):
+        line += f"  export {result['export']}"
     print(line)
     return 0
 

@@ -271,8 +271,8 @@ class PrivacyLedger:
                                  f"under {relation!r}: they do not compose")
         if not entries:
             return 0.0
-        if delta <= 0:
-            raise ValueError("a total over Gaussian mechanisms needs delta > 0")
+        if delta <= 0 and not all(isinstance(e.event, (_ev.NoOpDpEvent, _ev.NonPrivateDpEvent)) for e in entries):
+            raise ValueError("a total over Gaussian mechanisms needs delta > 0")  # (0 or ∞ need no δ)
         return accounting.compose_epsilon((e.event for e in entries), delta, neighbouring=relation)
 
     def projected(self, event: _ev.DpEvent, delta: float | None = None) -> tuple[float, float]:

@@ -1,9 +1,9 @@
 """Where the low-ε rows of the defaults table lose: the noise of each preprocessing release, the budget's split,
 and a prototype of re-centering rounds (issue 15).  A diagnosis read on the test split; nothing is set from it.
 
-    python benchmarks/diag_releases.py exact  --only vip_toy,mix-a,pixels --eps 0.5 1 [--what none,center,scale,all,mom,wh]
-    python benchmarks/diag_releases.py shares --only vip_toy,iris --eps 0.5 1 --param center_share --values 0.05,0.15,0.3
-    python benchmarks/diag_releases.py zoom   --only vip_toy,iris --eps 0.5 1 --rounds 0:0,1:0.05,2:0.05 [--center-share S]
+    python benchmarks/investigations/diag_releases.py exact  --only vip_toy,mix-a,pixels --eps 0.5 1 [--what none,center,scale,all,mom,wh]
+    python benchmarks/investigations/diag_releases.py shares --only vip_toy,iris --eps 0.5 1 --param center_share --values 0.05,0.15,0.3
+    python benchmarks/investigations/diag_releases.py zoom   --only vip_toy,iris --eps 0.5 1 --rounds 0:0,1:0.05,2:0.05 [--center-share S]
 
 * ``exact``: the default fit with the named releases' noise multipliers set to 10⁻³ (about exact) and the
   training steps' σ unchanged: what each release's noise costs.  (The other releases keep their σ: the runner
@@ -25,7 +25,8 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]  # privlin; bench_defaults and _opacus beside it
 import privlin  # noqa: E402
 from privlin import accounting, estimator, preprocess  # noqa: E402
 import bench_defaults as bd  # noqa: E402

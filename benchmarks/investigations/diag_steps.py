@@ -1,6 +1,6 @@
 """Do more steps pay?  The default T=100 against T=300 (and 1000) on the defaults table's sets (issue 15, item 1).
 
-    python benchmarks/diag_steps.py [--only mix-d,mix-b,...] [--eps 0.5 1 2 8] [--steps 100 300] [--seeds 3]
+    python benchmarks/investigations/diag_steps.py [--only mix-d,mix-b,...] [--eps 0.5 1 2 8] [--steps 100 300] [--seeds 3]
 
 :func:`privlin.plan.default_learning_rate` holds the noise per logit fixed, so T steps at σ(T) ∝ √T move the model
 as far as 100 do: more steps should buy nothing where the noise term sets the rate.  Where the stability cap sets
@@ -18,7 +18,8 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]  # privlin; bench_defaults and _opacus beside it
 import privlin  # noqa: E402
 from privlin.plan import _joint_cap, _noise_rate, make_plan  # noqa: E402
 import bench_defaults as bd  # noqa: E402

@@ -1,8 +1,8 @@
 """Where privlin's defaults lose accuracy without any noise: the pipeline's geometry and optimization at ε = ∞.
 
-    python benchmarks/diag_defaults.py [--only iris,mix-a,mix-b] [--sub 50000]
+    python benchmarks/investigations/diag_defaults.py [--only iris,mix-a,mix-b] [--sub 50000]
 
-Issue 15 diagnosis (benchmarks/results/defaults.md, "Why").  On each of bench_defaults.py's data sets, with no
+Issue 15 diagnosis (benchmarks/investigations/README.md, "Why the defaults fall short").  On each of bench_defaults.py's data sets, with no
 privacy noise at all, the test accuracy of
 
 * ``std``: scikit-learn's LogisticRegression (C = 1) on standardized features (the benchmark's non-private column);
@@ -28,7 +28,8 @@ import warnings
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]  # privlin; bench_defaults and _opacus beside it
 import privlin  # noqa: E402
 from privlin import runner  # noqa: E402
 import bench_defaults as bd  # noqa: E402

@@ -1,6 +1,6 @@
 """Does the best learning rate follow d/N?  A scan of the default rate's multiplier (issue 15, item 1).
 
-    python benchmarks/diag_lr_dims.py [--only relu-1024,mix-1024,...] [--eps 0.5 2 8] [--seeds 2]
+    python benchmarks/investigations/diag_lr_dims.py [--only relu-1024,mix-1024,...] [--eps 0.5 2 8] [--seeds 2]
 
 The lead from ``diag_tuning.py``: the N=5000, d=4096 mixture of the defaults table wants ×0.25 of the default rate
 at every ε, and no other row of that table does.  Before a rule lowers the rate where d ≈ N, this checks it on sets
@@ -19,7 +19,8 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]  # privlin; bench_defaults and _opacus beside it
 from privlin.plan import make_plan  # noqa: E402
 import bench_defaults as bd  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Would accounted private tuning by default beat the untuned defaults?  An upper bound (issue 15, item 3).
 
-    python benchmarks/diag_tuning.py [--only iris,mix-a,...] [--eps 1 8] [--seeds 3] [--mean-runs 4]
+    python benchmarks/investigations/diag_tuning.py [--only iris,mix-a,...] [--eps 1 8] [--seeds 3] [--mean-runs 4]
 
 Private tuning with an honest account (Papernot & Steinke, ICLR 2022): run a randomly drawn number K of trials,
 each a fit with a randomly chosen setting, and release the best.  Its cost is dp-accounting's
@@ -24,7 +24,8 @@ from dp_accounting import dp_event as dpe
 from dp_accounting.rdp import rdp_privacy_accountant as rdp
 from scipy.optimize import brentq
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]  # privlin; bench_defaults and _opacus beside it
 import privlin  # noqa: E402
 from privlin import accounting  # noqa: E402
 import bench_defaults as bd  # noqa: E402

@@ -1,6 +1,6 @@
 """How fast a host block reaches the GPU, by route (issue 19: the warm-cache gap is the host-to-device copy).
 
-    python benchmarks/diag_h2d.py [--mb 256] [--repeats 5]
+    python benchmarks/investigations/diag_h2d.py [--mb 256] [--repeats 5]
 
 Routes for one float16 block of ``--mb`` MB already in host memory, each the median of ``--repeats``:
 ``jnp.asarray`` of a pageable NumPy array (what the runner does), ``jax.device_put`` of the same, of a NumPy view
@@ -10,11 +10,15 @@ host ``memcpy`` of the block as the host-side yardstick.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from bench_sweep import timed  # noqa: E402  (benchmarks/ is sys.path[0] when run as a script): warm-up, median
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]  # bench_sweep's timer
+from bench_sweep import timed  # noqa: E402  warm-up, median
 
 
 def main():

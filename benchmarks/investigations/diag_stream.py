@@ -1,6 +1,6 @@
 """Where a streamed fit's time goes on a large store (issue 19): read, host-to-device copy plus compute, fixed cost.
 
-    python benchmarks/diag_stream.py [--n 98304] [--d 36864] [--k 1000] [--repeats 3] [--profile]
+    python benchmarks/investigations/diag_stream.py [--n 98304] [--d 36864] [--k 1000] [--repeats 3] [--profile]
 
 Rows, each the median of ``--repeats`` alternated runs after a warm-up, warm page cache: ``blocks()`` as the runner
 reads it (page-locked where the device is a GPU) with the reader's thread count and with one thread per CPU;
@@ -21,9 +21,8 @@ import tempfile
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]  # privlin, stores; the bench_* helpers it reuses
 import stores  # noqa: E402
 from stores import buffers  # noqa: E402
 from privlin import data, runner  # noqa: E402

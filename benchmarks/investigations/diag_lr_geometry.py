@@ -1,6 +1,6 @@
 """Which sets want a smaller learning rate, and could a private release tell them apart?  (issue 15, item 1)
 
-    python benchmarks/diag_lr_geometry.py [--only mix-e,relu-256,...] [--eps 0.5 1 2 8] [--share 0.05]
+    python benchmarks/investigations/diag_lr_geometry.py [--only mix-e,relu-256,...] [--eps 0.5 1 2 8] [--share 0.05]
 
 ``diag_lr_dims.py`` found that d/N does not pick the best multiple of the default rate: the generator's mixtures
 want ×0.03–0.5, digits features want ×1.  This measures one candidate that does separate them: the **effective
@@ -24,7 +24,8 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]  # privlin; bench_defaults and _opacus beside it
 import privlin  # noqa: E402
 from privlin import accounting, runner  # noqa: E402
 import bench_defaults as bd  # noqa: E402
