@@ -1,5 +1,6 @@
-"""Where a split's privacy ledger is anchored: the length and head hash of its entry chain, in the split's
-sealed attributes.
+"""Where a split's privacy ledger is anchored: the head hash of its chain, the state it chains to, and its entry and
+cap counts (what the ledger needs to tell an extension of the anchored state from a rewrite), in the split's sealed
+attributes.
 
 A ledger file beside a split can be deleted, emptied or edited by mistake; its anchor lives in metadata the
 store itself needs (checksummed: ``seal``), so privlin's ledger fails closed instead of resetting the split's
