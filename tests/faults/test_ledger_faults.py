@@ -242,3 +242,23 @@ def test_split_metadata_damage_reaches_fit_as_one_named_line(charged, damage, na
     with pytest.raises(stores.CorruptStoreError) as e:
         _fit(url)
     assert str(e.value).count("\n") == 0 and named in str(e.value), str(e.value)
+
+
+def test_a_split_document_restored_from_a_lagging_copy_still_reads_its_ledger(charged, monkeypatch):
+    """The worst order of the two faults: a charge killed before the consolidated copy moved (its anchor one charge
+    behind), then the split's zarr.json deleted.  Repair restores the document from that copy; the ledger, one write
+    past the restored anchor, extends it and is accepted; the next fit moves the anchor again."""
+    import stores.anchor
+    import stores.repair
+
+    url, _ = charged
+    monkeypatch.setattr(stores.anchor, "consolidate", lambda store: (_ for _ in ()).throw(OSError("killed")))
+    with pytest.raises(OSError, match="killed"):
+        _fit(url)
+    monkeypatch.undo()
+    os.remove(os.path.join(url, "train", "zarr.json"))
+    assert any("restored train/zarr.json" in a for a in stores.repair.repair(url))
+    assert stores.anchor.ledger_anchor(url, "train")["entries"] == 2  # the copy's anchor: one charge behind
+    assert len(as_source(url, "train").ledger()) == 3
+    _fit(url)
+    assert stores.anchor.ledger_anchor(url, "train")["entries"] == 4
