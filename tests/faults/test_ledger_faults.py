@@ -262,3 +262,28 @@ def test_a_split_document_restored_from_a_lagging_copy_still_reads_its_ledger(ch
     assert len(as_source(url, "train").ledger()) == 3
     _fit(url)
     assert stores.anchor.ledger_anchor(url, "train")["entries"] == 4
+
+
+def test_an_anchor_written_before_it_committed_to_its_prefix_still_refuses_a_reset(charged):
+    """Stores anchored by the earlier format (``entries`` and ``head`` only): the ledger they anchor reads, one
+    write past them reads (the crash window), a ledger emptied and chained to them does not; the next charge writes
+    the full anchor."""
+    import stores.anchor
+    from privlin.ledger import _head
+
+    url, path = charged
+    full = stores.anchor.ledger_anchor(url, "train")
+    stores.anchor.set_ledger_anchor(url, "train", {"entries": full["entries"], "head": full["head"]})
+    assert len(as_source(url, "train").ledger()) == 2
+    original = open(path).read()
+
+    def reset(d):
+        d["entries"], d["caps"], d["previous"] = [], [], full["head"]
+        d["head"] = _head(d["previous"], d["neighbouring"], [], [])
+
+    _edit(path, reset)
+    with pytest.raises(LedgerDamaged, match=LEDGER_FILENAME):
+        _fit(url)
+    open(path, "w").write(original)
+    _fit(url)
+    assert set(stores.anchor.ledger_anchor(url, "train")) == {"entries", "caps", "head", "previous"}
