@@ -13,6 +13,7 @@ import sys
 from typing import Sequence
 
 import cliconv as cli
+from stores.errors import StoreError
 
 from . import LEDGER_FILENAME  # the ledger itself (dp-accounting: seconds) is imported after the arguments parse
 
@@ -67,7 +68,11 @@ def _open(f: str):
     folder = f.rstrip("/").rsplit("/", 1)[0]
     store, split = folder.rsplit("/", 1) if "/" in folder else (".", folder)
     if f.endswith("/" + LEDGER_FILENAME) and split not in ("", ".", ".."):
-        return PrivacyLedger.for_split(store or "/", split)
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(store or "/")
+        in_store = fs.exists(root.rstrip("/") + "/zarr.json")  # beside a store: its split must anchor it
+        return PrivacyLedger.for_split(store or "/", split, anchored=True if in_store else None)
     return PrivacyLedger(f)
 
 
@@ -90,7 +95,7 @@ def build_parser():
     return p
 
 
-@cli.entry_point(PROG, (OSError, ValueError))
+@cli.entry_point(PROG, (OSError, ValueError, StoreError))  # StoreError: the split that anchors the ledger is damaged
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .entry import json_float

@@ -242,6 +242,10 @@ def test_split_metadata_damage_reaches_fit_as_one_named_line(charged, damage, na
     with pytest.raises(stores.CorruptStoreError) as e:
         _fit(url)
     assert str(e.value).count("\n") == 0 and named in str(e.value), str(e.value)
+    if named == "train/zarr.json":  # the ledger's command line names it too (it reads through the anchor)
+        r = subprocess.run([sys.executable, "-m", "privlin.ledger", url, "--split", "train"], capture_output=True,
+                           text=True, cwd=ROOT, timeout=300)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and named in r.stderr, r.stderr
 
 
 def test_a_split_document_restored_from_a_lagging_copy_still_reads_its_ledger(charged, monkeypatch):
