@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 import backbones
-from stores import cli
+import cliconv as cli
 
 PROG = "featurize"
 #: ``featurize.decode.DECODE_MODES``, spelled here so that parsing needs no torch (a test holds the two equal).

@@ -621,8 +621,8 @@ AUDIT_PROG = "python -m privlin.audit"
 
 
 def _audit_parser():
-    """The command line of :func:`main` (limits as data: ``stores.cli``)."""
-    from stores import cli
+    """The command line of :func:`main` (limits as data: ``cliconv``)."""
+    import cliconv as cli
 
     from privlin.defaults import METHODS as ESTIMATOR_METHODS
 
@@ -651,7 +651,7 @@ def _audit_parser():
 
 def _audit_tasks(args) -> list[tuple[str, float]]:
     """(method, ε) pairs to audit; a method the chosen audit cannot run is a usage error."""
-    from stores import cli
+    import cliconv as cli
 
     from privlin.defaults import METHODS as ESTIMATOR_METHODS
 
@@ -683,7 +683,7 @@ def _audit_row(method: str, res: AuditResult) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m privlin.audit --method NAME --epsilon E [E ...] (--runs R | --one-run [--canaries M])``."""
-    from stores import cli
+    import cliconv as cli
 
     @cli.entry_point(AUDIT_PROG, (ValueError,))
     def run(argv):

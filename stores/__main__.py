@@ -7,8 +7,15 @@ from __future__ import annotations
 import json
 import sys
 
-from . import CorruptStoreError, IncompleteStoreError, StoreError, cli, open as open_store
-from .repair import repair
+import cliconv as cli
+
+from .errors import CorruptStoreError, IncompleteStoreError, StoreError
+
+
+def open_store(path):
+    from .reader import open
+
+    return open(path)
 
 
 def _info(path: str) -> int:
@@ -33,13 +40,22 @@ def _info(path: str) -> int:
 
 
 def _verify(path: str) -> int:
+    notes: list[str] = []
     with cli.status(f"verifying every shard of {path}"):
-        open_store(path).verify()
+        found = open_store(path).damage(notes)
+    if found:
+        from .reader import summarize
+
+        raise summarize(found)
     print(f"ok: every shard done, every manifest, checksum and metadata seal matches ({path})")
+    for note in notes:
+        print(f"note: {note}")
     return 0
 
 
 def _repair(path: str) -> int:
+    from .repair import repair
+
     for line in repair(path) or ["nothing to repair"]:
         print(line)
     return 0

@@ -1,5 +1,6 @@
-"""Where a split's privacy ledger is anchored: the length and head hash of its entry chain, in the split's
-sealed attributes.
+"""Where a split's privacy ledger is anchored: the head hash of its chain, the state it chains to, and its entry and
+cap counts (what the ledger needs to tell an extension of the anchored state from a rewrite), in the split's sealed
+attributes.
 
 A ledger file beside a split can be deleted, emptied or edited by mistake; its anchor lives in metadata the
 store itself needs (checksummed: ``seal``), so privlin's ledger fails closed instead of resetting the split's
@@ -10,9 +11,11 @@ from __future__ import annotations
 import zarr
 
 from . import location, seal
+from .errors import CorruptStoreError
+from .reader import quiet
 from .writer import consolidate
 
-__all__ = ["has_split", "ledger_anchor", "set_ledger_anchor"]
+__all__ = ["has_split", "ledger_anchor", "set_ledger_anchor", "lagging_copies"]
 
 KEY = "privacy_ledger"
 
@@ -23,26 +26,56 @@ def has_split(url, split: str) -> bool:
         zarr.open_group(location.make_store(url, read_only=True), path=split, mode="r", use_consolidated=False)
     except (FileNotFoundError, zarr.errors.GroupNotFoundError, zarr.errors.NodeNotFoundError):
         return False
+    except (ValueError, TypeError, KeyError):  # a split is there, its document damaged: _group names it
+        return True
     return True
 
 
+def _group(url, split: str, mode: str) -> tuple[zarr.Group, dict]:
+    """The split's own group and its sealed attributes; a missing or damaged document is one
+    :class:`CorruptStoreError` naming ``<split>/zarr.json``."""
+    store = location.make_store(url, read_only=mode == "r")
+    where = f"split {split!r} of {location.describe(url)} ({split}/zarr.json)"
+    try:
+        with quiet():
+            group = zarr.open_group(store, path=split, mode=mode, use_consolidated=False)
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError, zarr.errors.NodeNotFoundError):
+        raise CorruptStoreError(f"{where}: missing, so the split's privacy ledger has no anchor; `python -m stores "
+                                "repair` restores it from the consolidated copy", split=split) from None
+    except (ValueError, TypeError, KeyError) as e:  # JSONDecodeError, a document that is not an object, ...
+        raise CorruptStoreError(f"{where}: unreadable ({' '.join(str(e).split()) or type(e).__name__}); `python -m stores repair` restores it from "
+                                "the consolidated copy", split=split) from None
+    attrs = dict(group.attrs)
+    seal.check(attrs, where, split=split)
+    return group, attrs
+
+
 def ledger_anchor(url, split: str) -> dict | None:
-    """``{"entries": n, "head": sha256 hex}`` recorded for ``split``, or None before its first charge."""
-    group = zarr.open_group(location.make_store(url, read_only=True), path=split, mode="r", use_consolidated=False)
-    attrs = dict(group.attrs)
-    seal.check(attrs, f"split {split!r} of {url}", split=split)
-    return attrs.get(KEY)
+    """The anchor recorded for ``split`` (``{"entries", "caps", "head", "previous"}``; older anchors hold the first
+    and third only), or None before its first charge."""
+    return _group(url, split, "r")[1].get(KEY)
 
 
-def set_ledger_anchor(url, split: str, entries: int, head: str) -> None:
-    """Record the ledger's length and head in the split's attributes (resealed; consolidated metadata rewritten).
+def set_ledger_anchor(url, split: str, record: dict) -> None:
+    """Record the ledger's anchor in the split's attributes (resealed; consolidated metadata rewritten).
 
-    The caller holds the ledger's lock, so two charges never race here.
+    The caller holds the ledger's lock, so two charges never race here.  A crash between the split's document
+    and the consolidated copy leaves the copy's anchor one charge behind: :func:`lagging_copies` names that
+    state, which is not damage, and the next charge (or ``stores repair``) writes the copy again.
     """
-    store = location.make_store(url, read_only=False)
-    group = zarr.open_group(store, path=split, mode="r+", use_consolidated=False)
-    attrs = dict(group.attrs)
-    seal.check(attrs, f"split {split!r} of {url}", split=split)
-    group.attrs.put(seal.sealed({**attrs, KEY: {"entries": int(entries), "head": str(head)}}))
+    group, attrs = _group(url, split, "r+")
+    store = group.store
+    group.attrs.put(seal.sealed({**attrs, KEY: dict(record)}))
     location.fsync_keys(store, [f"{split}/zarr.json"])
     consolidate(store)
+
+
+def lagging_copies(own: dict, copy: dict) -> bool:
+    """Whether a split's consolidated attributes ``copy`` differ from its own ``own`` only in the ledger anchor, both
+    sealed: the state a crash inside a charge leaves (not damage; the anchor is read from the split's own document)."""
+    try:
+        seal.check(own, ""), seal.check(copy, "")
+    except CorruptStoreError:
+        return False
+    drop = (KEY, seal.SEAL_KEY)
+    return {k: v for k, v in own.items() if k not in drop} == {k: v for k, v in copy.items() if k not in drop}

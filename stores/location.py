@@ -114,6 +114,13 @@ def list_dir(store: Store, prefix: str) -> list[str]:
     return sync(names())
 
 
+def list_keys(store: Store, suffix: str = "") -> list[str]:
+    """Every key of the store that ends with ``suffix``, sorted."""
+    async def keys():
+        return sorted([k async for k in store.list() if k.endswith(suffix)])
+    return sync(keys())
+
+
 def delete_keys(store: Store, keys) -> None:
     for key in keys:
         sync(store.delete(key))

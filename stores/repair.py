@@ -3,7 +3,8 @@
 Repair never invents data. With no writer running, it
 
 1. removes temporary files of interrupted writes (``*.partial``);
-2. drops the consolidated copy of the metadata in the root ``zarr.json`` (the job's finalize writes it again);
+2. restores a split's missing or damaged ``zarr.json`` from its sealed copy in the consolidated metadata, then
+   drops that copy (written again once every split is sound, never without a split it held);
 3. rewrites array metadata that differs from its split's layout (it is a function of the sealed layout);
 4. clears every damaged shard: its done mark, manifest, claim and chunk files, and marks the split incomplete,
    so rerunning the same ``featurize`` command computes exactly those shards again.
@@ -41,16 +42,20 @@ def repair(url) -> list[str]:
     seal.check(root_doc.get("attributes", {}),
                f"store {location.describe(url)} (zarr.json): cannot be repaired, extract again")
     copies = (root_doc.get("consolidated_metadata") or {}).get("metadata") or {}
+    names = [n for n in location.list_dir(store, "") if location.get_bytes(store, f"{n}/zarr.json") is not None]
+    names = sorted(set(names) | {k for k in copies if "/" not in k})
+    docs = {}
+    for name in names:  # restore split documents before the copy they are restored from is dropped
+        docs[name], restored = _split_doc(store, name, copies.get(name))
+        actions += restored
     if root_doc.get("consolidated_metadata") is not None:
         root_doc.pop("consolidated_metadata")
         location.put_bytes(store, "zarr.json", json.dumps(root_doc, indent=2).encode())
         location.fsync_keys(store, ["zarr.json"])
         actions.append("dropped the consolidated metadata copy (rewritten when the job finishes)")
-    names = [n for n in location.list_dir(store, "") if location.get_bytes(store, f"{n}/zarr.json") is not None]
-    names = sorted(set(names) | {k for k in copies if "/" not in k})
     sound = True
     for name in names:
-        done, ok = _repair_split(store, name, copies.get(name))
+        done, ok = _repair_split(store, name, docs[name])
         actions += done
         sound &= ok
     if sound and names and root_doc.get("attributes"):
@@ -60,10 +65,13 @@ def repair(url) -> list[str]:
 
 
 def _split_doc(store, name: str, copy: dict | None) -> tuple[dict | None, list[str]]:
-    """The split's own zarr.json, restored from its consolidated copy when damaged and the copy is sound."""
+    """The split's own zarr.json, restored from its consolidated copy when missing or damaged and the copy is
+    sound (the sealed copy is the split's document as its writer last left it)."""
     try:
         doc = read_doc(store, f"{name}/zarr.json")
-        seal.check((doc or {}).get("attributes", {}), "", split=name)
+        if doc is None:
+            raise CorruptStoreError("its zarr.json is missing", split=name)
+        seal.check(doc.get("attributes", {}), "", split=name)
         return doc, []
     except CorruptStoreError as e:
         damage = e
@@ -81,9 +89,9 @@ def _split_doc(store, name: str, copy: dict | None) -> tuple[dict | None, list[s
     return copy, [f"split {name!r}: restored {name}/zarr.json from its consolidated copy"]
 
 
-def _repair_split(store, name: str, copy: dict | None) -> tuple[list[str], bool]:
-    """Actions taken on one split, and whether it is now sound and complete."""
-    doc, actions = _split_doc(store, name, copy)
+def _repair_split(store, name: str, doc: dict) -> tuple[list[str], bool]:
+    """Actions taken on one split (its document ``doc`` already sound), and whether it is now sound and complete."""
+    actions = []
     attrs = (doc or {}).get("attributes", {})
     if not str(attrs.get("format", "")).startswith("privlin-feature-store/"):
         return actions, True

@@ -349,5 +349,10 @@ def consolidate(store) -> None:
     """Write the consolidated metadata (every node's document copied into the root ``zarr.json``)."""
     with quiet(), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Consolidated metadata.*")  # a zarr-python v3 extension: known
-        zarr.consolidate_metadata(store)
+        try:
+            zarr.consolidate_metadata(store)
+        except (ValueError, TypeError, KeyError) as e:  # a node's zarr.json is unreadable: name it
+            for key in location.list_keys(store, "zarr.json"):
+                read_doc(store, key)
+            raise CorruptStoreError(f"the store's metadata cannot be consolidated: {e}") from None
     location.fsync_keys(store, ["zarr.json"])

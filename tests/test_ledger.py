@@ -80,8 +80,8 @@ def test_two_fits_and_a_sweep_total_equals_dp_accounting(tmp_path):
     # composition is better than adding the parts, worse than any single part
     parts = [_pld_direct([e], 1e-5) for e in (CENTER, FIT, FIT, SWEEP)]
     assert max(parts) < eps < sum(parts)
-    # default delta: sum of the entries' deltas
-    assert again.spent()[1] == pytest.approx(1e-6 + 3e-5)
+    # default delta (no cap): the smallest of the entries' deltas, never their sum
+    assert again.spent()[1] == 1e-6
 
 
 def test_cap_refuses_before_recording(tmp_path):
@@ -214,6 +214,78 @@ def test_cli_json(tmp_path, capsys):
     assert ledger_main([str(tmp_path / "s.zarr"), "--split", "train"]) == 0
     assert "privlin.fit/dp_adam" in capsys.readouterr().out
     assert ledger_main([str(tmp_path / "empty")]) == 1
+
+
+def test_a_total_is_reported_at_the_caps_delta_else_the_smallest_entrys(tmp_path):
+    """Without a cap the total is at the smallest δ of its entries (never their sum, which made a total read smaller
+    than one of its own entries); with a cap, at the cap's δ.  Checked against dp-accounting composed directly."""
+    led = L.PrivacyLedger(tmp_path / "l.json")
+    led.charge(CENTER, mechanism="centering", epsilon=0.5, delta=1e-7)
+    led.charge(SWEEP, mechanism="sweep", epsilon=4.0, delta=1e-5)
+    led.charge(SWEEP, mechanism="sweep", epsilon=4.0, delta=3e-5)
+    eps, delta = led.spent()
+    assert delta == 1e-7
+    assert eps == pytest.approx(_pld_direct([CENTER, SWEEP, SWEEP], 1e-7), rel=1e-9)
+    assert eps >= max(_pld_direct([e], 1e-7) for e in (CENTER, SWEEP))  # never below one of its own entries
+    assert f"ε={eps:.4g} at δ=1e-07" in led.summary()
+    led.set_cap(100.0, 1e-6)
+    eps, delta = led.spent()
+    assert delta == 1e-6 and eps == pytest.approx(_pld_direct([CENTER, SWEEP, SWEEP], 1e-6), rel=1e-9)
+
+
+def test_cli_shows_sets_lowers_and_raises_a_cap_with_a_note(tmp_path, capsys):
+    import stores.anchor
+    from faults.inject import write_store
+
+    url = str(tmp_path / "s.zarr")
+    write_store(url)
+    assert ledger_main([url, "--split", "train", "--set-cap", "2", "1e-5"]) == 0  # a first cap, no ledger yet
+    assert "cap: ε=2 at δ=1e-05" in capsys.readouterr().out
+    led = L.PrivacyLedger.for_split(url, "train")  # the CLI moved the split's anchor: the ledger reads
+    led.charge(FIT, mechanism="fit", epsilon=1.5, delta=1e-5)
+    assert stores.anchor.ledger_anchor(url, "train")["entries"] == 1
+    assert ledger_main([url, "--split", "train", "--set-cap", "1.5", "1e-5"]) == 0  # lowering: no note needed
+    capsys.readouterr()
+    assert ledger_main([url, "--split", "train", "--set-cap", "5", "1e-5"]) == 2  # raising without a note
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs a note" in err and led.path in err
+    assert led.cap == (1.5, 1e-5)
+    assert ledger_main([led.path, "--set-cap", "5", "1e-5", "--note", "approved by the data owner"]) == 0
+    out = capsys.readouterr().out
+    assert "cap: ε=5 at δ=1e-05" in out and "(approved by the data owner)" in out
+    assert [(c["epsilon"], c["note"]) for c in json.loads(open(led.path).read())["caps"]] == [
+        (2.0, ""), (1.5, ""), (5.0, "approved by the data owner")]
+    assert ledger_main([url, "--set-cap", "5", "1e-5"]) == 0  # one split ledger under the store: that one
+    led.charge(FIT, mechanism="fit", epsilon=1.5, delta=1e-5)  # the anchor still matches
+    assert ledger_main([led.path, "--set-cap", "1", "1e-5"]) == 0
+    with pytest.raises(L.PrivacyBudgetExceeded):  # the cap the CLI set binds the next charge
+        led.charge(FIT, mechanism="fit", epsilon=1.5, delta=1e-5)
+
+
+def test_an_in_memory_ledger_refuses_to_travel_and_a_file_ledger_pickles(tmp_path, blobs):
+    import pickle
+
+    from sklearn.model_selection import GridSearchCV
+
+    mem = L.PrivacyLedger.in_memory()
+    with pytest.raises(TypeError) as e:
+        pickle.dumps(mem)
+    assert str(e.value).count("\n") == 0 and "in-memory ledger" in str(e.value) and hex(id(mem)) in str(e.value)
+    on_file = L.PrivacyLedger(tmp_path / "l.json", cap=(9.0, 1e-5))
+    on_file.charge(FIT, mechanism="fit", epsilon=1.5, delta=1e-5)
+    back = pickle.loads(pickle.dumps(on_file))
+    assert back.path == on_file.path and len(back) == 1 and back.cap == (9.0, 1e-5)
+    X, y = blobs(40, seed=0)
+    search = GridSearchCV(privlin.DPLinearClassifier(epsilon=1.0, classes=range(4), steps=2, ledger=mem),
+                          {"epsilon": [1.0, 2.0]}, cv=2, n_jobs=2)
+    with pytest.raises(Exception) as e:
+        search.fit(X, y)
+    chain, err = [], e.value
+    while err is not None:
+        chain.append(str(err))
+        err = err.__cause__
+    assert any("in-memory ledger and cannot be sent to other processes" in c for c in chain), chain
+    assert len(mem) == 0  # nothing was charged in a copy no one reads
 
 
 # --------------------------------------------------------------------------- the ledger as policy

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from privlin.events import event_from_dict, event_to_dict  # the one event codec (a ledger reads it back)
-from stores import cli
+import cliconv as cli
 
 from .checkpoint import (CheckpointWriteError, export_encoder, load_checkpoint, load_mae_weights,
                          remove_stale_temporaries, save_checkpoint)
@@ -561,7 +561,7 @@ PROG = "python -m backbones.mae.train"
 
 def _parser() -> argparse.ArgumentParser:
     d = TrainSettings()
-    p = cli.parser(PROG, __doc__)  # the project's convention (stores.cli): defaults shown, one-line errors
+    p = cli.parser(PROG, __doc__)  # the project's convention (cliconv): defaults shown, one-line errors
     a = p.add_argument
     a("--size", default=d.size, choices=sorted(MAE_SIZES), help="MAE size (encoder x decoder)")
     a("--data", default=d.data, help="synthetic (public) | digits | imagefolder:PATH (private)")

@@ -167,3 +167,43 @@ def test_xarray_sees_ids_as_a_coordinate(tmp_path):
     ds = xr.open_zarr(tmp_path / "s.zarr", group="train", zarr_format=3)
     assert "ids" in ds.coords and ds["features"].dims == ("sample", "feature")
     assert list(ds["ids"].values[:2]) == ["img/0000.png", "img/0001.png"]
+
+
+_HELP_PROBE = """
+import runpy, sys
+before = set(sys.modules)
+import privlin  # the package itself (its own imports are not the command's)
+package = set(sys.modules)
+sys.argv = [{module!r}, "--help"]
+try:
+    runpy.run_module({module!r}, run_name="__main__", alter_sys=True)
+except SystemExit as e:
+    assert e.code == 0, e.code
+heavy = {{"jax", "zarr", "dp_accounting", "torch", "numpy", "scipy"}}
+new = {{m.split(".")[0] for m in set(sys.modules) - package}}
+print("HEAVY", sorted(heavy & new), "jax" in package)
+"""
+
+
+@pytest.mark.parametrize("module", ["stores", "privlin.ledger"])
+def test_help_answers_before_any_heavy_import(module):
+    """``--help`` parses before NumPy, zarr, dp-accounting or JAX load (no timing asserted: the modules are)."""
+    r = subprocess.run([sys.executable, "-c", _HELP_PROBE.format(module=module)], capture_output=True, text=True,
+                       cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "usage:" in r.stdout and "(default:" in r.stdout or module == "stores"
+    heavy, privlin_imports_jax = r.stdout.rsplit("HEAVY", 1)[1].rsplit(" ", 1)
+    assert heavy.strip() == "[]", heavy
+    if privlin_imports_jax.strip() == "False":  # once privlin's own __init__ is lazy, nothing loads JAX at all
+        assert "jax" not in heavy
+
+
+def test_stores_info_into_a_closed_pipe_is_quiet(tmp_path):
+    from .inject import write_store
+
+    write_store(tmp_path / "s.zarr")
+    for reader in ("head -1", "true"):  # ``true`` never reads: every write meets a closed pipe
+        r = subprocess.run(f"{sys.executable} -m stores info {tmp_path / 's.zarr'} | {reader}", shell=True,
+                           capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert r.stdout.startswith("store ") and r.stdout.count("\n") == 1 or reader == "true"
+        assert r.stderr == "", r.stderr  # was "python -m stores: error: [Errno 32] Broken pipe"

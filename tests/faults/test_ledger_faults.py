@@ -12,7 +12,7 @@ import pytest
 
 import privlin
 from privlin.data import as_source
-from privlin.ledger import LEDGER_FILENAME, LedgerDamaged, PrivacyBudgetExceeded
+from privlin.ledger import LEDGER_FILENAME, LedgerDamaged, LedgerEntry, PrivacyBudgetExceeded
 
 from .inject import write_store
 
@@ -161,3 +161,133 @@ def test_for_split_beside_no_store_has_no_anchor(tmp_path):
     led = PrivacyLedger.for_split(str(tmp_path / "none.zarr"), "train")
     led.charge(privlin.accounting.dp_event(2.0), mechanism="fit", epsilon=1.0, delta=1e-5)
     assert len(PrivacyLedger.for_split(str(tmp_path / "none.zarr"), "train")) == 1
+
+
+def test_a_hand_edited_ledger_chained_to_the_anchor_is_refused(charged):
+    """Every entry and cap dropped, ``head`` recomputed, ``previous`` set to the anchored head: the anchor commits to
+    its entry count and prefix, so this is not the crash window and the budget is not reset."""
+    import stores.anchor
+    from privlin.ledger import _head
+
+    url, path = charged
+    anchored = stores.anchor.ledger_anchor(url, "train")
+    assert anchored["entries"] == 2
+    original = open(path).read()
+
+    def reset(d):
+        d["entries"], d["caps"], d["previous"] = [], [], anchored["head"]
+        d["head"] = _head(d["previous"], d["neighbouring"], [], [])
+
+    _edit(path, reset)
+    with pytest.raises(LedgerDamaged) as e:
+        _fit(url)
+    assert str(e.value).count("\n") == 0 and path in str(e.value)
+
+    def rewrite_prefix(d):  # one entry more than anchored, chained to the anchor, but the anchored prefix changed
+        d["entries"] = [d["entries"][0]] * 3
+        d["previous"] = anchored["head"]
+        d["head"] = _head(d["previous"], d["neighbouring"], d["caps"], [LedgerEntry.from_dict(x) for x in d["entries"]])
+
+    open(path, "w").write(original)
+    _edit(path, rewrite_prefix)
+    with pytest.raises(LedgerDamaged, match="privacy ledger .*" + LEDGER_FILENAME):
+        _fit(url)
+
+
+def test_a_crash_inside_the_anchor_move_verifies_clean(charged, monkeypatch, capsys):
+    """Killed between the split's document and the consolidated copy: the store is healthy, verify says ok (with a
+    note, not CORRUPT), the ledger reads, and the next charge moves both."""
+    import stores.anchor
+    from stores.__main__ import main as stores_cli
+
+    url, _ = charged
+
+    def killed(store):
+        raise OSError("killed before the consolidated copy was written")
+
+    monkeypatch.setattr(stores.anchor, "consolidate", killed)
+    with pytest.raises(OSError, match="killed"):
+        _fit(url)
+    monkeypatch.undo()
+    assert stores_cli(["verify", url]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ok:") and "note: split 'train'" in out and "anchor" in out
+    assert len(as_source(url, "train").ledger()) == 3
+    _fit(url)
+    assert stores_cli(["verify", url]) == 0 and "note" not in capsys.readouterr().out
+    assert len(as_source(url, "train").ledger()) == 4
+
+
+@pytest.mark.parametrize("damage,named", [
+    ("delete split document", "train/zarr.json"),
+    ("truncate split document", "train/zarr.json"),
+    ("split document not an object", "train/zarr.json"),
+    ("flip split attributes", "train/zarr.json"),
+    ("truncate labels document", "train/labels/zarr.json"),
+])
+def test_split_metadata_damage_reaches_fit_as_one_named_line(charged, damage, named):
+    import stores
+    from .inject import flip_in_text, truncate
+
+    url, _ = charged
+    doc = os.path.join(url, named)
+    if damage.startswith("delete"):
+        os.remove(doc)
+    elif damage.startswith("truncate"):
+        truncate(doc, 40)
+    elif damage.endswith("not an object"):
+        open(doc, "w").write("[1, 2]")
+    else:
+        flip_in_text(doc, '"n_rows": 300', len('"n_rows": '))
+    with pytest.raises(stores.CorruptStoreError) as e:
+        _fit(url)
+    assert str(e.value).count("\n") == 0 and named in str(e.value), str(e.value)
+    if named == "train/zarr.json":  # the ledger's command line names it too (it reads through the anchor)
+        r = subprocess.run([sys.executable, "-m", "privlin.ledger", url, "--split", "train"], capture_output=True,
+                           text=True, cwd=ROOT, timeout=300)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and named in r.stderr, r.stderr
+
+
+def test_a_split_document_restored_from_a_lagging_copy_still_reads_its_ledger(charged, monkeypatch):
+    """The worst order of the two faults: a charge killed before the consolidated copy moved (its anchor one charge
+    behind), then the split's zarr.json deleted.  Repair restores the document from that copy; the ledger, one write
+    past the restored anchor, extends it and is accepted; the next fit moves the anchor again."""
+    import stores.anchor
+    import stores.repair
+
+    url, _ = charged
+    monkeypatch.setattr(stores.anchor, "consolidate", lambda store: (_ for _ in ()).throw(OSError("killed")))
+    with pytest.raises(OSError, match="killed"):
+        _fit(url)
+    monkeypatch.undo()
+    os.remove(os.path.join(url, "train", "zarr.json"))
+    assert any("restored train/zarr.json" in a for a in stores.repair.repair(url))
+    assert stores.anchor.ledger_anchor(url, "train")["entries"] == 2  # the copy's anchor: one charge behind
+    assert len(as_source(url, "train").ledger()) == 3
+    _fit(url)
+    assert stores.anchor.ledger_anchor(url, "train")["entries"] == 4
+
+
+def test_an_anchor_written_before_it_committed_to_its_prefix_still_refuses_a_reset(charged):
+    """Stores anchored by the earlier format (``entries`` and ``head`` only): the ledger they anchor reads, one
+    write past them reads (the crash window), a ledger emptied and chained to them does not; the next charge writes
+    the full anchor."""
+    import stores.anchor
+    from privlin.ledger import _head
+
+    url, path = charged
+    full = stores.anchor.ledger_anchor(url, "train")
+    stores.anchor.set_ledger_anchor(url, "train", {"entries": full["entries"], "head": full["head"]})
+    assert len(as_source(url, "train").ledger()) == 2
+    original = open(path).read()
+
+    def reset(d):
+        d["entries"], d["caps"], d["previous"] = [], [], full["head"]
+        d["head"] = _head(d["previous"], d["neighbouring"], [], [])
+
+    _edit(path, reset)
+    with pytest.raises(LedgerDamaged, match=LEDGER_FILENAME):
+        _fit(url)
+    open(path, "w").write(original)
+    _fit(url)
+    assert set(stores.anchor.ledger_anchor(url, "train")) == {"entries", "caps", "head", "previous"}

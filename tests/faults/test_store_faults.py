@@ -2,6 +2,7 @@
 gives back the very same store."""
 import contextlib
 import io
+import json
 import os
 import re
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 import zarr
 
 import stores
+import stores.anchor
 from stores import location
 from stores.__main__ import main as stores_cli
 
@@ -262,3 +264,37 @@ def test_data_is_fsynced_before_the_manifest_and_the_manifest_before_the_done_ma
         assert at("write", rel) < at("fsync", rel) < at("write", "manifests/2")
     assert at("write", "manifests/2") < at("fsync", "manifests/2") < at("write", "done/c/2") < at("fsync", "done/c/2")
     assert at("fsync", "features/c/2") < at("write", "done/c/2")  # the new folder's entry is durable too
+
+
+def test_deleted_split_document_is_restored_with_its_rows_and_ledger_anchor(store):
+    """Repair restores a deleted ``train/zarr.json`` from the sealed copy in the consolidated metadata: no row is
+    dropped, the split's ledger keeps its anchor, and verify is clean (never "sound" after removing data)."""
+    from dp_accounting import dp_event as ev
+
+    from privlin.ledger import PrivacyLedger
+
+    led = PrivacyLedger.for_split(store, "train")
+    for i in range(2):
+        led.charge(ev.GaussianDpEvent(20.0), mechanism=f"fit{i}", epsilon=0.1, delta=1e-9)
+    os.unlink(t(store, "train/zarr.json"))
+    actions = "\n".join(stores.repair.repair(store))
+    assert "restored train/zarr.json" in actions and "every split sound" in actions, actions
+    st = stores.open(store)
+    assert st.splits == ["train"]
+    X, y = st["train"].to_numpy()
+    X0, y0, _ = rows()
+    assert np.array_equal(X, X0) and np.array_equal(y, y0)
+    st.verify()
+    assert [e.mechanism for e in PrivacyLedger.for_split(store, "train").entries] == ["fit0", "fit1"]
+    assert stores.anchor.ledger_anchor(store, "train")["entries"] == 2
+
+
+def test_deleted_split_document_without_a_copy_is_an_error_not_a_smaller_store(tmp_path):
+    write_store(tmp_path / "s.zarr")
+    doc = json.loads(open(t(tmp_path, "s.zarr/zarr.json")).read())
+    doc["consolidated_metadata"]["metadata"]["train"]["attributes"]["n_rows"] = 200  # the copy fails its seal too
+    open(t(tmp_path, "s.zarr/zarr.json"), "w").write(json.dumps(doc))
+    os.unlink(t(tmp_path, "s.zarr/train/zarr.json"))
+    r = cli("repair", tmp_path / "s.zarr")
+    assert r.returncode == 1 and one_line(r.stderr) and "train/zarr.json" in r.stderr and "missing" in r.stderr
+    assert "consolidated_metadata" in open(t(tmp_path, "s.zarr/zarr.json")).read()  # nothing dropped
