@@ -23,7 +23,7 @@ from .defaults import DEFAULT_EPSILON, METHODS, PARAMS
 from .report import PrivacyLeakWarning
 from .workflow import coef_of, plans_for, report_for  # noqa: F401 - their home is workflow; kept importable here
 
-__all__ = ["DPLinearClassifier", "fit", "evaluate"]
+__all__ = ["DPLinearClassifier", "fit", "evaluate", "check_labels"]
 
 
 def _check_secure_mode(est) -> None:
@@ -448,3 +448,46 @@ def evaluate(model: DPLinearClassifier, data_, split: str = "test", *, block_row
         else:
             right += int(np.sum(predicted == y))
     return right / source.n_valid
+
+
+def check_labels(y, classes=None, *, split: str = "train", ledger=None) -> int:
+    """NON-PRIVATE check: how many labels are outside the public class list, counted exactly from private labels.
+
+    A private fit makes such a row a null row silently (the guarantee needs it: see ``DPLinearClassifier.fit``);
+    this count is for catching a label mix-up on your own data, and it is a release without noise about every label
+    it reads.  So it is charged like an exact accuracy (:mod:`privlin.evaluation`), before any label is read: a
+    ``NonPrivateDpEvent`` on a store split's own ledger (a capped one refuses), or on ``ledger`` for arrays;
+    arrays without a ledger are charged nothing.
+
+    Parameters
+    ----------
+    y : array (n,) of labels, or a store / ``stores.Split`` / path (its ``split``'s labels, class indices)
+    classes : array-like or None
+        The public class list; None: a store's published one (required for arrays).
+    split : str, default="train"
+    ledger : privlin.ledger.PrivacyLedger or None
+
+    Returns
+    -------
+    int
+        The labels not in ``classes`` (rows a fit would make null rows).
+
+    Raises
+    ------
+    ValueError
+        No class list (arrays without ``classes``), or a list of another kind than the labels (names against the
+        class indices of a store): public facts, checked before the charge.
+    privlin.ledger.PrivacyBudgetExceeded
+        The ledger has a cap (a non-private release passes none): no label was read.
+    """
+    if data.is_store_like(y):
+        source = data.as_source(y, split)
+    else:
+        labels = data.row_labels(y)
+        source = data.ArraySource(np.empty((labels.shape[0], 0), np.float32), labels)
+    if classes is None and source.published_classes() is None:
+        raise ValueError("check_labels needs the public class list: pass classes=[...]")
+    cls_, _ = data.public_classes(source, classes)
+    evaluation.charge_exact(source, public=False, mechanism="privlin.check_labels (non-private)", ledger=ledger)
+    _, known = data.label_index(cls_, source.labels())
+    return int(np.size(known) - np.count_nonzero(known))

@@ -79,14 +79,14 @@ def fit_plans(source: data.Source, params_list: Sequence[dict], keys: Sequence, 
     ``before_run(plans)``: any further charge (a sweep's evaluation split), after that one and before any row.
     ``report_ledger``: whether each report names the ledger and its total (a sweep's per-setting reports do not).
     """
+    published = source.published_classes() if classes is None else None  # the names a store's labels index
+    names = None if published is None else np.asarray(list(published))
     classes, plans, leaks, led = plans_for(source, params_list, classes=classes, budget=budget, ledger=ledger,
                                            charge=charge, stacklevel=stacklevel)
     if before_run is not None:
         before_run(plans)
     released = runner.run(plans, source, list(keys), classes, block_rows=int(block_rows),
                           memory_limit=int(memory_limit), verbose=bool(verbose))
-    published = source.published_classes() if classes is None else None
-    names = None if published is None else np.asarray(list(published))
     out = []
     for plan, r in zip(plans, released):
         curvature = None if r.curvature is None else float(r.curvature)
