@@ -173,8 +173,9 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     noise is calibrated to every row contributing at most ``clip``, and privlin has no weighted path; a row weighted
     0 is a row labelled outside ``classes``, a null row), ``partial_fit`` and warm starts (each fit is one charged
     release of the whole chain on the whole split; continuing one would be another release on the same rows, which
-    only a new fit — charged again on the same ledger — accounts for), ``class_weight`` (``"balanced"`` reads
-    the private class counts; fixed public weights ≤ 1 would keep the sensitivity but are not built).
+    only a new fit — charged again on the same ledger — accounts for), ``class_weight`` (no parameter:
+    ``"balanced"`` reads the private class counts; fixed public weights ≤ 1 would keep the sensitivity but are not
+    built).
     """
 
     _parameter_constraints = {
