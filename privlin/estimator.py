@@ -255,6 +255,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ sklearn surface
 
+    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, **fit_params):
         """Fit privately on ``X`` (n, d) and labels ``y`` (n,), or on a store split passed as ``X`` alone.
 
@@ -283,11 +284,6 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         """
         if fit_params:
             raise TypeError(_refused_fit_params(fit_params))
-        return self._fit_checked(X, y)
-
-    @_fit_context(prefer_skip_nested_validation=True)
-    def _fit_checked(self, X, y):
-        """``fit`` after its keyword check: scikit-learn's parameter validation, then the data's."""
         if y is None and data.is_store_like(X):
             source = data.as_source(X, "train")
             self.n_features_in_ = source.dim
