@@ -133,7 +133,8 @@ def main(argv=None):
             if both and name == "adam1 streamed":
                 runs[name + ", pageable"] = pageable(lambda kw=kw: fit(kw))
                 a, b = fit(kw), pageable(lambda kw=kw: fit(kw))()
-                same = np.array_equal(a.coef_, b.coef_) and np.array_equal(a.intercept_, b.intercept_)
+                same = (np.array_equal(a.coef_transformed_, b.coef_transformed_)
+                        and np.array_equal(a.intercept_transformed_, b.intercept_transformed_))
                 print(f"page-locked and pageable seeded fits bit-identical: {same}", flush=True)
                 if not same:
                     raise SystemExit("page-locked route changed the fit")

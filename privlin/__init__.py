@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["DPLinearClassifier", "PrivacyLeakWarning", "PrivacyReport", "fit", "evaluate"]
+__all__ = ["DPLinearClassifier", "PrivacyLeakWarning", "PrivacyReport", "fit", "evaluate", "check_labels"]
 
-_HOME = {"DPLinearClassifier": "estimator", "fit": "estimator", "evaluate": "estimator",
+_HOME = {"DPLinearClassifier": "estimator", "fit": "estimator", "evaluate": "estimator", "check_labels": "estimator",
          "PrivacyLeakWarning": "report", "PrivacyReport": "report"}
 
 

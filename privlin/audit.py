@@ -588,7 +588,7 @@ def one_run_estimator_audit(params: Mapping, X, y, *, canaries: int = 1000, seed
     Xa[n + np.flatnonzero(included), d + np.flatnonzero(included)] = 1.0
     ya = np.concatenate([y, np.where(included, cy, -1)])  # -1: not a class, a null row
     est = DPLinearClassifier(**{**params, "classes": range(k)}).fit(Xa, ya)
-    scores = est.coef_[cy, d + np.arange(canaries)]
+    scores = est.coef_transformed_[cy, d + np.arange(canaries)]
     res = one_run_audit(scores, included, delta=delta, epsilon_claimed=est.privacy_.epsilon, confidence=confidence)
     res.details["path"] = ("secure_mode" if params.get("secure_mode") else
                            "streamed" if params.get("memory_limit") == 0 else "in memory")

@@ -23,7 +23,7 @@ from .defaults import DEFAULT_EPSILON, METHODS, PARAMS
 from .report import PrivacyLeakWarning
 from .workflow import coef_of, plans_for, report_for  # noqa: F401 - their home is workflow; kept importable here
 
-__all__ = ["DPLinearClassifier", "fit", "evaluate"]
+__all__ = ["DPLinearClassifier", "fit", "evaluate", "check_labels"]
 
 
 def _check_secure_mode(est) -> None:
@@ -87,8 +87,10 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         Explicit σ of the training steps and of the centering (a paper's stated σ) instead of calibrating
         to ``epsilon`` (then ``epsilon=None``).
     classes : array-like or None, default=None
-        The public class list.  None: a store's published ``classes`` attribute, else read from the private
-        labels (PrivacyLeakWarning).  Rows whose label is not in it contribute nothing.
+        The public class list.  None: a store's published ``classes`` attribute (then ``classes_`` are its names),
+        else read from the private labels (PrivacyLeakWarning).  Rows whose label is not in it are null rows: they
+        contribute nothing, silently (the guarantee needs it); :func:`privlin.check_labels` counts them, without
+        privacy, for a check on your own data.
     loss : {"softmax", "sigmoid"} or None, default=None
         None: sigmoid for adam1 (Mehta et al.), softmax otherwise.
     fit_intercept : bool or None, default=None
@@ -127,10 +129,24 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     Attributes
     ----------
     classes_ : ndarray (k,)
-    coef_ : ndarray (k, d) or (k, d + 1)
-        Weights on the *preprocessed* rows (normalized, centered by ``mean_``, normalized; with ``radius_``, the
-        radial coordinate last).
-    intercept_ : ndarray (k,)
+        The public class list: ``classes`` as given; else, for a store fit, the class names the store publishes
+        (its labels are indices into them: ``predict`` returns the names); else the labels read from the data.
+    coef_ : ndarray (1, d) for two classes, else (k, d); only with ``normalize=False``
+        The decision function as an exact map of the input rows: ``decision_function(X) == X @ coef_.T +
+        intercept_`` (raveled for two classes, the margin of ``classes_[1]``), up to float rounding, so
+        ``zip(feature_names_in_, coef_[0])`` pairs each input feature with its weight.  With ``normalize=True``
+        (the default) each row is scaled to norm ``clip`` — not an affine map of X — and the later stages act on
+        those rows: no input-space weights exist, and reading ``coef_`` raises AttributeError saying so (use
+        ``coef_transformed_``).
+    intercept_ : ndarray (1,) for two classes, else (k,); only with ``normalize=False``
+    coef_transformed_ : ndarray (k, d')
+        The weights as trained, one row per class (two for two classes), on the *transformed* rows (normalized,
+        centered by ``mean_``, normalized, scaled by ``scaling_``; with ``radius_``, the radial coordinate last);
+        d' = ``plan_.model_dim``.  ``predict``, ``decision_function`` and ``predict_proba`` use these.
+    intercept_transformed_ : ndarray (k,)
+    transformed_feature_names_ : ndarray of str (d',)
+        What each column of ``coef_transformed_`` weighs: ``transformed0, ...`` (and ``log_norm``) after
+        normalization, the input features' names without it.
     mean_ : ndarray (d,) or (d + 1,), or (R, d) / (R, d + 1) with re-centering rounds, or None
         Released noisy mean of the normalized rows (public output of the centering mechanism, shrunk toward 0 by
         James–Stein: :func:`privlin.preprocess.private_mean`; with two stages, the first estimate plus the
@@ -150,6 +166,16 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     ledger_ : privlin.ledger.PrivacyLedger or None
         The ledger this fit was charged on.
     n_features_in_ : int
+
+    Notes
+    -----
+    Not supported, each refused in one line that says why: per-row ``sample_weight`` (``fit`` raises TypeError: the
+    noise is calibrated to every row contributing at most ``clip``, and privlin has no weighted path; a row weighted
+    0 is a row labelled outside ``classes``, a null row), ``partial_fit`` and warm starts (each fit is one charged
+    release of the whole chain on the whole split; continuing one would be another release on the same rows, which
+    only a new fit — charged again on the same ledger — accounts for), ``class_weight`` (no parameter:
+    ``"balanced"`` reads the private class counts; fixed public weights ≤ 1 would keep the sensitivity but are not
+    built).
     """
 
     _parameter_constraints = {
@@ -230,23 +256,34 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ sklearn surface
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, **fit_params):
         """Fit privately on ``X`` (n, d) and labels ``y`` (n,), or on a store split passed as ``X`` alone.
+
+        With a public class list (``classes``, or a store's published one), a row whose label is not in it is a
+        *null row*: it contributes nothing, and no error or warning says so — the guarantee needs that (an error
+        about one row's label would release that label).  To catch a label mix-up on your own data, run the
+        labelled non-private check :func:`privlin.check_labels` first.
 
         Parameters
         ----------
         X : array (n, d), or a ``stores.Split`` / ``privlin.data.Source`` / store path (split ``"train"``)
         y : array (n,) or None
             None only when ``X`` is a store split or source.
+        **fit_params
+            None accepted: ``sample_weight`` and any other raise TypeError (see Notes of the class).
 
         Raises
         ------
+        TypeError
+            A fit parameter (``sample_weight=``, ...): refused, naming why.
         ValueError
             Bad settings (ε ≤ 0, δ ∉ (0, 1), ...), NaN/inf features or mismatched lengths in arrays,
             fewer than two classes.
         privlin.ledger.PrivacyBudgetExceeded
             The data's ledger would pass its cap (no row was read).
         """
+        if fit_params:
+            raise TypeError(_refused_fit_params(fit_params))
         if y is None and data.is_store_like(X):
             source = data.as_source(X, "train")
             self.n_features_in_ = source.dim
@@ -298,7 +335,33 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float32, np.float64])
         Xp = runner.preprocess_rows(self.plan_, X, self.mean_, self.scaling_, getattr(self, "radius_", None))
-        return Xp @ jnp.asarray(self.coef_.T, jnp.float32) + jnp.asarray(self.intercept_, jnp.float32)
+        return (Xp @ jnp.asarray(self.coef_transformed_.T, jnp.float32)
+                + jnp.asarray(self.intercept_transformed_, jnp.float32))
+
+    @property
+    def coef_(self):
+        """Input-space weights where they are exact (``normalize=False``), else AttributeError naming
+        ``coef_transformed_`` (:func:`privlin.workflow.input_space_weights`)."""
+        check_is_fitted(self)
+        return workflow.input_space_weights(self.plan_, self.coef_transformed_, self.intercept_transformed_)[0]
+
+    @property
+    def intercept_(self):
+        """The intercept that goes with ``coef_`` (same condition)."""
+        check_is_fitted(self)
+        return workflow.input_space_weights(self.plan_, self.coef_transformed_, self.intercept_transformed_)[1]
+
+    @property
+    def transformed_feature_names_(self):
+        """What each column of ``coef_transformed_`` weighs (:func:`privlin.workflow.transformed_feature_names`)."""
+        check_is_fitted(self)
+        return workflow.transformed_feature_names(self.plan_, getattr(self, "feature_names_in_", None))
+
+    @property
+    def partial_fit(self):
+        """Not supported (AttributeError, so scikit-learn sees no incremental fit): see the class's Notes."""
+        raise AttributeError("DPLinearClassifier has no partial_fit: each fit is one charged DP release of the whole "
+                             "chain on the whole split; fit again (charged again on the same ledger) instead")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -316,6 +379,15 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
                                        charge=workflow.estimator_charge(seeded), block_rows=self.block_rows,
                                        memory_limit=self.memory_limit, verbose=self.verbose)
         return workflow.unpack(fitted, self)
+
+
+def _refused_fit_params(fit_params: dict) -> str:
+    """The one-line refusal of ``fit(**fit_params)``."""
+    if "sample_weight" in fit_params:
+        return ("fit() takes no sample_weight: the DP noise is calibrated to every row contributing at most `clip`, "
+                "equally, and privlin has no weighted path (a row weighted 0 is one labelled outside `classes`)")
+    return (f"fit() takes no {', '.join(sorted(fit_params))}: DPLinearClassifier.fit(X, y) has no fit parameters "
+            "(its settings are constructor parameters, each part of the charged plan)")
 
 
 # ----------------------------------------------------------------------------- privlin.fit / privlin.evaluate
@@ -352,13 +424,67 @@ def evaluate(model: DPLinearClassifier, data_, split: str = "test", *, block_row
     a ``NonPrivateDpEvent`` on the split's ledger (a store split's own; arrays only on a ``ledger`` passed), so a
     capped split refuses it — unless ``public=True`` declares the split public (recorded on its ledger as such;
     :mod:`privlin.evaluation`).  The accuracy is over the rows that have features: a store's rows skipped at
-    extraction (images that did not decode) have no prediction and are left out of both counts.
+    extraction (images that did not decode) have no prediction and are left out of both counts.  A store's labels
+    index its published class names; where those are the model's ``classes_`` (a fit on such a store without
+    ``classes=``), each label is compared as its name.
     """
     source = data.as_source(data_, split)
     if source.n_valid == 0:
         raise ValueError(f"split {split!r} has no rows with features")
     evaluation.charge_exact(source, public=public, mechanism="privlin.evaluate/accuracy", ledger=ledger)
+    names = source.published_classes()
+    names = None if names is None else np.asarray(list(names))
+    by_name = names is not None and names.shape == np.shape(model.classes_) and np.array_equal(names, model.classes_)
     right = 0
     for X, y in source.blocks(block_rows):
-        right += int(np.sum(model.predict(np.asarray(X, np.float32)) == y))
+        predicted = model.predict(np.asarray(X, np.float32))
+        if by_name:  # the store's labels are indices into its names (one outside them matches no prediction)
+            y = np.asarray(y)
+            inside = (y >= 0) & (y < names.size)
+            right += int(np.sum((predicted == names[np.where(inside, y, 0)]) & inside))
+        else:
+            right += int(np.sum(predicted == y))
     return right / source.n_valid
+
+
+def check_labels(y, classes=None, *, split: str = "train", ledger=None) -> int:
+    """NON-PRIVATE check: how many labels are outside the public class list, counted exactly from private labels.
+
+    A private fit makes such a row a null row silently (the guarantee needs it: see ``DPLinearClassifier.fit``);
+    this count is for catching a label mix-up on your own data, and it is a release without noise about every label
+    it reads.  So it is charged like an exact accuracy (:mod:`privlin.evaluation`), before any label is read: a
+    ``NonPrivateDpEvent`` on a store split's own ledger (a capped one refuses), or on ``ledger`` for arrays;
+    arrays without a ledger are charged nothing.
+
+    Parameters
+    ----------
+    y : array (n,) of labels, or a store / ``stores.Split`` / path (its ``split``'s labels, class indices)
+    classes : array-like or None
+        The public class list; None: a store's published one (required for arrays).
+    split : str, default="train"
+    ledger : privlin.ledger.PrivacyLedger or None
+
+    Returns
+    -------
+    int
+        The labels not in ``classes`` (rows a fit would make null rows).
+
+    Raises
+    ------
+    ValueError
+        No class list (arrays without ``classes``), or a list of another kind than the labels (names against the
+        class indices of a store): public facts, checked before the charge.
+    privlin.ledger.PrivacyBudgetExceeded
+        The ledger has a cap (a non-private release passes none): no label was read.
+    """
+    if data.is_store_like(y):
+        source = data.as_source(y, split)
+    else:
+        labels = data.row_labels(y)
+        source = data.ArraySource(np.empty((labels.shape[0], 0), np.float32), labels)
+    if classes is None and source.published_classes() is None:
+        raise ValueError("check_labels needs the public class list: pass classes=[...]")
+    cls_, _ = data.public_classes(source, classes)
+    evaluation.charge_exact(source, public=False, mechanism="privlin.check_labels (non-private)", ledger=ledger)
+    _, known = data.label_index(cls_, source.labels())
+    return int(np.size(known) - np.count_nonzero(known))

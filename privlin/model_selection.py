@@ -42,7 +42,7 @@ from . import accounting, data, noise
 from .estimator import DPLinearClassifier
 from .workflow import plans_for
 from .events import describe
-from .report import setting_leaks
+from .report import relation_label, setting_leaks
 from .selection import noisy_counts
 from .sweep import correct_counts, sweep
 
@@ -102,7 +102,7 @@ class SearchPrivacy:
 
     def __str__(self) -> str:
         head = ("NON-PRIVATE search (a candidate or the scores at epsilon=inf)" if math.isinf(self.epsilon) else
-                f"({self.epsilon:.4g}, {self.delta:.3g})-DP search, {self.neighbouring} neighbours")
+                f"({self.epsilon:.4g}, {self.delta:.3g})-DP search, {relation_label(self.neighbouring)} neighbours")
         lines = [f"{head} (N={self.n_rows}): {self.folds} folds x {self.candidates} candidates = "
                  f"{self.folds * self.candidates} fits, the noisy scores (σ={self.score_noise_multiplier:.4g}, "
                  f"std {self.score_noise_std:.3g} correct rows per candidate, ε={self.score_epsilon:.4g} at "

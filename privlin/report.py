@@ -10,7 +10,17 @@ from dp_accounting import dp_event as _ev
 
 from .events import event_to_dict
 
-__all__ = ["PrivacyLeakWarning", "PrivacyReport", "setting_leaks"]
+__all__ = ["PrivacyLeakWarning", "PrivacyReport", "setting_leaks", "RELATION_NAMES", "relation_label"]
+
+#: The name users read for each of dp-accounting's neighbouring relations (README, PRIVACY.md): what every report,
+#: ledger summary and error prints, with dp-accounting's name beside it (:func:`relation_label`).
+RELATION_NAMES = {"replace_special": "zero-out", "replace_one": "substitution", "add_or_remove_one": "add/remove"}
+
+
+def relation_label(neighbouring: str) -> str:
+    """``"zero-out (dp-accounting: replace_special)"``: the relation as users read it, then as dp-accounting names it
+    (the name ``neighbouring=`` takes and records keep)."""
+    return f"{RELATION_NAMES.get(neighbouring, neighbouring)} (dp-accounting: {neighbouring})"
 
 
 class PrivacyLeakWarning(UserWarning):
@@ -54,7 +64,7 @@ class PrivacyReport:
         ``"gdp"`` (exact full-batch composition), ``"pld"`` or ``"rdp"`` (dp-accounting).
     neighbouring : str
         dp-accounting's relation: ``"replace_special"`` (zero-out: one example replaced by a null one; N public)
-        or ``"replace_one"``.
+        or ``"replace_one"`` (substitution); printed as :func:`relation_label` says.
     seeded : bool
         True when the noise came from a user-given seed (reproducible, so not secret).
     dp_event : dp_accounting.DpEvent
@@ -109,7 +119,8 @@ class PrivacyReport:
     def __str__(self) -> str:
         sig = ", ".join(f"{k}={v:.4g}" for k, v in self.noise_multipliers.items())
         head = ("NON-PRIVATE baseline (epsilon=inf): no privacy guarantee" if math.isinf(self.epsilon) else
-                f"({self.epsilon:.4g}, {self.delta:.3g})-DP, {self.neighbouring} neighbours, {self.accountant} accountant")
+                f"({self.epsilon:.4g}, {self.delta:.3g})-DP, {relation_label(self.neighbouring)} neighbours, "
+                f"{self.accountant} accountant")
         lines = [head + (f" on {self.data}" if self.data else "") + f" (N={self.n_rows})",
                  f"method={self.method} steps={self.steps} sample_rate={self.sample_rate:g} clip={self.clip:g} "
                  f"noise multipliers: {sig}",

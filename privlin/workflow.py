@@ -17,7 +17,8 @@ from . import data, runner, secure_noise
 from .plan import Plan, make_plan
 from .report import PrivacyReport, setting_leaks
 
-__all__ = ["Fitted", "fit_plans", "plans_for", "report_for", "unpack", "coef_of", "estimator_charge"]
+__all__ = ["Fitted", "fit_plans", "plans_for", "report_for", "unpack", "coef_of", "input_space_weights",
+           "transformed_feature_names", "estimator_charge"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,15 +28,18 @@ class Fitted:
     Attributes
     ----------
     plan : Plan
-    classes : ndarray (k,)
-    coef : ndarray (k, d') float64, scikit-learn's ``coef_``; d' = ``plan.model_dim``
-    intercept : ndarray (k,) float64
+    classes : ndarray (k,) — the public class list the labels were matched against (a store's: indices 0..k-1)
+    coef : ndarray (k, d') float64 — the weights as trained, on the *transformed* rows (the estimator's
+        ``coef_transformed_``); d' = ``plan.model_dim``
+    intercept : ndarray (k,) float64 — the estimator's ``intercept_transformed_``
     mean : ndarray or None — the released mean (or chain of means) of the centering
     scaling : privlin.scaling.Scaling or None
     curvature, radius : float or None — the released curvature bound and log₂ row norm
     extra : dict — released values of added releases (:data:`privlin.releases.ADDED`)
     report : PrivacyReport
     ledger : the ledger charged (None: none)
+    class_names : ndarray (k,) or None — the names the store publishes for ``classes`` (its labels index them),
+        where the class list came from the store: the estimator's ``classes_`` (what ``predict`` returns)
     """
 
     plan: Plan
@@ -49,6 +53,7 @@ class Fitted:
     extra: dict
     report: PrivacyReport
     ledger: Any = None
+    class_names: Optional[np.ndarray] = None
 
     def values(self) -> dict:
         """Released values by release name (what the report's notes read)."""
@@ -74,6 +79,8 @@ def fit_plans(source: data.Source, params_list: Sequence[dict], keys: Sequence, 
     ``before_run(plans)``: any further charge (a sweep's evaluation split), after that one and before any row.
     ``report_ledger``: whether each report names the ledger and its total (a sweep's per-setting reports do not).
     """
+    published = source.published_classes() if classes is None else None  # the names a store's labels index
+    names = None if published is None else np.asarray(list(published))
     classes, plans, leaks, led = plans_for(source, params_list, classes=classes, budget=budget, ledger=ledger,
                                            charge=charge, stacklevel=stacklevel)
     if before_run is not None:
@@ -92,15 +99,15 @@ def fit_plans(source: data.Source, params_list: Sequence[dict], keys: Sequence, 
                           report=report_for(plan, seeded=seeded, leaks=leaks, data=source.description,
                                             ledger=led if report_ledger else None,
                                             values={"curvature": curvature, "radius": radius, **extra}),
-                          ledger=led))
+                          ledger=led, class_names=names))
     return out
 
 
 def unpack(fitted: Fitted, est, *, ledger=True):
     """Set a ``DPLinearClassifier``'s fitted attributes from a record (the one place they are assigned)."""
-    est.classes_ = fitted.classes
-    est.coef_ = fitted.coef
-    est.intercept_ = fitted.intercept
+    est.classes_ = fitted.classes if fitted.class_names is None else fitted.class_names
+    est.coef_transformed_ = fitted.coef
+    est.intercept_transformed_ = fitted.intercept
     est.mean_ = fitted.mean
     est.scaling_ = fitted.scaling
     est.radius_ = fitted.radius
@@ -114,9 +121,48 @@ def unpack(fitted: Fitted, est, *, ledger=True):
 
 
 def coef_of(W) -> np.ndarray:
-    """scikit-learn's ``coef_`` (k, d') float64 from weights W (d', k), transposed where W lives (on a GPU a
+    """The record's ``coef`` (k, d') float64 from weights W (d', k), transposed where W lives (on a GPU a
     cheap device copy; a transposing copy on the host is slow for large d·k: BENCHMARKS.md, "streamed fit")."""
     return np.array(W.T, dtype=np.float64, order="C")
+
+
+def input_space_weights(plan: Plan, coef: np.ndarray, intercept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's ``coef_`` and ``intercept_``: the decision function as an exact affine map of the input rows.
+
+    ``decision_function(X) == X @ coef_.T + intercept_`` (raveled for two classes), up to float rounding: two
+    classes give one row, the margin of ``classes_[1]`` (``W[:, 1] - W[:, 0]``, the same for softmax and for
+    sigmoid loss, since the decision function is that difference), more give one row per class.  Such a map exists
+    only where the preprocessing is affine, i.e. with ``normalize=False`` (then the rows are used as given); scaling
+    each row to norm ``clip`` is not (and the centering, scaling and radial stages all follow it), so then no
+    input-space weights reproduce the model and this raises AttributeError (``hasattr(est, "coef_")`` is False)
+    rather than let a transformed weight be paired with an input feature's name.
+    """
+    if plan.normalize:
+        raise AttributeError("coef_ is not defined for this model: with normalize=True each row is scaled to norm "
+                             "`clip` (not an affine map of X), so no input-space weights reproduce it; its weights "
+                             "on the transformed rows are coef_transformed_ (names: transformed_feature_names_)")
+    coef, intercept = np.asarray(coef, np.float64), np.asarray(intercept, np.float64)
+    if coef.shape[0] == 2:
+        return coef[1:] - coef[:1], intercept[1:] - intercept[:1]
+    return coef.copy(), intercept.copy()
+
+
+def transformed_feature_names(plan: Plan, feature_names_in=None) -> np.ndarray:
+    """Names of the coordinates ``coef_transformed_`` weighs (object array, ``plan.model_dim`` long).
+
+    Without normalization they are the input features (``feature_names_in_``, else scikit-learn's ``x0, x1, ...``);
+    otherwise ``transformed0, ...`` (a normalized, centered, whitened coordinate is no input feature), then the
+    coordinates the releases add (the radial one: ``log_norm``, :mod:`privlin.radius`).
+    """
+    if not plan.normalize:
+        names = feature_names_in if feature_names_in is not None else [f"x{i}" for i in range(plan.dim)]
+    else:
+        names = [f"transformed{i}" for i in range(plan.dim)]
+        for release, _ in plan.chain:  # coordinates a release adds, in the chain's order (the radial one: log_norm)
+            names += (["log_norm"] if release.name == "radius" else
+                      [f"{release.name}{j}" for j in range(release.adds_dims)])[:release.adds_dims]
+    assert len(names) == plan.model_dim, (len(names), plan.model_dim)
+    return np.asarray(names, dtype=object)
 
 
 # ----------------------------------------------------------------------------- the order of the guarantee

@@ -251,7 +251,7 @@ def test_the_estimator_trainer_is_the_estimators_fit(digits_all):
             out = jax.jit(trainer)(jnp.asarray(X), jnp.asarray(y), make_key(4).key)
         est = DPLinearClassifier(epsilon=2.0, method=method, steps=trainer.plan.steps, classes=range(10),
                                  random_state=make_key(4).key).fit(X, y)
-        np.testing.assert_allclose(np.asarray(out["coef"]), est.coef_, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(out["coef"]), est.coef_transformed_, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(np.asarray(out["mean"]), est.mean_, rtol=1e-5, atol=1e-7)
 
 

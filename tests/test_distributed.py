@@ -26,7 +26,7 @@ WORKER = textwrap.dedent("""
     out = {{"n_local": as_source({store!r}, "train").n_local}}
     for name, kw in {cases!r}.items():
         m = privlin.fit({store!r}, classes=range(4), block_rows=128, **kw)
-        out[name] = m.coef_.tolist()
+        out[name] = m.coef_transformed_.tolist()
         out[name + "/mean"] = None if m.mean_ is None else m.mean_.tolist()
     print("RESULT" + json.dumps(out), flush=True)
 """)
@@ -73,6 +73,6 @@ def test_two_processes_train_the_one_process_model(store):
         np.testing.assert_array_equal(res[0][name], res[1][name])  # one model, replicated on both processes
         if "random_state" not in kw:
             continue
-        coef = alone[name].coef_
+        coef = alone[name].coef_transformed_
         np.testing.assert_allclose(res[0][name], coef, rtol=1e-5, atol=1e-6 * np.abs(coef).max())
         np.testing.assert_allclose(res[0][name + "/mean"], alone[name].mean_, rtol=1e-5, atol=1e-7)

@@ -46,8 +46,8 @@ def test_seeded_fits_repeat_and_unseeded_fits_differ(digits):
     a = DPLinearClassifier(random_state=4, **kw).fit(Xtr, ytr)
     b = DPLinearClassifier(random_state=4, **kw).fit(Xtr, ytr)
     c = DPLinearClassifier(**kw).fit(Xtr, ytr)
-    assert np.array_equal(a.coef_, b.coef_)
-    assert not np.array_equal(a.coef_, c.coef_)
+    assert np.array_equal(a.coef_transformed_, b.coef_transformed_)
+    assert not np.array_equal(a.coef_transformed_, c.coef_transformed_)
 
 
 @pytest.mark.parametrize("seed", [lambda: 2**40, lambda: np.random.default_rng(7), lambda: np.random.RandomState(7)],
@@ -56,7 +56,7 @@ def test_every_documented_random_state_is_accepted_repeats_and_says_seeded(digit
     Xtr, _, ytr, _ = digits
     kw = dict(epsilon=1.0, classes=range(10), method="adam1")
     a, b = (DPLinearClassifier(random_state=seed(), **kw).fit(Xtr, ytr) for _ in range(2))
-    assert np.array_equal(a.coef_, b.coef_) and a.privacy_.seeded
+    assert np.array_equal(a.coef_transformed_, b.coef_transformed_) and a.privacy_.seeded
 
 
 def test_minibatch_method_uses_pld_and_meets_budget(digits):

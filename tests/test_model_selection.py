@@ -129,7 +129,7 @@ def test_seeded_searches_repeat_and_odd_labels_are_null_rows(rows):
     a = PrivateGridSearchCV(_base(), grid, **kw).fit(X, odd)
     b = PrivateGridSearchCV(_base(), grid, **kw).fit(X, nulls)
     np.testing.assert_array_equal(a.cv_results_["noisy_correct"], b.cv_results_["noisy_correct"])
-    np.testing.assert_array_equal(a.best_estimator_.coef_, b.best_estimator_.coef_)
+    np.testing.assert_array_equal(a.best_estimator_.coef_transformed_, b.best_estimator_.coef_transformed_)
     assert a.privacy_.seeded and a.best_estimator_.privacy_.seeded
 
 

@@ -124,8 +124,8 @@ def test_streamed_secure_and_swept_fits_release_what_the_in_memory_fit_does():
     kw = dict(epsilon=8.0, classes=[0, 1], random_state=5)
     a = DPLinearClassifier(**kw).fit(X, y)
     b = DPLinearClassifier(**kw, memory_limit=0, block_rows=512).fit(X, y)
-    assert a.plan_.radial and a.radius_ == b.radius_ and a.coef_.shape == (2, 9)
-    np.testing.assert_allclose(a.coef_, b.coef_, rtol=2e-3, atol=2e-4)
+    assert a.plan_.radial and a.radius_ == b.radius_ and a.coef_transformed_.shape == (2, 9)
+    np.testing.assert_allclose(a.coef_transformed_, b.coef_transformed_, rtol=2e-3, atol=2e-4)
     assert a.privacy_.noise_multipliers["radius"] == a.plan_.sigma_radius and "2^" in a.privacy_.notes
     with pytest.raises(ValueError, match="radial coordinate"):
         runner.preprocess_rows(a.plan_, X, a.mean_, a.scaling_)

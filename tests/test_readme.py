@@ -189,7 +189,7 @@ def _expectations(walk: Walk, blocks: list[Block]) -> None:
     """What the walk must have produced: real results, not only a zero exit."""
     out = "\n".join(walk.output.values())
     for name in ("model", "clf"):  # a NaN model predicts one class (10%): say so rather than only "low accuracy"
-        coef = getattr(walk.namespace.get(name), "coef_", None)
+        coef = getattr(walk.namespace.get(name), "coef_transformed_", None)
         assert coef is None or np.isfinite(coef).all(), f"README's `{name}` has non-finite coefficients"
     accuracies = [float(a) for a in re.findall(r"test accuracy: ([0-9.]+)%", out)]
     assert len(accuracies) >= 2 and min(accuracies) > 60, out  # 10 classes: chance is 10%

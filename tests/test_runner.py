@@ -63,10 +63,10 @@ def test_store_fit_equals_array_fit_and_streaming_equals_in_memory(store, rows, 
     on_arrays = DPLinearClassifier(**p).fit(Xtr, ytr)
     assert on_arrays.plan_.center_stages == (2 if center else 1)  # the refining stage streams too
     on_store = privlin.fit(store, **p)
-    np.testing.assert_array_equal(on_store.coef_, on_arrays.coef_)  # one path: bit for bit
+    np.testing.assert_array_equal(on_store.coef_transformed_, on_arrays.coef_transformed_)  # one path: bit for bit
     assert on_store.plan_ == on_arrays.plan_
     streamed = privlin.fit(store, memory_limit=0, **p)  # one pass over the store per step / statistic
-    assert _rel(streamed.coef_, on_arrays.coef_) < 1e-5
+    assert _rel(streamed.coef_transformed_, on_arrays.coef_transformed_) < 1e-5
     if center:
         assert _rel(streamed.mean_, on_arrays.mean_) < 1e-5
     assert privlin.evaluate(on_store, store) == pytest.approx(on_arrays.score(Xte, yte))
@@ -82,10 +82,11 @@ def test_recentering_rounds_stream_as_they_run_in_memory(store, rows, method):
     on_arrays = DPLinearClassifier(**p).fit(Xtr, ytr)
     assert on_arrays.plan_.recenter_rounds == 2 and on_arrays.mean_.shape == (3, on_arrays.plan_.model_dim)
     on_store = privlin.fit(store, **p)
-    np.testing.assert_array_equal(on_store.coef_, on_arrays.coef_)
+    np.testing.assert_array_equal(on_store.coef_transformed_, on_arrays.coef_transformed_)
     np.testing.assert_array_equal(on_store.mean_, on_arrays.mean_)
     streamed = privlin.fit(store, memory_limit=0, **p)
-    assert _rel(streamed.mean_, on_arrays.mean_) < 1e-5 and _rel(streamed.coef_, on_arrays.coef_) < 1e-5
+    assert _rel(streamed.mean_, on_arrays.mean_) < 1e-5
+    assert _rel(streamed.coef_transformed_, on_arrays.coef_transformed_) < 1e-5
     assert privlin.evaluate(on_store, store) == pytest.approx(on_arrays.score(Xte, yte))
     assert on_arrays.score(Xte, yte) > 0.9
     # the report and the ledger say what ran: the rounds' σ, their share, the note
@@ -105,7 +106,7 @@ def test_sweep_record_equals_the_estimator_with_its_key(rows, method, center):
         key = jax.random.wrap_key_data(np.asarray(res.keys[i], np.uint32))
         est = DPLinearClassifier(**settings[i], random_state=key).fit(Xtr, ytr)
         assert est.plan_ == rec["plan"] and rec["seeded"]
-        assert _rel(res.coef[i].T, est.coef_) < 1e-5
+        assert _rel(res.coef[i].T, est.coef_transformed_) < 1e-5
         if center:
             assert _rel(res.means[i], est.mean_) < 1e-5
         np.testing.assert_array_equal(res.model(i).predict(Xtr), est.predict(Xtr))
@@ -117,7 +118,7 @@ def test_default_settings_of_sweep_and_fit_are_one_plan(store, method):
     model = privlin.fit(store, epsilon=1.0, method=method, classes=range(K),
                         random_state=jax.random.wrap_key_data(np.asarray(res.keys[0], np.uint32)))
     assert res.records[0]["plan"] == model.plan_
-    assert _rel(res.coef[0].T, model.coef_) < 1e-5
+    assert _rel(res.coef[0].T, model.coef_transformed_) < 1e-5
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -130,7 +131,7 @@ def test_secure_mode_runs_the_same_pipeline(rows, method):
     secure = DPLinearClassifier(**p, secure_mode=True).fit(Xtr, ytr)
     assert secure.privacy_.secure_mode and secure.plan_ == DPLinearClassifier(**p, secure_mode=True).fit(
         Xtr, ytr).plan_
-    assert _rel(secure.coef_, plain.coef_) < 1e-3
+    assert _rel(secure.coef_transformed_, plain.coef_transformed_) < 1e-3
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -152,12 +153,12 @@ def test_null_rows_contribute_nothing_and_raise_nothing(rows, method, memory_lim
         est = DPLinearClassifier(**p)
         est._validate_params()
         nan = est._fit(privlin.data.ArraySource(nan_X, y))  # sklearn refuses NaN in arrays; a store may hold it
-        np.testing.assert_array_equal(nan.coef_, unknown.coef_)
+        np.testing.assert_array_equal(nan.coef_transformed_, unknown.coef_transformed_)
         assert nan.privacy_.n_rows == len(y)  # N is public and counts the null rows
         if not center:  # a zero row adds nothing to any sum only without an intercept (whose feature is 1)
             q = {**p, "fit_intercept": False}
-            np.testing.assert_array_equal(DPLinearClassifier(**q).fit(zero_X, y).coef_,
-                                          DPLinearClassifier(**q).fit(X, bad_y).coef_)
+            np.testing.assert_array_equal(DPLinearClassifier(**q).fit(zero_X, y).coef_transformed_,
+                                          DPLinearClassifier(**q).fit(X, bad_y).coef_transformed_)
 
 
 def test_rows_shard_across_two_devices():
@@ -197,7 +198,7 @@ def two_device_models():
     for method in METHODS:
         for mem in (2**30, 0):
             p = params(method, True, epsilon=4.0, random_state=11, memory_limit=mem, block_rows=128)
-            out[f"{method}/{mem}"] = DPLinearClassifier(**p).fit(X, y).coef_.tolist()
+            out[f"{method}/{mem}"] = DPLinearClassifier(**p).fit(X, y).coef_transformed_.tolist()
     return out
 
 
@@ -258,8 +259,8 @@ def test_page_locked_route_reads_into_its_buffers_and_changes_no_bit(store, rows
     monkeypatch.setattr(buffers, "page_locked", recording)
     monkeypatch.setattr(runner, "_page_locked", lambda: True)
     locked = privlin.fit(stores.open(str(store.url)), memory_limit=0, **p)  # a new Split: recorded allocator
-    np.testing.assert_array_equal(locked.coef_, plain.coef_)
-    np.testing.assert_array_equal(locked.intercept_, plain.intercept_)
+    np.testing.assert_array_equal(locked.coef_transformed_, plain.coef_transformed_)
+    np.testing.assert_array_equal(locked.intercept_transformed_, plain.intercept_transformed_)
     np.testing.assert_array_equal(locked.mean_, plain.mean_)
     assert 0 < len(handed) <= buffers.Recycler.KEEP  # reused across blocks and passes, never more than KEEP
 

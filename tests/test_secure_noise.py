@@ -130,7 +130,7 @@ def test_estimator_secure_mode_fits_and_reports_it():
     r = sec[0].privacy_
     assert r.secure_mode and not r.seeded and "discrete Gaussian" in str(r) and r.to_dict()["secure_mode"]
     assert abs(np.mean([m.score(X, y) for m in sec]) - np.mean(plain)) < 0.03
-    assert not np.allclose(sec[0].coef_, sec[1].coef_)  # fresh OS randomness each fit
+    assert not np.allclose(sec[0].coef_transformed_, sec[1].coef_transformed_)  # fresh OS randomness each fit
     with pytest.raises(ValueError, match="random_state"):
         DPLinearClassifier(method="adam1", classes=range(10), secure_mode=True, random_state=0).fit(X, y)
     for method in ("sgd", "minibatch"):  # multi-step: every step's gradient sum released securely

@@ -12,6 +12,7 @@ from dp_accounting import dp_event as _ev
 
 from .. import accounting
 from ..events import describe
+from ..report import relation_label
 from . import LEDGER_FILENAME, storage
 from .entry import LedgerEntry, jsonable
 
@@ -267,8 +268,8 @@ class PrivacyLedger:
     def _compose(entries: Sequence[LedgerEntry], delta: float, relation: str) -> float:
         for e in entries:
             if e.neighbouring != relation:
-                raise ValueError(f"ledger entry {e.id} ({e.mechanism}) is under {e.neighbouring!r}, the ledger "
-                                 f"under {relation!r}: they do not compose")
+                raise ValueError(f"ledger entry {e.id} ({e.mechanism}) is under {relation_label(e.neighbouring)} "
+                                 f"neighbours, the ledger under {relation_label(relation)}: they do not compose")
         if not entries:
             return 0.0
         if delta <= 0 and not all(isinstance(e.event, (_ev.NoOpDpEvent, _ev.NonPrivateDpEvent)) for e in entries):
@@ -349,8 +350,8 @@ class PrivacyLedger:
             rel = self._relation_of(doc) if doc.neighbouring or asked is None else asked
             for other in (self._requested_relation, asked):
                 if other is not None and other != rel:
-                    raise ValueError(f"{self.where} is a ledger under {rel!r}; this mechanism is under {other!r}: "
-                                     "they do not compose")
+                    raise ValueError(f"{self.where} is a ledger under {relation_label(rel)} neighbours; this "
+                                     f"mechanism is under {relation_label(other)}: they do not compose")
             entry = LedgerEntry(mechanism=str(mechanism), event=event, epsilon=float(epsilon), delta=float(delta),
                                 neighbouring=rel, params=jsonable(dict(params or {})),
                                 **({"id": entry_id} if entry_id else {}))
@@ -423,7 +424,7 @@ class PrivacyLedger:
         """The history, one line per entry, then the total (and how it was composed) with its δ."""
         doc = self._doc()
         rel = self._relation_of(doc)
-        lines = [f"privacy ledger: {self.where}  [{rel}]"]
+        lines = [f"privacy ledger: {self.where}  [{relation_label(rel)} neighbours]"]
         if not doc.entries:
             lines.append("  (no mechanisms recorded)")
         for i, e in enumerate(doc.entries):

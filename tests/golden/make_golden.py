@@ -59,7 +59,7 @@ def fit_case(params):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         est.fit(X, y)
-    return est.coef_, est.intercept_
+    return est.coef_transformed_, est.intercept_transformed_
 
 
 def sweep_case():
@@ -69,7 +69,8 @@ def sweep_case():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = privlin.sweep.sweep((X, y), random_state=SEED, classes=[0, 1, 2], **SWEEP)
-    return [(np.asarray(res.model(i).coef_), np.asarray(res.model(i).intercept_)) for i in range(len(res))]
+    return [(np.asarray(res.model(i).coef_transformed_), np.asarray(res.model(i).intercept_transformed_))
+            for i in range(len(res))]
 
 
 def store_case():
@@ -81,7 +82,7 @@ def store_case():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             model = privlin.fit(store, random_state=SEED, **STORE_FIT)
-    return model.coef_, model.intercept_
+    return model.coef_transformed_, model.intercept_transformed_
 
 
 def compute() -> dict:
