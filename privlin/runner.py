@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import noise, preprocess, radius, scaling, secure_noise, sensitivity, train
+from . import compilation, noise, preprocess, radius, scaling, secure_noise, sensitivity, train
 from .data import Source, label_index
 from .plan import Plan, Static, learning_rates
 
@@ -243,6 +243,7 @@ def run(plans: Sequence[Plan], source: Source, keys: Sequence, classes: np.ndarr
         Bytes of float32 rows (per plan group, counting the centered copies of a vmapped group) kept in memory;
         above it the rows are streamed.
     """
+    compilation.enable()  # JAX's persistent compilation cache, once (privlin.compilation)
     with sensitivity.x64():
         return _run(list(plans), source, keys, classes, block_rows, memory_limit, verbose)
 
