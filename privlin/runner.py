@@ -637,12 +637,8 @@ def _head(rows: _Rows, plans: list[Plan], keys: list) -> list[dict]:
                 continue
             if r not in totals:
                 totals[r] = _pass(rows, r.name, _head_block(r), r.init(p.dim), float(p.n))
-            noisy = None
-            if p.secure_mode:
-                std, sens, bound = p.secure_table()[r.name]
-                noisy = secure_noise.secure_gaussian_release(np.asarray(totals[r], np.float64), std, sens,
-                                                             bound=bound)
-            out[i][r.name] = r.release(totals[r], float(p.n), release_key(keys[i], r.name), sigma, noisy)
+            out[i][r.name] = r.release(totals[r], float(p.n), release_key(keys[i], r.name), sigma,
+                                       _host_noise(p, r.name, totals[r]))
     return out
 
 
@@ -672,9 +668,8 @@ def _centering(rows: _Rows, plans: list[Plan], keys: list, logs: list) -> list:
                 totals[group] = sum_of(None)
             total = totals[group]
         if p.secure_mode:  # one stage (make_plan)
-            std, sens, bound = secure_releases(p)["center"]
             means[i] = preprocess.private_mean(total, p.n, None, p.sigma_center, p.clip,
-                                               noisy=secure_noise.secure_gaussian_release(total, std, sens, bound=bound))
+                                               noisy=_host_noise(p, "center", total))
             continue
 
         def offsets_of(first, r, p=p, log_scale=logs[i], rounds=rounds):  # the refining stage: a pass of its own
@@ -700,6 +695,16 @@ def _second_moment_add(total, X, mask, mean, log_scale, shift, scale, n, normali
 
 _moments_block = jax.jit(_moments_add, static_argnames=("normalize",))
 _second_moment_block = jax.jit(_second_moment_add, static_argnames=("normalize",))
+
+
+def _host_noise(p: Plan, name: str, value):
+    """Secure mode's release of ``value`` (an exact sum) by mechanism ``name``: the discrete Gaussian drawn on the
+    host from ``os.urandom`` with the plan's table (:meth:`Plan.secure_table`); None outside secure mode, where the
+    release draws its own noise from its key.  The one place the streamed driver's noise differs."""
+    if not p.secure_mode:
+        return None
+    std, sens, bound = p.secure_table()[name]
+    return secure_noise.secure_gaussian_release(np.asarray(value, np.float64), std, sens, bound=bound)
 
 
 def secure_releases(p: Plan) -> dict:
@@ -732,22 +737,14 @@ def _scaling(rows: _Rows, plans: list[Plan], keys: list, means: list, logs: list
             continue
         k_moments, k_rotate = noise.split(stage_keys(keys[i])[1])
         n = float(p.n)
-        secure = secure_releases(p) if p.secure_mode else {}
-
-        def host_noise(name, value):  # secure mode: the discrete Gaussian on the host
-            if name not in secure:
-                return None
-            std, sens, bound = secure[name]
-            return secure_noise.secure_gaussian_release(value, std, sens, bound=bound)
-
         sums = _pass(rows, "scaling", _moments_block, jnp.zeros((2, p.model_dim), jnp.float64), means[i], logs[i], n,
                      normalize=p.normalize)
-        shift, scale = scaling.release_moments(sums, n, k_moments, p.sigma_scale, host_noise("scale", sums))
+        shift, scale = scaling.release_moments(sums, n, k_moments, p.sigma_scale, _host_noise(p, "scale", sums))
         rotate = None
         if p.whitened:
             M = _pass(rows, "scaling", _second_moment_block, jnp.zeros((p.model_dim,) * 2, jnp.float64), means[i],
                       logs[i], shift, scale, n, normalize=p.normalize)
-            rotate = scaling.release_rotation(M, n, k_rotate, p.sigma_whiten, host_noise("whiten", scaling.upper(M)))
+            rotate = scaling.release_rotation(M, n, k_rotate, p.sigma_whiten, _host_noise(p, "whiten", scaling.upper(M)))
         out[i] = scaling.Scaling(shift, scale, rotate)
     return out
 
@@ -770,12 +767,9 @@ def _curvature(rows: _Rows, plans: list[Plan], keys: list, means: list, scls: li
 
         M = _pass(rows, "curvature", _curvature_block, jnp.zeros((p.model_dim,) * 2, jnp.float64), means[i], scls[i],
                   logs[i], n, clip=p.clip, normalize=p.normalize)
-        noisy = None
-        if p.secure_mode:
-            std, sens, bound = secure_releases(p)["curvature"]
-            noisy = secure_noise.secure_gaussian_release(np.asarray([scaling.top_eigenvalue(M)]), std, sens,
-                                                         bound=bound)[0]
-        out[i] = scaling.release_curvature(M, n, release_key(keys[i], "curvature"), p.sigma_curvature, noisy)
+        noisy = _host_noise(p, "curvature", [scaling.top_eigenvalue(M)]) if p.secure_mode else None
+        out[i] = scaling.release_curvature(M, n, release_key(keys[i], "curvature"), p.sigma_curvature,
+                                           None if noisy is None else noisy[0])
     return out
 
 
@@ -832,7 +826,6 @@ def _secure_release(g: train.LinearParams, p: Plan) -> train.LinearParams:
     """A clipped gradient sum released with the discrete Gaussian (W and b as one vector when b is trained)."""
     W, b = np.asarray(g.W, np.float64), np.asarray(g.b, np.float64)
     flat = np.concatenate([W.ravel(), b]) if p.fit_intercept else W.ravel()
-    std, sens, bound = secure_releases(p)["step"]
-    noisy = secure_noise.secure_gaussian_release(flat, std, sens, bound=bound)
+    noisy = _host_noise(p, "step", flat)
     return train.LinearParams(jnp.asarray(noisy[:W.size].reshape(W.shape), jnp.float32),
                               jnp.asarray(noisy[W.size:], jnp.float32) if p.fit_intercept else g.b)
