@@ -12,7 +12,9 @@ python3 -c "import jax, torch, zarr; print('jax', jax.__version__, jax.devices()
 for s in $steps; do
   echo "=== $s $(date +%T)"
   case $s in
-    featurize) timeout 240 python3 benchmarks/bench_featurize.py --device cuda --repeats 2 --vitb-images 2048 --out "$out/featurize_gpu.md" ;;
+    # ViT-B/16 end to end from 4096 500x375 JPEGs at 224 px: nvJPEG (--decode device) vs worker draft decode vs the
+    # pure forward on the same batches, plus synthetic input and the vip_toy / small ViT-B rows on the GPU
+    featurize) timeout 360 python3 benchmarks/bench_featurize.py --device cuda --repeats 2 --vitb-images 512 --gpu-images 4096 --out "$out/featurize_gpu.md" ;;
     mae) for amp in bf16 none; do timeout 150 python3 benchmarks/bench_mae.py --size base --batch 64 --repeats 5 --device cuda --amp $amp --methods nonprivate ghost opacus_ghost --out "$out/mae_gpu.md"; done ;;
     runner) timeout 200 python3 benchmarks/bench_runner_read.py --n 200000 --d 768 --k 100 --repeats 3 --out "$out/runner_gpu.md" ;;
     big) BENCH_TMP=/tmp timeout 420 python3 benchmarks/bench_runner_read.py --n ${BIG_N:-327680} --d 36864 --k 1000 --repeats 1 --block-rows 8192 --fits "adam1 streamed" "adam1 + centering, streamed" "sgd T=2 streamed" --out "$out/runner_big_gpu.md" ;;

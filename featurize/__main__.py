@@ -17,6 +17,8 @@ import backbones
 from stores import cli
 
 PROG = "featurize"
+#: ``featurize.decode.DECODE_MODES``, spelled here so that parsing needs no torch (a test holds the two equal).
+DECODE_CHOICES = ("auto", "draft", "full", "device")
 
 
 def user_errors() -> tuple:
@@ -59,6 +61,9 @@ def build_parser():
     p.add_argument("--shard-rows", type=cli.Interval(int, 1), default=None,
                    help="rows per store shard (default ~16 MiB shards)")
     p.add_argument("--skip-bad", action="store_true", help="record undecodable images as skipped rows")
+    p.add_argument("--decode", default="auto", choices=DECODE_CHOICES,
+                   help="draft: JPEGs at a reduced DCT scale (PIL); full: whole images; device: JPEGs decoded on "
+                        "--device (nvJPEG on CUDA); auto: device on CUDA, else draft")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -76,7 +81,7 @@ def _run(args) -> int:
                      out=args.out, head=args.head, data_dir=args.data_dir, weights=args.weights,
                      batch_size=args.batch_size, num_workers=args.num_workers, device=args.device,
                      dtype=args.dtype, shard=args.shard, shard_rows=args.shard_rows, skip_bad=args.skip_bad,
-                     progress=not args.no_progress)
+                     decode_mode=args.decode, progress=not args.no_progress)
     for s in result["splits"]:
         rate = s["rows"] / s["seconds"] if s["seconds"] > 0 else 0.0
         state = "complete" if s["complete"] else "waiting for other writers' shards"

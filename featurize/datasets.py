@@ -77,6 +77,11 @@ class FileImages:
         with Image.open(self.paths[i]) as im:
             return to_rgb(im)
 
+    def raw(self, i: int) -> bytes:
+        """File ``i``'s bytes, for decoders that take them (JPEG draft mode, the device's decoder)."""
+        with open(self.paths[i], "rb") as f:
+            return f.read()
+
     def describe(self, i: int) -> str:
         return f"file {self.paths[i]!r}"
 

@@ -4,11 +4,27 @@
 (mode ``I``) comes out almost all white, a float TIFF (mode ``F``) with values in [0, 1] all black. Those modes
 are scaled here; every other mode PIL knows (1, L, P, LA, PA, La, RGB, RGBA, RGBa, RGBX, CMYK, YCbCr, LAB, HSV)
 goes through PIL's own conversion, alpha dropped as torchvision's loader does.
+
+The decode paths of a featurize job (:data:`DECODE_MODES`) live here too. ``draft`` decodes a JPEG at the
+smallest DCT scale that still covers the size it is resized to (an ImageNet-size image going to a 32 px model
+decodes at 1/8), then resizes it to exactly that size; ``device`` leaves baseline JPEGs' decoding and resizing
+to the job's device in batches (nvJPEG on CUDA) and sends everything else through PIL in draft mode. Both keep
+the backbone's geometry (:func:`backbones.preprocessing.geometry_transform`): resize the shorter side, centre
+crop; the pixels differ from a full PIL decode only by what the decoders and filters differ by (measured in
+BENCHMARKS.md, bounded in tests/test_decode.py).
 """
 from __future__ import annotations
 
+import io
+import warnings
+
 import numpy as np
+import torch
 from PIL import Image
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms import functional as F
+
+from backbones.registry import Preprocessing
 
 WIDE_INT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")  # read as 16-bit data (0..65535)
 PREMULTIPLIED = {"La": "LA", "RGBa": "RGBA"}
@@ -37,3 +53,127 @@ def to_rgb(im: Image.Image) -> Image.Image:
 
 def _gray(values: np.ndarray) -> Image.Image:
     return Image.fromarray(np.clip(np.rint(values), 0, 255).astype(np.uint8), "L").convert("RGB")
+
+
+# --------------------------------------------------------------------------------------------- decode paths
+
+JPEG_SOI = b"\xff\xd8\xff"
+JPEG_EOI = b"\xff\xd9"
+#: How a featurize job decodes images: ``full`` (PIL, whole image), ``draft`` (PIL, JPEGs at a reduced DCT scale),
+#: ``device`` (baseline JPEGs by torchvision on the job's device: nvJPEG on CUDA), ``auto`` (``device`` on CUDA,
+#: else ``draft``).
+DECODE_MODES = ("auto", "draft", "full", "device")
+#: Pixels resized in one call by :func:`decode_batch` (x 3 channels x 4 bytes in float32: 768 MiB).
+RESIZE_PIXELS = 64 * 2**20
+
+
+def resolve_mode(mode: str, device: torch.device) -> str:
+    """``auto`` -> ``device`` on CUDA, ``draft`` elsewhere; other modes are returned as given.
+
+    Raises
+    ------
+    ValueError
+        A mode not in :data:`DECODE_MODES`.
+    """
+    if mode not in DECODE_MODES:
+        raise ValueError(f"--decode must be one of {DECODE_MODES}, got {mode!r}")
+    if mode == "auto":
+        return "device" if device.type == "cuda" else "draft"
+    return mode
+
+
+def resized_size(width: int, height: int, resize: int) -> tuple[int, int]:
+    """``(width, height)`` after ``torchvision.transforms.Resize(resize)``: the shorter side becomes ``resize``,
+    the longer ``int(resize * long / short)`` (torchvision's rule, so every decode path crops the same pixels)."""
+    if width <= height:
+        return resize, int(resize * height / width)
+    return int(resize * width / height), resize
+
+
+def resize_to(images: torch.Tensor, size: tuple[int, int], pre: Preprocessing) -> torch.Tensor:
+    """``uint8 (..., 3, H, W)`` images resized to ``size = (width, height)`` with the backbone's interpolation,
+    antialiased (torchvision's antialiased tensor kernels follow PIL's filters, which the CPU path uses)."""
+    return F.resize(images, [size[1], size[0]], interpolation=InterpolationMode(pre.interpolation), antialias=True)
+
+
+def decode_draft(data: bytes, resize: int) -> tuple[Image.Image, tuple[int, int], tuple]:
+    """A JPEG decoded at the smallest DCT scale (1, 1/2, 1/4 or 1/8: ``Image.draft``) whose size still covers
+    its resized size, as RGB; returns ``(image, original (width, height), box)``, ``box`` the region of ``image``
+    the original covers (a partial last 8x8 block makes it fractional: 500 px at 1/8 is 62.5 of 63 pixels).
+    Decoding at 1/s skips most of the inverse DCT and colour conversion work, and the block averaging it does is
+    itself a low-pass filter."""
+    with Image.open(io.BytesIO(data)) as im:
+        original = im.size
+        drafted = im.draft("RGB", resized_size(*original, resize))
+        box = drafted[1] if drafted else (0, 0) + original
+        return to_rgb(im), original, box
+
+
+def open_rgb(data: bytes, pre: Preprocessing, *, draft: bool = True) -> Image.Image:
+    """Image bytes (any format PIL opens) -> RGB PIL image.
+
+    With ``draft``, a JPEG is decoded by :func:`decode_draft` and, when that reduced it, resized here (PIL, the
+    backbone's interpolation, from the box the original covers) to exactly the size the backbone's transform
+    gives the full image, so its ``Resize`` leaves it as is and the centre crop takes the same region. Other
+    formats, and JPEGs too small to reduce, decode in full.
+    """
+    if draft and data.startswith(JPEG_SOI):
+        image, original, box = decode_draft(data, pre.resize)
+        if image.size == original:
+            return image
+        resample = F.pil_modes_mapping[InterpolationMode(pre.interpolation)]
+        return image.resize(resized_size(*original, pre.resize), resample, box=box)
+    with Image.open(io.BytesIO(data)) as im:
+        return to_rgb(im)
+
+
+def device_jpeg_size(data: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` of a JPEG a device decoder should take, from its header; ``None`` sends the bytes to
+    PIL (in the workers, draft mode) instead: not a JPEG, CMYK or other modes, progressive (nvJPEG decodes those
+    one by one with its entropy decoding on the host, in the job's main process: the workers do it faster), no
+    end-of-image marker (a truncated file, which PIL names as an error rather than a decoder filling the missing
+    rows), or a header PIL cannot read."""
+    if not data.startswith(JPEG_SOI) or not data.rstrip(b"\0\r\n ").endswith(JPEG_EOI):
+        return None
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            if im.format != "JPEG" or im.mode not in ("RGB", "L") or im.info.get("progressive"):
+                return None
+            return im.size
+    except Exception:  # noqa: BLE001 - any header PIL refuses is left to PIL's full decode to name
+        return None
+
+
+def decode_batch(jpegs: list[torch.Tensor], sizes: list[tuple[int, int]], pre: Preprocessing,
+                 device: torch.device) -> list[torch.Tensor | None]:
+    """JPEG bytes -> ``uint8 (3, crop, crop)`` tensors on ``device``, decoded by ``torchvision.io.decode_jpeg``
+    there (nvJPEG on CUDA, libjpeg-turbo on the CPU), then resized and centre-cropped as the CPU path does.
+
+    ``None`` marks an image the device decoder refused or decoded to another size than its header (``sizes``,
+    from :func:`device_jpeg_size`): the caller decodes those with PIL, which decodes or names the fault.
+    torchvision deprecates its decoders for TorchCodec's; the warning is silenced here, where they are used.
+    """
+    from torchvision.io import ImageReadMode, decode_jpeg
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torchvision\.io")
+        try:
+            images = decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
+        except RuntimeError:  # one bad image fails the whole batch: decode one by one to find it
+            images = []
+            for data in jpegs:
+                try:
+                    images.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
+                except RuntimeError:
+                    images.append(None)
+    same_size: dict[tuple[int, int], list[int]] = {}  # images of one size are resized together: fewer launches
+    for j, (image, (width, height)) in enumerate(zip(images, sizes)):
+        if image is not None and tuple(image.shape) == (3, height, width):
+            same_size.setdefault((width, height), []).append(j)
+    out: list[torch.Tensor | None] = [None] * len(jpegs)
+    for (width, height), js in same_size.items():
+        step = max(1, RESIZE_PIXELS // (width * height))  # the resize works in float32: bound its memory
+        for chunk in (js[a:a + step] for a in range(0, len(js), step)):
+            batch = resize_to(torch.stack([images[j] for j in chunk]), resized_size(width, height, pre.resize), pre)
+            for j, crop in zip(chunk, F.center_crop(batch, [pre.crop, pre.crop])):
+                out[j] = crop
+    return out

@@ -5,8 +5,11 @@ Why it is shaped this way:
 * Batches never straddle a store shard and always start at a shard boundary, so every shard is computed from
   the same batches whether the job ran in one go, was killed and resumed, or was split across ranks: on a
   deterministic CPU the stores are bitwise identical.
-* Decoding, resizing and cropping run in DataLoader workers and hand over ``uint8`` tensors; normalization and
-  the network run on the device (inference mode, channels-last, bf16 autocast on CUDA).
+* Decoding, resizing and cropping run in DataLoader workers and hand over ``uint8`` tensors (JPEGs at a reduced
+  DCT scale, see :mod:`featurize.decode`); normalization and the network run on the device (inference mode,
+  channels-last, bf16 autocast on CUDA). With ``decode_mode="device"`` the workers only read JPEG bytes and the
+  device decodes and resizes them in batches, on a side stream while the previous batch's forward runs.
+* One DataLoader serves every split of a job: workers start once, not once per split.
 * A shard is written whole and marked done by the store only after its data is on disk (a background thread
   overlaps the write with the next shard's compute); a killed job loses at most the shards in flight.
 * An image that cannot be decoded stops the job with its file name, unless ``skip_bad``: then its row is
@@ -29,6 +32,7 @@ from tqdm.auto import tqdm
 import stores
 from backbones import Backbone, load_backbone
 
+from . import decode
 from .datasets import ImageSplit, dataset_splits, open_split
 
 FEATURE_DTYPES = ("float16", "float32")
@@ -72,20 +76,110 @@ def worker_context():
     return ctx
 
 
-class _DecodedRows(Dataset):
-    """Row ``i`` -> ``(i, uint8 image tensor, error text)``; runs in DataLoader workers."""
+class _Rows(Dataset):
+    """``(split index, row)`` -> ``(split index, row, kind, payload)``; runs in DataLoader workers.
 
-    def __init__(self, source: ImageSplit, transform, crop: int):
-        self.source, self.transform, self.crop = source, transform, crop
+    ``kind`` is ``"image"`` (payload: the ``uint8 (3, crop, crop)`` tensor), ``"jpeg"`` (payload: the file's bytes
+    as a ``uint8`` tensor and its ``(width, height)``, left to the device; ``decode="device"`` only) or
+    ``"error"`` (payload: the decoder's message).  Sources without file bytes (arrays) decode through ``read``.
+    """
+
+    def __init__(self, sources: list[ImageSplit], transform, pre, mode: str):
+        self.sources, self.transform, self.pre, self.mode = sources, transform, pre, mode
 
     def __len__(self) -> int:
-        return len(self.source)
+        return sum(len(s) for s in self.sources)
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, key):
+        k, i = key
+        source = self.sources[k]
         try:
-            return i, self.transform(self.source.read(i)), ""
+            raw = getattr(source.images, "raw", None)
+            if self.mode == "full" or raw is None:
+                return k, i, "image", self.transform(source.read(i))
+            data = raw(i)
+            if self.mode == "device":
+                size = decode.device_jpeg_size(data)
+                if size is not None:
+                    return k, i, "jpeg", (torch.frombuffer(bytearray(data), dtype=torch.uint8), size)
+            return k, i, "image", self.transform(decode.open_rgb(data, self.pre))
         except Exception as e:  # noqa: BLE001 - any decoder failure is reported with the file name
-            return i, torch.zeros(3, self.crop, self.crop, dtype=torch.uint8), f"{type(e).__name__}: {e}"
+            return k, i, "error", f"{type(e).__name__}: {e}"
+
+
+class _Batch:
+    """One batch as the workers hand it over: decoded images stacked, JPEG bytes for the device in one buffer.
+
+    ``keys[p] = (split index, row)`` for batch position ``p``; ``images[j]`` is position ``cpu_pos[j]``; the JPEG
+    of position ``jpeg_pos[j]`` is ``buffer[offsets[j]:offsets[j + 1]]`` of size ``sizes[j]``; ``errors`` maps
+    positions to messages.
+    """
+
+    def __init__(self, items, crop: int):
+        self.keys = [(k, i) for k, i, _, _ in items]
+        self.cpu_pos, images, self.jpeg_pos, jpegs, self.sizes, self.errors = [], [], [], [], [], {}
+        for p, (_, _, kind, payload) in enumerate(items):
+            if kind == "image":
+                self.cpu_pos.append(p)
+                images.append(payload)
+            elif kind == "jpeg":
+                self.jpeg_pos.append(p)
+                jpegs.append(payload[0])
+                self.sizes.append(payload[1])
+            else:
+                self.errors[p] = payload
+        self.images = torch.stack(images) if images else torch.empty((0, 3, crop, crop), dtype=torch.uint8)
+        self.offsets = np.cumsum([0] + [len(j) for j in jpegs]).tolist()
+        self.buffer = torch.cat(jpegs) if jpegs else torch.empty(0, dtype=torch.uint8)
+
+    def jpegs(self) -> list[torch.Tensor]:
+        return [self.buffer[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:])]
+
+    def pin_memory(self) -> "_Batch":
+        self.images = self.images.pin_memory()
+        return self
+
+
+class _Collate:
+    def __init__(self, crop: int):
+        self.crop = crop
+
+    def __call__(self, items) -> _Batch:
+        return _Batch(items, self.crop)
+
+
+def _stage(batch: _Batch, device: torch.device, pre, transform, stream) -> tuple[torch.Tensor, dict, object]:
+    """The batch as one ``uint8 (B, 3, crop, crop)`` tensor on ``device``: the workers' images copied, the JPEGs
+    decoded there (:func:`decode.decode_batch`), those the device refused decoded by PIL here.  On CUDA the work
+    is queued on ``stream`` (beside the previous batch's forward); returns ``(images, errors, event)``, ``event``
+    marking the end of that work (None off CUDA)."""
+    errors = dict(batch.errors)
+    n = len(batch.keys)
+    if device.type == "cpu" and len(batch.cpu_pos) == n:
+        return batch.images, errors, None
+    with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+        if len(batch.cpu_pos) == n:
+            x = batch.images.to(device, non_blocking=True)
+        else:
+            x = torch.zeros((n, 3, pre.crop, pre.crop), dtype=torch.uint8, device=device)
+            if batch.cpu_pos:
+                x[batch.cpu_pos] = batch.images.to(device, non_blocking=True)
+            if batch.jpeg_pos:
+                jpegs = batch.jpegs()
+                done, crops = [], []
+                for p, data, crop in zip(batch.jpeg_pos, jpegs, decode.decode_batch(jpegs, batch.sizes, pre, device)):
+                    if crop is None:  # the device decoder refused it: PIL decodes it or names the fault
+                        try:
+                            crop = transform(decode.open_rgb(data.numpy().tobytes(), pre)).to(device)
+                        except Exception as e:  # noqa: BLE001
+                            errors[p] = f"{type(e).__name__}: {e}"
+                            continue
+                    done.append(p)
+                    crops.append(crop)
+                if done:
+                    x[done] = torch.stack(crops)
+        event = stream.record_event() if stream is not None else None
+    return x, errors, event
 
 
 def shard_batches(bounds: list[tuple[int, int]], batch_size: int) -> list[list[int]]:
@@ -128,17 +222,141 @@ def default_out(backbone: str, head: str, dataset: str) -> str:
     return os.path.join("features", f"{backbone}_{head}_{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}.zarr")
 
 
-def _forward(model: torch.nn.Module, images: torch.Tensor, device: torch.device) -> np.ndarray:
+def _forward(model: torch.nn.Module, images: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """The batch's features, left on ``device``: on CUDA the forward is only queued when this returns."""
     images = images.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
     with torch.inference_mode(), autocast:
-        return model(images).float().cpu().numpy()
+        return model(images)
+
+
+class _SplitJob:
+    """One split's share of the job: its store writer, this writer's pending shards, and the shard being filled."""
+
+    def __init__(self, bb: Backbone, source: ImageSplit, out, *, assignment: ShardAssignment, device: torch.device,
+                 dtype: str, shard_rows: int | None, skip_bad: bool, root_attrs: dict | None, progress: bool):
+        self.bb, self.source, self.skip_bad, self.progress = bb, source, skip_bad, progress
+        attrs = {"dataset": source.dataset, "split": source.split, "source": source.attrs, "n_examples": len(source),
+                 "skip_bad": bool(skip_bad), "device_type": device.type,
+                 "autocast": "bfloat16" if device.type == "cuda" else None}
+        self.writer = stores.create_split(out, source.split, n_rows=len(source), dim=bb.dim, dtype=dtype,
+                                          shard_rows=shard_rows, attrs=attrs, root_attrs=root_attrs,
+                                          writer_id=assignment.writer_id)
+        pending = set(self.writer.pending())
+        self.mine = [s for s in self.writer.shards_for(assignment.rank, assignment.world) if s in pending]
+        self.bounds = [self.writer.shard_bounds(s) for s in self.mine]
+        self.summary = {"split": source.split, "rows": sum(b - a for a, b in self.bounds), "shards": len(self.mine),
+                        "skipped": [], "seconds": 0.0}
+        self.t0, self.bar, self.in_flight, self.finished = None, None, [], False
+        self.shards = iter(zip(self.mine, self.bounds))
+
+    def start(self, t0: float) -> None:
+        """Begin filling shards; ``t0`` is when this split's work began (the job's start for the first split)."""
+        self.t0 = t0
+        self.bar = tqdm(total=self.summary["rows"], unit="img", dynamic_ncols=True, smoothing=0.1,
+                        desc=f"{self.bb.config.name}/{self.bb.head} {self.source.dataset}:{self.source.split}",
+                        disable=not self.progress)
+        self._next_shard()
+
+    def _next_shard(self) -> None:
+        nxt = next(self.shards, None)
+        if nxt is not None:
+            self.shard, (self.start_row, self.stop_row) = nxt
+            self.feats = np.empty((self.stop_row - self.start_row, self.bb.dim), dtype=np.float32)
+            self.valid = np.ones(self.stop_row - self.start_row, dtype=bool)
+
+    def add(self, rows: np.ndarray, feats: np.ndarray, errors: dict, pool: ThreadPoolExecutor) -> None:
+        """Rows ``rows`` (consecutive, inside the current shard) and their features; ``errors[p]`` for position
+        ``p`` of ``rows`` stops the job, or with ``skip_bad`` records the row as skipped."""
+        start, source = self.start_row, self.source
+        self.feats[rows[0] - start:rows[-1] + 1 - start] = feats
+        for p, err in sorted(errors.items()):
+            row = int(rows[p])
+            if not self.skip_bad:
+                raise CorruptImageError(f"cannot decode {source.describe(row)}: {err}. "
+                                        "Fix or remove it, or pass --skip-bad to record it as skipped")
+            self.valid[row - start] = False
+            self.feats[row - start] = 0.0
+            self.summary["skipped"].append(source.ids[row])
+        self.bar.update(len(rows))
+        if rows[-1] + 1 == self.stop_row:  # shard complete: hand it to the writer thread
+            self.in_flight.append(pool.submit(self.writer.write_shard, self.shard, self.feats,
+                                              source.labels[start:self.stop_row],
+                                              np.asarray(source.ids[start:self.stop_row]), self.valid))
+            while len(self.in_flight) > 1:
+                self.in_flight.pop(0).result()
+            self._next_shard()
+
+    def finish(self) -> dict:
+        for f in self.in_flight:
+            f.result()
+        if self.bar is not None:
+            self.bar.close()
+            self.summary["seconds"] = time.perf_counter() - self.t0
+        self.summary["complete"] = self.writer.finalize()
+        self.finished = True
+        return self.summary
+
+
+def extract_splits(bb: Backbone, sources: list[ImageSplit], out, *, assignment: ShardAssignment = ShardAssignment(),
+                   device: torch.device = torch.device("cpu"), dtype: str = "float16", batch_size: int = 256,
+                   num_workers: int = 0, shard_rows: int | None = None, skip_bad: bool = False,
+                   decode_mode: str = "auto", root_attrs: dict | None = None, progress: bool = True) -> list[dict]:
+    """Fill this writer's pending shards of every split in ``sources``, in order; one summary per split.
+
+    One DataLoader serves every split, so decoding workers start once per job and decode the next split's first
+    batches while the last one's finish. Parameters are those of :func:`extract_split`.
+    """
+    mode = decode.resolve_mode(decode_mode, device)
+    jobs = [_SplitJob(bb, src, out, assignment=assignment, device=device, dtype=dtype, shard_rows=shard_rows,
+                      skip_bad=skip_bad, root_attrs=root_attrs, progress=progress) for src in sources]
+    keys = [[(k, i) for i in rows] for k, job in enumerate(jobs) for rows in shard_batches(job.bounds, batch_size)]
+    pre = bb.config.preprocessing
+    if keys:
+        loader = DataLoader(_Rows(sources, bb.transform, pre, mode), batch_sampler=keys, collate_fn=_Collate(pre.crop),
+                            num_workers=num_workers, pin_memory=device.type == "cuda",
+                            prefetch_factor=4 if num_workers else None,
+                            multiprocessing_context=worker_context() if num_workers else None)
+        began = [time.perf_counter()]  # when the split now starting began: the job's start, then each split's end
+        stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer") as pool:
+            def launch(batch, staged):
+                images, errors, event = staged
+                if event is not None:  # the forward waits for this batch's copy/decode on the side stream
+                    torch.cuda.current_stream(device).wait_event(event)
+                    images.record_stream(torch.cuda.current_stream(device))
+                return batch.keys, _forward(bb.model, images, device), errors
+
+            def finish(keys, feats, errors):
+                k = keys[0][0]  # a batch never straddles a shard, so never a split
+                for job in jobs[:k]:
+                    if not job.finished:
+                        job.finish()
+                        began[0] = time.perf_counter()
+                if jobs[k].t0 is None:
+                    jobs[k].start(began[0])
+                jobs[k].add(np.asarray([i for _, i in keys]), feats.float().cpu().numpy(), errors, pool)
+
+            queued = None
+            for batch in loader:
+                # on CUDA: batch n is copied/decoded on the side stream while batch n-1's forward, queued before,
+                # runs; then n-1's features are fetched (the wait) and n's forward is queued
+                staged = _stage(batch, device, pre, bb.transform, stream)
+                if queued is not None:
+                    finish(*queued)
+                queued = launch(batch, staged)
+                if stream is None:  # off CUDA everything above ran synchronously: no batch is held back
+                    finish(*queued)
+                    queued = None
+            if queued is not None:
+                finish(*queued)
+    return [job.summary if job.finished else job.finish() for job in jobs]
 
 
 def extract_split(bb: Backbone, source: ImageSplit, out, *, assignment: ShardAssignment = ShardAssignment(),
                   device: torch.device = torch.device("cpu"), dtype: str = "float16", batch_size: int = 256,
                   num_workers: int = 0, shard_rows: int | None = None, skip_bad: bool = False,
-                  root_attrs: dict | None = None, progress: bool = True) -> dict:
+                  decode_mode: str = "auto", root_attrs: dict | None = None, progress: bool = True) -> dict:
     """Fill this writer's pending shards of one split; returns a summary.
 
     Parameters
@@ -151,72 +369,24 @@ def extract_split(bb: Backbone, source: ImageSplit, out, *, assignment: ShardAss
         This process writes shards ``i`` with ``i % world == rank``.
     dtype : {"float16", "float32"}
         Stored feature dtype.
+    decode_mode : {"auto", "draft", "full", "device"}
+        How images are decoded (:data:`featurize.decode.DECODE_MODES`).
 
     Returns
     -------
     dict with ``split``, ``rows`` (computed now), ``shards`` (written now), ``skipped`` (ids), ``seconds``,
     ``complete`` (every shard of the split done, by any writer).
     """
-    attrs = {"dataset": source.dataset, "split": source.split, "source": source.attrs, "n_examples": len(source),
-             "skip_bad": bool(skip_bad), "device_type": device.type,
-             "autocast": "bfloat16" if device.type == "cuda" else None}
-    writer = stores.create_split(out, source.split, n_rows=len(source), dim=bb.dim, dtype=dtype,
-                                 shard_rows=shard_rows, attrs=attrs, root_attrs=root_attrs,
-                                 writer_id=assignment.writer_id)
-    pending = set(writer.pending())
-    mine = [s for s in writer.shards_for(assignment.rank, assignment.world) if s in pending]
-    bounds = [writer.shard_bounds(s) for s in mine]
-    n_rows = sum(stop - start for start, stop in bounds)
-    summary = {"split": source.split, "rows": n_rows, "shards": len(mine), "skipped": [], "seconds": 0.0}
-    t0 = time.perf_counter()
-    if mine:
-        crop = bb.config.preprocessing.crop
-        loader = DataLoader(_DecodedRows(source, bb.transform, crop), batch_sampler=shard_batches(bounds, batch_size),
-                            num_workers=num_workers, pin_memory=device.type == "cuda",
-                            prefetch_factor=4 if num_workers else None,
-                            multiprocessing_context=worker_context() if num_workers else None)
-        bar = tqdm(total=n_rows, unit="img", desc=f"{bb.config.name}/{bb.head} {source.dataset}:{source.split}",
-                   disable=not progress, dynamic_ncols=True, smoothing=0.1)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer") as pool:
-            in_flight = []
-            shard_iter = iter(zip(mine, bounds))
-            shard, (start, stop) = next(shard_iter)
-            feats = np.empty((stop - start, bb.dim), dtype=np.float32)
-            valid = np.ones(stop - start, dtype=bool)
-            for rows, images, errors in loader:
-                rows = rows.numpy()
-                feats[rows[0] - start:rows[-1] + 1 - start] = _forward(bb.model, images, device)
-                for row, err in zip(rows, errors):
-                    if err:
-                        if not skip_bad:
-                            raise CorruptImageError(f"cannot decode {source.describe(int(row))}: {err}. "
-                                                    "Fix or remove it, or pass --skip-bad to record it as skipped")
-                        valid[row - start] = False
-                        feats[row - start] = 0.0
-                        summary["skipped"].append(source.ids[int(row)])
-                bar.update(len(rows))
-                if rows[-1] + 1 == stop:  # shard complete: hand it to the writer thread
-                    in_flight.append(pool.submit(writer.write_shard, shard, feats, source.labels[start:stop],
-                                                 np.asarray(source.ids[start:stop]), valid))
-                    while len(in_flight) > 1:
-                        in_flight.pop(0).result()
-                    nxt = next(shard_iter, None)
-                    if nxt is not None:
-                        shard, (start, stop) = nxt
-                        feats = np.empty((stop - start, bb.dim), dtype=np.float32)
-                        valid = np.ones(stop - start, dtype=bool)
-            for f in in_flight:
-                f.result()
-        bar.close()
-    summary["seconds"] = time.perf_counter() - t0
-    summary["complete"] = writer.finalize()
-    return summary
+    return extract_splits(bb, [source], out, assignment=assignment, device=device, dtype=dtype,
+                          batch_size=batch_size, num_workers=num_workers, shard_rows=shard_rows, skip_bad=skip_bad,
+                          decode_mode=decode_mode, root_attrs=root_attrs, progress=progress)[0]
 
 
 def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None, head: str | None = None,
             data_dir=None, weights=None, batch_size: int = 256, num_workers: int | None = None,
             device: str | None = "auto", dtype: str = "float16", shard: str | None = None,
-            shard_rows: int | None = None, skip_bad: bool = False, progress: bool = True) -> dict:
+            shard_rows: int | None = None, skip_bad: bool = False, decode_mode: str = "auto",
+            progress: bool = True) -> dict:
     """Featurize ``dataset`` with ``backbone`` into the feature store ``out``; what ``featurize`` runs.
 
     Parameters
@@ -247,6 +417,10 @@ def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None
         Rows per store shard (unit of resume); default chosen by the store (~16 MiB).
     skip_bad : bool
         Record undecodable images as skipped rows instead of stopping.
+    decode_mode : {"auto", "draft", "full", "device"}
+        ``draft``: JPEGs decoded by PIL at the smallest DCT scale covering the resize target; ``full``: whole
+        images; ``device``: baseline JPEGs decoded and resized in batches on ``device`` (nvJPEG on CUDA), others by
+        PIL; ``auto``: ``device`` on CUDA, else ``draft``. Recorded in the store (``decode``).
 
     Returns
     -------
@@ -263,13 +437,16 @@ def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None
     sources = [open_split(dataset, s, data_dir) for s in splits]  # fail on bad data before loading a model
     bb = load_backbone(backbone, head=head, weights=weights)
     out = out or default_out(bb.config.name, bb.head, dataset)
-    root_attrs = {**bb.provenance(), "dataset": sources[0].dataset, "classes": sources[0].classes}
+    mode = decode.resolve_mode(decode_mode, dev)
+    # the decode path is provenance: draft, device and full decoding give slightly different features, which
+    # one store must not mix (a resume with another path is refused like one with another backbone)
+    root_attrs = {**bb.provenance(), "dataset": sources[0].dataset, "classes": sources[0].classes, "decode": mode}
     for src in sources:  # every split's layout and the store's provenance checked before anything is written
         stores.check_split(out, src.split, n_rows=len(src), dim=bb.dim, dtype=dtype, shard_rows=shard_rows,
                            root_attrs=root_attrs)
     bb.model.to(dev, memory_format=torch.channels_last)
     workers = min(8, os.cpu_count() or 1) if num_workers is None else num_workers
-    summaries = [extract_split(bb, src, out, assignment=assignment, device=dev, dtype=dtype, batch_size=batch_size,
-                               num_workers=workers, shard_rows=shard_rows, skip_bad=skip_bad,
-                               root_attrs=root_attrs, progress=progress) for src in sources]
+    summaries = extract_splits(bb, sources, out, assignment=assignment, device=dev, dtype=dtype,
+                               batch_size=batch_size, num_workers=workers, shard_rows=shard_rows, skip_bad=skip_bad,
+                               decode_mode=mode, root_attrs=root_attrs, progress=progress)
     return {"out": str(out), "splits": summaries}

@@ -11,42 +11,40 @@ A plan is public by construction: it depends on the parameters and on N, d, k on
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from types import SimpleNamespace
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping
 
 import jax.numpy as jnp
 import numpy as np
 from dp_accounting import dp_event as _ev
 
-from . import accounting, preprocess, radius, releases, scaling, sensitivity
+from . import accounting, preprocess, releases, scaling, sensitivity
 from .defaults import (ADAM1_BIAS_INIT, ADAM_LR, CURVATURE_FLATNESS, CURVATURE_GAIN, CURVATURE_SHARE,
                        DEFAULT_CENTER_SHARE, DEFAULT_EPSILON, DEFAULT_SCALE_SHARE, DEFAULT_STEPS, LOGIT_NOISE,
                        MAX_STEPS, METHODS, PARAMS, RADIUS_SHARE, RECENTER_SHARE)
 from .releases import Release
+from .releases.base import planned_sigma
 
 __all__ = ["Plan", "Static", "make_plan", "default_learning_rate", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS",
            "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "RADIUS_SHARE",
            "RECENTER_SHARE", "ADAM_LR", "stability_caps", "learning_rates"]
 
 
-class Static(NamedTuple):
-    """What a compiled fit specializes on (hashable): shapes come from the arrays, and ε, σ, the learning rate and
-    the key are arguments, so one program serves an ε grid or CV folds.  ``chain``: ``(release, σ/σ_ref)`` of each
-    release, a fixed ratio to the plan's reference σ (:attr:`Plan.reference_sigma`), the same at every ε."""
+#: The training settings a compiled fit specializes on (with the chain's σ ratios: :class:`Static`).
+STATIC_SETTINGS = ("method", "steps", "sample_rate", "clip", "normalize", "loss", "bias_init", "fit_intercept",
+                   "optimizer", "momentum")
 
-    method: str
-    steps: int
-    sample_rate: float
-    clip: float
-    normalize: bool
-    loss: str
-    bias_init: float
-    fit_intercept: bool
-    optimizer: str
-    momentum: float
-    chain: tuple
+
+class Static(collections.namedtuple("Static", (*STATIC_SETTINGS, "chain"))):
+    """What a compiled fit specializes on (hashable): the plan's :data:`STATIC_SETTINGS`, and ``chain``: each
+    release's ``(release, σ/σ_ref)``, a fixed ratio to the plan's reference σ (:attr:`Plan.reference_sigma`), the
+    same at every ε.  Shapes come from the arrays, and ε, σ, the learning rate and the key are arguments, so one
+    program serves an ε grid or CV folds."""
+
+    __slots__ = ()
 
     def release(self, name: str):
         """``(release, ratio)`` of the chain's release ``name``, or None where it is not made."""
@@ -229,9 +227,8 @@ class Plan:
         by (so no number changes): the float64 ratio moves in its last bits from one ε to the next, which would
         otherwise compile a new program per ε."""
         ref = self.reference_sigma
-        return Static(self.method, self.steps, self.sample_rate, self.clip, self.normalize, self.loss,
-                      self.bias_init, self.fit_intercept, self.optimizer, self.momentum,
-                      tuple((r, float(np.float32(s / ref))) for r, s in self.chain))
+        return Static(*(getattr(self, name) for name in STATIC_SETTINGS),
+                      chain=tuple((r, float(np.float32(s / ref))) for r, s in self.chain))
 
     def learning_rates_after(self, curvature) -> tuple[float, float]:
         """(W's, b's) learning rate the fit ran with, given its released curvature bound (None: not released)."""
@@ -258,7 +255,7 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
       the scaling stage of :mod:`privlin.scaling` (``scale_share`` = 15% of μ², for ``sgd``/``minibatch``;
       ``adam1`` stays the one-pass method of Mehta et al.): per-dimension moments, and whitening where it can
       resolve two or more directions; a release that cannot be told from its own noise is not made and its
-      share goes to training.  With the scaling stage, where the release can find it (:func:`_radius_pays`), a
+      share goes to training.  With the scaling stage, where the release can find it (:meth:`privlin.releases.Radius.pays`), a
       typical row norm (``radial``; :data:`RADIUS_SHARE`) and each row's log-norm as one more coordinate.
     * ``recenter``: with the scaling stage, where the centering's expected error is ≥ a tenth of the row norm
       (:func:`privlin.preprocess.recenter_rounds`), two re-centering rounds before it (:data:`RECENTER_SHARE`).
@@ -352,8 +349,9 @@ def _choose_releases(s) -> dict:
     if s.scale and epsilon is not None:
         radial = p["radial"]
         if radial is None:
-            radial = _radius_pays(float(epsilon), s.delta, n, s.relation)
-        stage = _scale_releases(float(epsilon), s.delta, s.scale_share, n, s.dim + int(radial), s.relation)
+            radial = releases.RADIUS.pays(float(epsilon), s.delta, n, s.relation)
+        stage = releases.scaling_stage(float(epsilon), s.delta, s.scale_share, n, s.dim + int(radial),
+                                       s.relation)
         if radial and "scale" in stage:
             shares["radius"], s.mdim = RADIUS_SHARE, s.dim + 1
         elif p["radial"]:
@@ -368,7 +366,7 @@ def _choose_releases(s) -> dict:
                          "made in secure_mode")
     if recenter is None:
         recenter = ("scale" in shares and not s.secure and not math.isinf(epsilon)
-                    and preprocess.recenter_rounds(_release_sigma(s.center_share, accounting.gdp_mu_for(
+                    and preprocess.recenter_rounds(planned_sigma(s.center_share, accounting.gdp_mu_for(
                         float(epsilon), s.delta), s.relation), n, s.mdim, s.clip) > 0)
     if recenter:
         shares["recenter"] = RECENTER_SHARE
@@ -438,41 +436,12 @@ def _build(s, shares, sigma, sig) -> Plan:
     return plan
 
 
-def _scale_releases(epsilon, delta, share, n, dim, relation) -> dict:
-    """The scaling stage's releases and their shares of μ²: ``{"scale": s/2, "whiten": s/2}``, ``{"scale": s}``
-    (whitening cannot resolve two directions, or costs too much) or ``{}`` (not even the moments can).
-
-    Decided before calibration from the GDP view of the budget (a release with share s of μ² has multiplier
-    1/(√s·μ), sensitivity doubled under ``replace_one``): public facts only, the same for every accountant.
-    """
-    if math.isinf(epsilon):
-        return {"scale": share / 2, "whiten": share / 2} if scaling.whitening_resolves(n, dim, 0.0) else {"scale": share}
-    mu = accounting.gdp_mu_for(epsilon, delta)
-
-    def sigma_of(s):
-        return _release_sigma(s, mu, relation)
-
-    if scaling.whitening_resolves(n, dim, sigma_of(share / 2)) and scaling.moments_resolve(n, dim, sigma_of(share / 2)):
-        return {"scale": share / 2, "whiten": share / 2}
-    if scaling.moments_resolve(n, dim, sigma_of(share)):
-        return {"scale": share}
-    return {}
-
-
-def _radius_pays(epsilon, delta, n, relation) -> bool:
-    """Whether to buy the row-norm release (:data:`RADIUS_SHARE` of μ²): where it can find a typical norm
-    (:func:`privlin.radius.resolves`; decided, like :func:`_scale_releases`, from the GDP view of the budget)."""
-    if math.isinf(epsilon):
-        return True
-    return radius.resolves(n, _release_sigma(RADIUS_SHARE, accounting.gdp_mu_for(epsilon, delta), relation))
-
-
 def _curvature_pays(epsilon, delta, shares, n, dim, *, steps, q, momentum, clip, fit_intercept, relation) -> bool:
     """Whether to buy the curvature release (:data:`CURVATURE_SHARE` of μ²): its pass is affordable (the bounds of
     whitening), the noise term is at least :data:`~privlin.defaults.CURVATURE_GAIN` × the stability cap (so a
     flatter curvature could lift the rate by that much), and the release can show a curvature at least
-    :data:`~privlin.defaults.CURVATURE_FLATNESS` × below the worst case.  Decided, like :func:`_scale_releases`, from
-    the GDP view of the budget before calibration: public facts only (BENCHMARKS.md, "curvature")."""
+    :data:`~privlin.defaults.CURVATURE_FLATNESS` × below the worst case.  Decided, like :func:`privlin.releases.scaling_stage`,
+    from the GDP view of the budget before calibration: public facts only (BENCHMARKS.md, "curvature")."""
     if not scaling.second_moment_affordable(n, dim):
         return False
     if math.isinf(epsilon):
@@ -481,19 +450,13 @@ def _curvature_pays(epsilon, delta, shares, n, dim, *, steps, q, momentum, clip,
     rest = 1.0 - sum(shares.values()) - CURVATURE_SHARE
     if rest <= 0:
         return False
-    sigma = _release_sigma(rest, mu, relation) * q * math.sqrt(steps)  # T steps sharing the rest of μ²
+    sigma = planned_sigma(rest, mu, relation) * q * math.sqrt(steps)  # T steps sharing the rest of μ²
     noise_rate = _noise_rate(sigma, q * n, steps=steps, momentum=momentum, clip=clip)
     if noise_rate < CURVATURE_GAIN * _joint_cap(momentum, clip, fit_intercept):
         return False
-    std = _release_sigma(CURVATURE_SHARE, mu, relation) * scaling.curvature_sensitivity(n, dim)
+    std = planned_sigma(CURVATURE_SHARE, mu, relation) * scaling.curvature_sensitivity(n, dim)
     flattest = float(scaling.curvature_bound(n / dim, n, dim, std))  # the bound if the rows were isotropic
     return CURVATURE_FLATNESS * flattest < 1.0
-
-
-def _release_sigma(share, mu, relation) -> float:
-    """σ of a Gaussian release spending ``share`` of the GDP budget μ² (1/σ² = share·μ², sensitivity doubled under
-    ``replace_one``): the view in which the plan decides which releases to make."""
-    return accounting.sensitivity_factor(relation) / (math.sqrt(share) * mu)
 
 
 def _calibrate(epsilon, delta, *, steps, q, shares, accountant, relation) -> tuple[float, dict]:

@@ -11,13 +11,13 @@ from __future__ import annotations
 from .base import Facts, Release
 from .center import Centering
 from .curvature import CURVATURE, Curvature
-from .moments import MOMENTS, Moments
+from .moments import MOMENTS, Moments, scaling_stage
 from .radius import RADIUS, Radius
 from .recenter import Recentering
 from .whiten import WHITEN, Whitening
 
 __all__ = ["Release", "Facts", "Radius", "Recentering", "Centering", "Moments", "Whitening", "Curvature", "RADIUS",
-           "MOMENTS", "WHITEN", "CURVATURE", "ORDER", "ADDED", "BUILT_IN"]
+           "MOMENTS", "WHITEN", "CURVATURE", "ORDER", "ADDED", "BUILT_IN", "scaling_stage"]
 
 #: The built-in releases' names in the order they run.
 ORDER = ("radius", "recenter", "center", "scale", "whiten", "curvature")

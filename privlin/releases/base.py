@@ -8,9 +8,18 @@ and derives the event, the ε, the secure-mode table, the ledger entry and the r
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar
 
-__all__ = ["Release", "Facts"]
+from .. import accounting
+
+__all__ = ["Release", "Facts", "planned_sigma"]
+
+
+def planned_sigma(share: float, mu: float, relation) -> float:
+    """σ of a Gaussian release spending ``share`` of the GDP budget μ² (1/σ² = share·μ², sensitivity doubled under
+    ``replace_one``): the view in which the plan decides, before calibration, which releases to make."""
+    return accounting.sensitivity_factor(relation) / (math.sqrt(share) * mu)
 
 
 @dataclasses.dataclass(frozen=True)

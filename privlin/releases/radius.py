@@ -3,11 +3,14 @@ coordinate is measured.  One row moves one count by 1: sensitivity 1."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax.numpy as jnp
 
+from .. import accounting
 from .. import radius as _radius
-from .base import Release
+from ..defaults import RADIUS_SHARE
+from .base import Release, planned_sigma
 
 __all__ = ["Radius", "RADIUS"]
 
@@ -31,6 +34,13 @@ class Radius(Release):
 
     def note(self, plan, sigma, value):
         return None if value is None else f"radial coordinate around the released row norm 2^{float(value):g}"
+
+    def pays(self, epsilon: float, delta: float, n: int, relation) -> bool:
+        """Whether to buy the release (:data:`~privlin.defaults.RADIUS_SHARE` of μ²): where it can find a typical
+        norm (:func:`privlin.radius.resolves`), in the GDP view of the budget before calibration."""
+        if math.isinf(epsilon):
+            return True
+        return _radius.resolves(n, planned_sigma(RADIUS_SHARE, accounting.gdp_mu_for(epsilon, delta), relation))
 
 
 RADIUS = Radius()

@@ -1,0 +1,298 @@
+"""The decode paths of a featurize job (featurize.decode): JPEG draft mode on the CPU, batched decoding on the
+job's device (torchvision's decoder on the CPU here, nvJPEG where CUDA exists), the PIL fallback, one worker pool
+per job.
+
+Tolerances (draft or device decoding against a full PIL decode, same resize and crop), stated here and measured in
+BENCHMARKS.md: on photo-like 1024x768 JPEGs the cropped uint8 pixels differ by at most 1.5 grey levels on average
+(draft: a DCT-domain block average instead of a bicubic filter over full-size pixels); shipped vip_toy features of
+digits rendered as 128 px JPEGs differ by a relative L2 under 1 %, and a standardized logistic probe on all
+digits (a slow test) keeps its accuracy within 1 point and >= 98 % of its test predictions. The device path
+(torchvision's decoder, torch's resize) stays within 1 % relative L2 of full-decode features on the CPU; nvJPEG's
+crops within 3 grey levels on average of the CPU's (a loose bound: not yet measured on a GPU).
+"""
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import backbones
+import stores
+from backbones.preprocessing import geometry_transform
+from backbones.registry import Preprocessing
+from featurize import CorruptImageError, decode, extract, job, open_split
+
+TOY = Preprocessing(resize=32, crop=32, interpolation="bicubic")
+BASE = Preprocessing(resize=256, crop=224, interpolation="bicubic")  # vip_base / MAE geometry
+
+
+def photo(width, height, seed=0):
+    """A photo-like image: smooth colour field, hard-edged rectangles, mild sensor noise."""
+    rng = np.random.default_rng(seed)
+    field = Image.fromarray(rng.integers(0, 256, (max(height // 64, 2), max(width // 64, 2), 3), dtype=np.uint8))
+    px = np.asarray(field.resize((width, height), Image.BICUBIC)).astype(np.float64)
+    for _ in range(12):
+        x0, y0 = rng.integers(0, width - 8), rng.integers(0, height - 8)
+        px[y0:y0 + rng.integers(4, height // 3), x0:x0 + rng.integers(4, width // 3)] = rng.integers(0, 256, 3)
+    px += rng.normal(0, 6, px.shape)
+    return Image.fromarray(np.clip(px, 0, 255).astype(np.uint8))
+
+
+def jpeg_bytes(image, **kw) -> bytes:
+    b = io.BytesIO()
+    image.save(b, "JPEG", quality=90, **kw)
+    return b.getvalue()
+
+
+def crop_of(data, pre, draft):
+    return geometry_transform(pre)(decode.open_rgb(data, pre, draft=draft))
+
+
+def test_resized_size_is_torchvision_resize():
+    for (w, h) in [(1024, 768), (768, 1024), (500, 375), (1001, 751), (33, 32), (40, 36), (300, 300)]:
+        for resize in (32, 224, 256):
+            got = geometry_transform(Preprocessing(resize=resize, crop=8)).transforms[0](Image.new("RGB", (w, h)))
+            assert decode.resized_size(w, h, resize) == got.size
+
+
+def test_draft_decodes_at_the_smallest_covering_scale_within_tolerance_of_full():
+    data = [jpeg_bytes(photo(1024, 768, seed), progressive=seed == 2) for seed in range(3)]
+    for pre, scaled in ((TOY, (128, 96)), (BASE, (512, 384))):  # 1/8 covers 43x32; 1/2 covers 341x256
+        for d in data:
+            image, original, box = decode.decode_draft(d, pre.resize)
+            assert original == (1024, 768) and image.size == scaled and image.mode == "RGB"
+            full, draft = crop_of(d, pre, False), crop_of(d, pre, True)
+            assert draft.shape == full.shape == (3, pre.crop, pre.crop) and draft.dtype == torch.uint8
+            diff = (draft.float() - full.float()).abs()
+            assert 0 < diff.mean() <= 1.5, diff.mean()  # different pixels (the draft was taken), within tolerance
+            assert diff.max() <= 40
+    # sizes that are no multiple of 8: the last reduced pixel is part of a block; the resize takes the box
+    for w, h in ((1001, 751), (500, 375)):
+        d = jpeg_bytes(photo(w, h, seed=5))
+        image, _, box = decode.decode_draft(d, TOY.resize)
+        assert image.size == (-(-w // 8), -(-h // 8)) and box == (0, 0, w / 8, h / 8)
+        assert (crop_of(d, TOY, True).float() - crop_of(d, TOY, False).float()).abs().mean() <= 1.5
+    # ImageNet-size 500x375 to 256: no DCT scale covers 341x256, the draft path is the full decode, bitwise
+    d = jpeg_bytes(photo(500, 375))
+    assert decode.decode_draft(d, 256)[0].size == (500, 375)
+    assert torch.equal(crop_of(d, BASE, True), crop_of(d, BASE, False))
+
+
+def test_full_path_is_the_backbones_transform_bitwise(tmp_path):
+    """``open_rgb(draft=False)`` and a reduced-then-resized image both go through the backbone's own transform; a
+    full decode gives exactly what the job gave before draft mode existed (PIL open, to_rgb, transform)."""
+    path = tmp_path / "a.jpg"
+    photo(640, 480).save(path, quality=90)
+    old = geometry_transform(TOY)(decode.to_rgb(Image.open(path)))
+    assert torch.equal(crop_of(path.read_bytes(), TOY, False), old)
+
+
+def digits_as_jpegs(root, split, n, side=128):
+    """The first ``n`` rows of the embedded digits split as ``side`` px JPEGs in an ImageFolder tree."""
+    src = open_split("digits", split)
+    for i in range(n):
+        d = root / split / str(src.labels[i])
+        d.mkdir(parents=True, exist_ok=True)
+        src.read(i).resize((side, side), Image.BICUBIC).save(d / f"{i:04d}.jpg", quality=90)
+
+
+def digits_features(root, n_train, n_test, monkeypatch):
+    """vip_toy ``cls`` features of digits rendered as 128 px JPEGs, by the job in ``full`` and ``draft`` mode; the
+    sizes draft mode decoded at (recorded by a pass-through wrapper of :func:`decode.decode_draft`)."""
+    digits_as_jpegs(root / "jpg", "train", n_train)
+    digits_as_jpegs(root / "jpg", "test", n_test)
+    decoded = []
+    real = decode.decode_draft
+    monkeypatch.setattr(decode, "decode_draft", lambda d, r: decoded.append(real(d, r)[0].size) or real(d, r))
+    feats = {}
+    for mode in ("full", "draft"):
+        out = root / f"{mode}.zarr"
+        extract("vip_toy", f"imagefolder:{root / 'jpg'}", out=out, head="cls", dtype="float32",
+                num_workers=0, decode_mode=mode, progress=False)
+        st = stores.open(out)
+        assert st.attrs["decode"] == mode
+        for split in ("train", "test"):
+            feats[mode, split], feats["y", split] = st[split].to_numpy()
+    return feats, decoded
+
+
+def test_job_draft_mode_on_embedded_digits_is_taken_and_within_tolerance(tmp_path, monkeypatch):
+    feats, decoded = digits_features(tmp_path, 100, 60, monkeypatch)
+    assert len(decoded) == 160 and set(decoded) == {(32, 32)}  # draft mode taken: 128 px decoded at 1/4, only there
+    a, b = feats["full", "test"], feats["draft", "test"]
+    rel = np.linalg.norm(a - b, axis=1) / np.linalg.norm(a, axis=1)
+    assert 0 < rel.max() < 0.01, rel.max()  # measured: max 0.3 %
+
+
+@pytest.mark.slow
+def test_draft_mode_leaves_a_probe_on_all_digits_unchanged(tmp_path, monkeypatch):
+    """All 1797 digits (1437 train / 360 test); measured: standardized logistic probe 95.8 % both ways, 99.2 %
+    of test predictions the same."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    feats, _ = digits_features(tmp_path, 1437, 360, monkeypatch)
+    accuracy = {}
+    for mode in ("full", "draft"):
+        probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=3000))
+        probe.fit(feats[mode, "train"], feats["y", "train"])
+        accuracy[mode] = probe.score(feats[mode, "test"], feats["y", "test"])
+        if mode == "full":
+            same = np.mean(probe.predict(feats["draft", "test"]) == probe.predict(feats["full", "test"]))
+    assert accuracy["full"] > 0.9 and abs(accuracy["draft"] - accuracy["full"]) <= 0.01, accuracy
+    assert same >= 0.98, same
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+    """JPEGs (large, small, grey, progressive), a PNG, a CMYK JPEG, a bit-flipped JPEG and a truncated one."""
+    root = tmp_path_factory.mktemp("mixed")
+    a, b = root / "a", root / "b"
+    a.mkdir()
+    b.mkdir()
+    for i in range(6):
+        photo(320 + 40 * i, 240, seed=i).save(a / f"{i}.jpg", quality=90)
+    photo(36, 40, seed=9).save(a / "small.jpg", quality=90)
+    photo(200, 150, seed=7).convert("L").save(a / "grey.jpg", quality=90)
+    photo(240, 180, seed=12).save(a / "progressive.jpg", quality=90, progressive=True)
+    photo(200, 150, seed=8).save(b / "p.png")
+    photo(200, 150, seed=10).convert("CMYK").save(b / "cmyk.jpg", quality=90)
+    good = jpeg_bytes(photo(200, 150, seed=11))
+    flipped = bytearray(good)
+    for k in range(400, 420):
+        flipped[k] ^= 0x55
+    (b / "flipped.jpg").write_bytes(bytes(flipped))
+    (b / "truncated.jpg").write_bytes(good[:len(good) // 2])
+    return root
+
+
+def toy(head="cls"):
+    return backbones.load_backbone("vip_toy", head=head)
+
+
+def test_device_path_on_the_cpu_decodes_jpegs_there_and_sends_the_rest_to_pil(mixed, tmp_path, monkeypatch):
+    bb = toy()
+    source = open_split(f"imagefolder:{mixed}", "train")
+    ids = list(source.ids)
+    on_device = []
+    real = decode.decode_batch
+    monkeypatch.setattr(decode, "decode_batch", lambda j, s, p, dev: on_device.extend(s) or real(j, s, p, dev))
+    with pytest.raises(CorruptImageError, match="flipped.jpg"):
+        job.extract_split(bb, source, tmp_path / "err.zarr", num_workers=0, decode_mode="device", progress=False)
+    on_device.clear()
+    res = {m: job.extract_split(bb, source, tmp_path / f"{m}.zarr", num_workers=0, dtype="float32", skip_bad=True,
+                                decode_mode=m, progress=False) for m in ("device", "draft", "full")}
+    # the device took the 8 baseline JPEGs PIL reads as RGB/L with an end marker (not CMYK, not progressive, not
+    # the truncated one)
+    assert sorted(on_device) == sorted([(320 + 40 * i, 240) for i in range(6)] + [(36, 40), (200, 150), (200, 150)])
+    for m in res:
+        assert sorted(res[m]["skipped"]) == ["b/flipped.jpg", "b/truncated.jpg"]
+    X = {m: stores.open(tmp_path / f"{m}.zarr")["train"] for m in res}
+    valid = X["device"].valid_mask()
+    assert [ids[i] for i in np.flatnonzero(~valid)] == ["b/flipped.jpg", "b/truncated.jpg"]
+    F = {m: X[m].features[:] for m in X}
+    pil_rows = [ids.index("b/p.png"), ids.index("b/cmyk.jpg"), ids.index("a/progressive.jpg")]
+    np.testing.assert_array_equal(F["device"][pil_rows], F["draft"][pil_rows])  # PIL decoded them, draft path
+    jpeg_rows = [i for i in range(len(ids)) if valid[i] and i not in pil_rows]
+    rel = np.linalg.norm(F["device"][jpeg_rows] - F["full"][jpeg_rows], axis=1) / np.linalg.norm(
+        F["full"][jpeg_rows], axis=1)
+    assert rel.max() < 0.01, rel  # libjpeg-turbo decode, torch's antialiased bicubic vs PIL's: within tolerance
+    assert (F["device"][~valid] == 0).all()
+
+
+def test_a_jpeg_the_device_refuses_is_decoded_by_pil(mixed, tmp_path, monkeypatch):
+    """The device decoder's refusal (one image of a batch; nvJPEG refuses what libjpeg-turbo takes, e.g. some
+    progressive or odd-sampled files) is stood in for by dropping its result: PIL then decodes that row."""
+    bb = toy()
+    source = open_split(f"imagefolder:{mixed}", "train")
+    real = decode.decode_batch
+    monkeypatch.setattr(decode, "decode_batch", lambda j, s, p, dev: [None] + real(j, s, p, dev)[1:])
+    job.extract_split(bb, source, tmp_path / "dev.zarr", num_workers=0, dtype="float32", skip_bad=True,
+                      batch_size=64, decode_mode="device", progress=False)
+    monkeypatch.setattr(decode, "decode_batch", real)
+    job.extract_split(bb, source, tmp_path / "draft.zarr", num_workers=0, dtype="float32", skip_bad=True,
+                      batch_size=64, decode_mode="draft", progress=False)
+    first = 0  # the first JPEG of the only batch is row 0 ("a/0.jpg")
+    assert source.ids[first] == "a/0.jpg"
+    dev = stores.open(tmp_path / "dev.zarr")["train"].features[:]
+    draft = stores.open(tmp_path / "draft.zarr")["train"].features[:]
+    np.testing.assert_array_equal(dev[first], draft[first])
+    assert not np.array_equal(dev[1], draft[1])  # the others did come from the device decoder
+
+
+def test_decode_batch_bounds_its_resize_memory_without_changing_pixels(monkeypatch):
+    datas = [jpeg_bytes(photo(320, 240, seed)) for seed in range(5)] + [jpeg_bytes(photo(240, 320, 5))]
+    jpegs = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas]
+    sizes = [decode.device_jpeg_size(d) for d in datas]
+    whole = decode.decode_batch(jpegs, sizes, TOY, torch.device("cpu"))
+    monkeypatch.setattr(decode, "RESIZE_PIXELS", 320 * 240 * 2)  # chunks of two same-size images
+    chunked = decode.decode_batch(jpegs, sizes, TOY, torch.device("cpu"))
+    assert all(a.shape == (3, 32, 32) and torch.equal(a, b) for a, b in zip(whole, chunked))
+    assert (whole[-1].float() - crop_of(datas[-1], TOY, False).float()).abs().mean() <= 1.5
+
+
+def test_one_worker_pool_serves_every_split(tmp_path, monkeypatch):
+    digits_as_jpegs(tmp_path / "jpg", "train", 40, side=64)
+    digits_as_jpegs(tmp_path / "jpg", "test", 24, side=64)
+    made = []
+
+    class Counting(job.DataLoader):
+        def __init__(self, *a, **kw):
+            made.append(kw["num_workers"])
+            super().__init__(*a, **kw)
+
+    monkeypatch.setattr(job, "DataLoader", Counting)
+    res = extract("vip_toy", f"imagefolder:{tmp_path / 'jpg'}", out=tmp_path / "two.zarr", batch_size=16,
+                  num_workers=1, shard_rows=16, progress=False)
+    assert made == [1]
+    assert [(s["split"], s["rows"], s["complete"]) for s in res["splits"]] == [("train", 40, True), ("test", 24, True)]
+    single = {}
+    for split in ("train", "test"):  # the same rows as each split featurized alone
+        bb = toy()
+        bb.model.to(memory_format=torch.channels_last)  # as extract() puts it
+        job.extract_split(bb, open_split(f"imagefolder:{tmp_path / 'jpg'}", split), tmp_path / f"{split}.zarr",
+                          batch_size=16, shard_rows=16, progress=False)
+        single[split] = stores.open(tmp_path / f"{split}.zarr")[split].features[:]
+        np.testing.assert_array_equal(stores.open(tmp_path / "two.zarr")[split].features[:], single[split])
+
+
+def test_resuming_with_another_decode_path_is_refused(tmp_path):
+    digits_as_jpegs(tmp_path / "jpg", "train", 8, side=64)
+    from featurize.__main__ import main
+    kw = dict(out=tmp_path / "s.zarr", num_workers=0, progress=False)
+    cli = ["--backbone", "vip_toy", "--dataset", f"imagefolder:{tmp_path / 'jpg'}", "--out", str(kw["out"]),
+           "--num-workers", "0", "--no-progress", "--decode"]
+    assert main(cli + ["draft"]) == 0 and stores.open(kw["out"]).attrs["decode"] == "draft"
+    with pytest.raises(ValueError, match="decode: store has \"draft\", this job \"full\""):
+        extract("vip_toy", f"imagefolder:{tmp_path / 'jpg'}", decode_mode="full", **kw)
+    with pytest.raises(ValueError, match="--decode must be one of"):
+        extract("vip_toy", f"imagefolder:{tmp_path / 'jpg'}", decode_mode="gpu", **kw)
+    with pytest.raises(SystemExit):
+        main(cli + ["gpu"])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (nvJPEG through torchvision)")
+def test_nvjpeg_batch_matches_the_cpu_decode_within_tolerance(mixed, tmp_path):
+    datas = [(mixed / "a" / f"{i}.jpg").read_bytes() for i in range(6)]
+    sizes = [decode.device_jpeg_size(d) for d in datas]
+    jpegs = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas]
+    got = decode.decode_batch(jpegs, sizes, BASE, torch.device("cuda"))
+    for d, g in zip(datas, got):
+        assert g.is_cuda and g.shape == (3, 224, 224)
+        # nvJPEG's IDCT and chroma upsampling differ from libjpeg-turbo's: a looser bound than draft's, not yet
+        # measured on a GPU here (BENCHMARKS.md)
+        assert (g.cpu().float() - crop_of(d, BASE, False).float()).abs().mean() <= 3.0
+    bb = toy()
+    bb.model.cuda()
+    source = open_split(f"imagefolder:{mixed}", "train")
+    res = job.extract_split(bb, source, tmp_path / "gpu.zarr", device=torch.device("cuda"), num_workers=2,
+                            skip_bad=True, decode_mode="device", progress=False)
+    assert sorted(res["skipped"]) == ["b/flipped.jpg", "b/truncated.jpg"]
+
+
+def test_cli_decode_choices_are_the_decode_modes():
+    import featurize.__main__ as cli
+    from featurize.decode import DECODE_MODES
+
+    assert cli.DECODE_CHOICES == DECODE_MODES
