@@ -133,14 +133,13 @@ def part_first(repeat: int) -> str:
 # ----------------------------------------------------------------------------- part "sweep": in this process
 
 def part_sweep(n: int, d: int, repeat: int) -> str:
-    import statistics
     import warnings
 
     import jax
     import numpy as np
 
     import privlin
-    from bench_sweep import make_store
+    from bench_sweep import make_store, timed  # timed: the median after a warm-up that compiles
     from privlin import data, runner
     from privlin.plan import make_plan
     from privlin.sweep import sweep
@@ -161,21 +160,12 @@ def part_sweep(n: int, d: int, repeat: int) -> str:
         def __getattr__(self, name):
             return getattr(real, name)
 
-    def timed(fn):
-        fn()  # warm-up: compiles every program
-        out = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t)
-        return statistics.median(out)
-
     with tempfile.TemporaryDirectory() as tmp:
         st = make_store(os.path.join(tmp, "s.zarr"), n, d, k)
         one = timed(lambda: privlin.fit(st, epsilon=1.0, method="adam1", classes=classes, random_state=0,
-                                        progress=False))
+                                        progress=False), repeat)
         many = timed(lambda: sweep(st, epsilon=EPS10, method="adam1", classes=classes, eval_split=None,
-                                   random_state=0, progress=False))
+                                   random_state=0, progress=False), repeat)
         runner._train_many = Counted()
         try:
             privlin.fit(st, epsilon=1.0, method="adam1", classes=classes, random_state=0, progress=False)
