@@ -2,14 +2,14 @@
 
 A fit's compiled programs depend only on what must be static (bucketed shapes, the method, which releases are
 made: :meth:`privlin.plan.Plan.static`); JAX can keep them on disk, so only the first fit of a form on a machine
-pays XLA's compile (seconds on a 2-core CPU) and later processes load it (BENCHMARKS.md, "First fit").
+pays XLA's compile and later processes load it (BENCHMARKS.md, "First fit, refit, grid search").
 
 :func:`enable` turns the cache on once, before privlin's first compile (:func:`privlin.runner.run` calls it):
 
 * in ``$XDG_CACHE_HOME/privlin/jax`` (else ``~/.cache/privlin/jax``), caching every program however small or
-  quick to compile (privlin's are many and small: each costs ~0.1-1 s to compile and ~10 ms to load);
-* never where the user configured JAX's cache: a ``jax_compilation_cache_dir`` already set (``JAX_COMPILATION_CACHE_DIR``
-  or ``jax.config.update``) is left alone, with its thresholds;
+  quick to compile (JAX's defaults skip those under a second, and a fit is many small programs);
+* never where the user configured JAX's cache: a ``jax_compilation_cache_dir`` already set
+  (``JAX_COMPILATION_CACHE_DIR`` or ``jax.config.update``) is left alone, with its thresholds;
 * off with ``PRIVLIN_COMPILATION_CACHE=0`` (or ``false``/``off``/``no``).
 
 What the cache holds is compiled code, keyed by the program: privlin passes rows, keys, σ's and released values as
