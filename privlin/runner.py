@@ -263,7 +263,8 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
             continue
         groups.setdefault(p.static(), []).append(i)
     if groups:
-        X, labels, mask = rows.load()
+        with progress.stage(f"reading {source.n} rows into memory", verbose):
+            X, labels, mask = rows.load()
         spare = max(0, memory_limit - in_memory_bytes(source, len(classes)))
         for static, idx in groups.items():
             per_plan = X.size * 4 if static.centered else 0  # a centered plan holds its own centered copy
