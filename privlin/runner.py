@@ -241,6 +241,8 @@ def run(plans: Sequence[Plan], source: Source, keys: Sequence, classes: np.ndarr
     memory_limit : int
         Bytes of float32 rows (per plan group, counting the centered copies of a vmapped group) kept in memory;
         above it the rows are streamed.
+    verbose : bool
+        Show each stage that runs more than a few seconds (:mod:`privlin.progress`).
     """
     compilation.enable()  # JAX's persistent compilation cache, once (privlin.compilation)
     with sensitivity.x64():
