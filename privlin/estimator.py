@@ -116,7 +116,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         Bytes the in-memory path may hold (the rows as read on host and device, their float32 and preprocessed
         copies, the labels: :func:`privlin.runner.in_memory_bytes`); larger inputs are streamed every pass.
     verbose : bool, default=False
-        Progress bars.
+        Show progress on stages that run more than a few seconds (:mod:`privlin.progress`; ``privlin.fit`` turns
+        it on by default).
     budget : (float, float) or None, default=None
         Cap ``(ε, δ)`` on the total spent on the data's ledger: set (or lowered) in the ledger, which then
         refuses any mechanism past it before reading a row (``PrivacyBudgetExceeded``).
@@ -392,7 +393,8 @@ def _refused_fit_params(fit_params: dict) -> str:
 
 # ----------------------------------------------------------------------------- privlin.fit / privlin.evaluate
 
-def fit(data_, epsilon=DEFAULT_EPSILON, *, split: str = "train", eps=None, **params) -> DPLinearClassifier:
+def fit(data_, epsilon=DEFAULT_EPSILON, *, split: str = "train", eps=None, progress: bool = True,
+        **params) -> DPLinearClassifier:
     """Fit a :class:`DPLinearClassifier` on a store split (streamed, bounded memory) or on ``(X, y)`` arrays.
 
     Parameters
@@ -402,6 +404,9 @@ def fit(data_, epsilon=DEFAULT_EPSILON, *, split: str = "train", eps=None, **par
         ε of the whole fit (the estimator's keyword and default; ``eps=`` is an alias that replaces it).
     split : str, default="train"
         Split to fit on when ``data_`` is a store or a path.
+    progress : bool, default=True
+        Show progress on stages that run more than a few seconds (stderr: compiling, passes over the store,
+        steps; :mod:`privlin.progress`); the estimator's ``verbose``, which overrides it where given.
     **params
         Any :class:`DPLinearClassifier` parameter (``classes=``, ``method=``, ``budget=``, ...).
 
@@ -410,6 +415,7 @@ def fit(data_, epsilon=DEFAULT_EPSILON, *, split: str = "train", eps=None, **par
     DPLinearClassifier
         Fitted; ``model.privacy_`` holds the guarantee.
     """
+    params.setdefault("verbose", bool(progress))
     model = DPLinearClassifier(epsilon=epsilon if eps is None else eps, **params)
     if isinstance(data_, tuple) and len(data_) == 2:
         return model.fit(*data_)

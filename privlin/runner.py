@@ -33,9 +33,8 @@ from typing import Iterator, NamedTuple, Optional, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
-from . import noise, preprocess, radius, scaling, secure_noise, sensitivity, train
+from . import compilation, noise, preprocess, progress, radius, scaling, secure_noise, sensitivity, train
 from .data import Source, label_index
 from .plan import Plan, Static, learning_rates
 
@@ -242,7 +241,10 @@ def run(plans: Sequence[Plan], source: Source, keys: Sequence, classes: np.ndarr
     memory_limit : int
         Bytes of float32 rows (per plan group, counting the centered copies of a vmapped group) kept in memory;
         above it the rows are streamed.
+    verbose : bool
+        Show each stage that runs more than a few seconds (:mod:`privlin.progress`).
     """
+    compilation.enable()  # JAX's persistent compilation cache, once (privlin.compilation)
     with sensitivity.x64():
         return _run(list(plans), source, keys, classes, block_rows, memory_limit, verbose)
 
@@ -263,16 +265,19 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
             continue
         groups.setdefault(p.static(), []).append(i)
     if groups:
-        X, labels, mask = rows.load()
+        with progress.stage(f"reading {source.n} rows into memory", verbose):
+            X, labels, mask = rows.load()
         spare = max(0, memory_limit - in_memory_bytes(source, len(classes)))
         for static, idx in groups.items():
             per_plan = X.size * 4 if static.centered else 0  # a centered plan holds its own centered copy
             chunk = max(1, int(spare // per_plan)) if per_plan else len(idx)
             for a in range(0, len(idx), chunk):
                 sel = idx[a:a + chunk]
-                got = _train_many(static, X, labels, mask, float(source.n), jnp.stack([keys[i] for i in sel]),
-                                  *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in _dynamic(plans)),
-                                  k=len(classes))
+                program = (static, X.shape, str(X.dtype), len(sel), len(classes))  # what _train_many compiles for
+                with progress.stage(progress.in_memory(program, sel, len(plans), X.shape[0]), verbose):
+                    got = jax.block_until_ready(_train_many(
+                        static, X, labels, mask, float(source.n), jnp.stack([keys[i] for i in sel]),
+                        *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in _dynamic(plans)), k=len(classes)))
                 for j, i in enumerate(sel):
                     out[i] = Released(*(None if v is None else jax.tree.map(lambda a: a[j], v) for v in got))
     rest = [i for i in range(len(plans)) if out[i] is None]
@@ -410,8 +415,7 @@ class _Rows:
                 yield _pad(X, idx, mask, to), m
 
         position = 0
-        for host, m in tqdm(_read_ahead(padded()), desc=desc, disable=not self.verbose or desc is None,
-                            leave=False):
+        for host, m in progress.bar(_read_ahead(padded()), desc, self.verbose, leave=False):
             block, to = _put_rows(*host), host[0].shape[0]
             if locked:  # the copy is an asynchronous DMA from the buffer the reader will reuse: let it finish
                 jax.block_until_ready(block)
@@ -796,7 +800,7 @@ def _stream_steps(rows: _Rows, p: Plan, key, mean, scl=None, curv=None, log_scal
     opt = train.make_optimizer(p.optimizer, lr, momentum=p.momentum)
     state = train.init_state(p.model_dim, p.n_classes, opt, p.bias_init)
     denom = q * p.n  # public: expected (q<1) or exact (q=1) batch size
-    for step_key in tqdm(noise.split(key, p.steps), desc=f"{p.method} steps", disable=not rows.verbose):
+    for step_key in progress.bar(noise.split(key, p.steps), f"{p.method} steps", rows.verbose):
         # full batch: the step key is the noise key, exactly as in train.fit_full_batch
         k_sample, k_noise = noise.split(step_key) if q < 1.0 else (None, step_key)
         g = train.LinearParams(jnp.zeros((p.model_dim, p.n_classes), jnp.float64),

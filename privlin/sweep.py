@@ -33,6 +33,7 @@ from dp_accounting import dp_event as _ev
 
 from . import accounting, data, noise, runner, workflow
 from . import evaluation as _evaluation
+from . import progress as _progress
 from .defaults import DEFAULT_EPSILON
 from .estimator import DPLinearClassifier
 from .report import PrivacyLeakWarning
@@ -196,7 +197,7 @@ def correct_counts(result: SweepResult, source: data.Source, block_rows: int = 6
 
 def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None = None, split: str = "train",
           eval_data=None, eval_split: str | None = "test", eval_public: bool = False, random_state=None,
-          budget=None, ledger=None, return_keys: bool = False, progress: bool = False, eps=None,
+          budget=None, ledger=None, return_keys: bool = False, progress: bool = True, eps=None,
           **grid) -> SweepResult:
     """Train every setting of a grid privately, sharing data passes, and evaluate each.
 
@@ -223,8 +224,9 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
         As for :class:`DPLinearClassifier`: the composition of every setting is charged before any row is read.
     return_keys : bool
         Return each setting's key in :attr:`SweepResult.keys` (then the records say ``seeded``).
-    progress : bool
-        Progress bars over the data passes.
+    progress : bool, default=True
+        Show progress on stages that run more than a few seconds (stderr: compiling, settings done, passes over
+        the store, evaluation; :mod:`privlin.progress`).
     **grid
         :class:`DPLinearClassifier` parameters, each a scalar or a list (Cartesian product): ``method``,
         ``learning_rate``, ``steps``, ``clip``, ``center``, ``classes``, ...
@@ -301,7 +303,8 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
                "eval_split": None, "eval_charge": None, "params": dict(s), "plan": p, "report": f.report}
         result.records.append(rec)
     if evaluation is not None:
-        acc = correct_counts(result, evaluation) / evaluation.n_valid  # a skipped test image has no prediction
+        with _progress.stage(f"evaluating {len(result.records)} settings on {evaluation.n} rows", progress):
+            acc = correct_counts(result, evaluation) / evaluation.n_valid  # a skipped test image has no prediction
         for i, rec in enumerate(result.records):
             rec["accuracy"], rec["eval_split"], rec["eval_charge"] = float(acc[i]), (eval_split or "eval"), eval_charge
     return result

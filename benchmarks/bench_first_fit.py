@@ -1,0 +1,249 @@
+"""Benchmark (issue 37.1, 37.5): how long a user waits for a first fit, a refit, a grid search; what a sweep costs.
+
+    .venv/bin/python benchmarks/bench_first_fit.py                 # both parts, writes the two results sections
+    .venv/bin/python benchmarks/bench_first_fit.py --part first     # breast_cancer rows only
+
+Part ``first`` (benchmarks/results/privlin.md, section ``bench_first_fit``): breast_cancer (569 × 30), each row in
+a fresh subprocess whose persistent compilation cache (:mod:`privlin.compilation`) is a new empty directory
+(cold) or the one the cold process filled (warm); every time is against the same process's scikit-learn
+``LogisticRegression().fit`` (the unit). Rows: ``import privlin`` + JAX; the first ``DPLinearClassifier`` fit; a
+refit at another ε that makes the same releases (2 → 4) and one that makes another (2 → 1: ε=1 adds a
+re-centering, another program); ``PrivateGridSearchCV`` over 2 ε × 2 methods × 3 folds (+ the refit); and where a
+warm first fit's time goes (JAX's monitoring: tracing, lowering, loading the executable).
+
+Part ``sweep`` (benchmarks/results/sweep.md, section ``bench_first_fit_sweep``): a 10-ε ``adam1`` sweep vs one
+``adam1`` fit, both with the default preprocessing, on a synthetic float16 store (``--n`` × ``--d``, k=10; smaller
+than issue 37's 120 000 × 512 so it runs in a minute or two on a shared 2-core box), compiled programs warmed
+first; and the split of the sweep's cost: how many compiled fit programs the 10 plans need (their ``static()``
+forms) and how many vmapped calls run (``memory_limit`` decides how many centered copies fit at once).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, ROOT)
+
+EPS10 = [0.25, 0.5, 1, 2, 3, 4, 6, 8, 12, 16]
+
+# ----------------------------------------------------------------------------- part "first": in a fresh process
+
+CHILD = r"""
+import json, sys, time, warnings
+warnings.simplefilter("ignore")
+t = time.perf_counter()
+import numpy as np
+from sklearn.datasets import load_breast_cancer
+from sklearn.linear_model import LogisticRegression
+X, y = load_breast_cancer(return_X_y=True)
+LogisticRegression().fit(X, y)  # sklearn's own first-call costs out of the unit (its defaults, as users run it)
+units = []
+for _ in range(7):
+    t0 = time.perf_counter(); LogisticRegression().fit(X, y); units.append(time.perf_counter() - t0)
+unit = min(units)  # the fastest of 7: the least disturbed by other jobs on a shared box
+t0 = time.perf_counter()
+import jax
+from privlin import DPLinearClassifier
+from privlin.model_selection import PrivateGridSearchCV
+out = {"unit": unit, "import": time.perf_counter() - t0}
+durs, fit_program = {}, {}
+def listen(ev, s, **kw):
+    durs[ev] = durs.get(ev, 0) + s
+    if "_train_many" in str(kw.get("fun_name", "")):  # the fit program itself
+        fit_program[ev] = fit_program.get(ev, 0) + s
+jax.monitoring.register_event_duration_secs_listener(listen)
+def fit(eps):
+    t0 = time.perf_counter(); DPLinearClassifier(epsilon=eps, classes=[0, 1]).fit(X, y); return time.perf_counter() - t0
+out["first"] = fit(2.0)
+out["split"], out["fit_program"] = dict(durs), dict(fit_program)
+out["refit_same"] = fit(4.0)
+out["refit_other"] = fit(1.0)
+t0 = time.perf_counter()
+PrivateGridSearchCV(DPLinearClassifier(classes=[0, 1]), {"epsilon": [1.0, 2.0], "method": ["adam1", "sgd"]},
+                    cv=3).fit(X, y)
+out["grid"] = time.perf_counter() - t0
+print(json.dumps(out))
+"""
+
+
+def child_env(cache_home: str) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE", "PRIVLIN_COMPILATION", "XLA_FLAGS"))}
+    env.update(XDG_CACHE_HOME=cache_home, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+    return env
+
+
+def run_child(cache_home: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD], env=child_env(cache_home), capture_output=True, text=True,
+                         cwd=ROOT, check=False)
+    if out.returncode:
+        raise SystemExit(out.stderr[-3000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def part_first(repeat: int) -> str:
+    runs = []
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory() as home:
+            runs.append((run_child(home), run_child(home)))  # cold (empty cache), then warm (the cache it filled)
+    med = lambda f: sorted(f(r) for r in runs)[len(runs) // 2]  # noqa: E731
+    rows = []
+
+    def row(what, cold_of, warm_of, goal):
+        c, w = med(cold_of), med(warm_of)
+        uc, uw = med(lambda r: r[0]["unit"]), med(lambda r: r[1]["unit"])
+        x = lambda r: f"{r:.0f}" if r >= 100 else f"{r:.3g}"  # noqa: E731
+        rows.append(f"| {what} | {c:.2f} s ({x(c / uc)}×) | {w:.2f} s ({x(w / uw)}×) | {goal} |")
+
+    row("`import privlin` + JAX (`from privlin import DPLinearClassifier`)", lambda r: r[0]["import"],
+        lambda r: r[1]["import"], "–")
+    row("first `DPLinearClassifier(epsilon=2).fit` in the process", lambda r: r[0]["first"], lambda r: r[1]["first"],
+        "≤ 3 s cold, ≤ 1 s warm")
+    row("refit at ε=4 (same releases: the same program)", lambda r: r[0]["refit_same"],
+        lambda r: r[1]["refit_same"], "≤ 0.3 s")
+    row("refit at ε=1 (adds a re-centering: another program)", lambda r: r[0]["refit_other"],
+        lambda r: r[1]["refit_other"], "≤ 0.3 s")
+    row("`PrivateGridSearchCV`, 2 ε × 2 methods × 3 folds + refit", lambda r: r[0]["grid"], lambda r: r[1]["grid"],
+        "–")
+    unit_c, unit_w = med(lambda r: r[0]["unit"]), med(lambda r: r[1]["unit"])
+    split = runs[len(runs) // 2][1]["split"]
+    part = {k.rsplit("/", 1)[-1]: v for k, v in split.items()}
+    prog = {k.rsplit("/", 1)[-1]: v for k, v in runs[len(runs) // 2][1]["fit_program"].items()}
+    cold_prog = {k.rsplit("/", 1)[-1]: v for k, v in runs[len(runs) // 2][0]["fit_program"].items()}
+    first_c = med(lambda r: r[0]["first"])
+    first_w = med(lambda r: r[1]["first"])
+    traced = part.get("jaxpr_trace_duration", 0.0) + part.get("jaxpr_to_mlir_module_duration", 0.0)
+    loaded = part.get("cache_retrieval_time_sec", 0.0)
+    compiled = part.get("backend_compile_duration", 0.0) - loaded
+    header = (f"### First fit, refit, grid search (breast_cancer 569 × 30; fresh processes; "
+              f"`python benchmarks/bench_first_fit.py --part first`; {_machine()}; {_when()})\n\n"
+              f"{'One cold/warm pair' if repeat == 1 else f'Median of {repeat} cold/warm pairs'}. In parentheses: "
+              f"× the same process's scikit-learn `LogisticRegression().fit`, the fastest of 7 (cold "
+              f"{unit_c * 1e3:.0f} ms, warm {unit_w * 1e3:.0f} ms). Cold: an empty persistent compilation cache; "
+              f"warm: a second process on the cache the first filled.\n\n"
+              "| what | cold cache | warm cache | goal (issue 37) |\n|---|---:|---:|---|")
+    notes = (f"\nWhere the warm first fit's {first_w:.2f} s goes (JAX monitoring, one warm process): tracing and "
+             f"lowering the programs to find their cache keys {traced:.2f} s, loading the compiled executables "
+             f"{loaded:.2f} s, compiling what was not cached {max(0.0, compiled):.2f} s; the rest "
+             f"({max(0.0, first_w - traced - loaded - max(0.0, compiled)):.2f} s) is planning, accounting and the "
+             f"run itself. The fit program (`runner._train_many`) alone: tracing "
+             f"{prog.get('jaxpr_trace_duration', 0.0):.2f} s, lowering "
+             f"{prog.get('jaxpr_to_mlir_module_duration', 0.0):.2f} s, loading "
+             f"{prog.get('backend_compile_duration', 0.0):.2f} s; its tracing and lowering are what a warm process "
+             "could skip (a program serialized once per static form, e.g. with `jax.export`: not tried). Cold, XLA "
+             f"compiling that one program takes {cold_prog.get('backend_compile_duration', 0.0):.2f} s of the "
+             f"{first_c:.2f} s: the ≤ 3 s goal is about its size (one program holds every release's sums, noise and "
+             "the training loop).")
+    return header + "\n" + "\n".join(rows) + "\n" + notes
+
+
+# ----------------------------------------------------------------------------- part "sweep": in this process
+
+def part_sweep(n: int, d: int, repeat: int) -> str:
+    import warnings
+
+    import jax
+    import numpy as np
+
+    import privlin
+    from bench_sweep import make_store, timed  # timed: the median after a warm-up that compiles
+    from privlin import data, runner
+    from privlin.plan import make_plan
+    from privlin.sweep import sweep
+
+    warnings.simplefilter("ignore")
+    k = 10
+    classes = np.arange(k)
+    calls = []
+    real = runner._train_many
+
+    class Counted:  # counts the vmapped in-memory calls and their settings (the fit program's calls)
+        def __call__(self, static, X, idx, mask, n, keys, *a, **kw):
+            t = time.perf_counter()
+            got = jax.block_until_ready(real(static, X, idx, mask, n, keys, *a, **kw))
+            calls.append((keys.shape[0], time.perf_counter() - t))
+            return got
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        st = make_store(os.path.join(tmp, "s.zarr"), n, d, k)
+        one = timed(lambda: privlin.fit(st, epsilon=1.0, method="adam1", classes=classes, random_state=0,
+                                        progress=False), repeat)
+        many = timed(lambda: sweep(st, epsilon=EPS10, method="adam1", classes=classes, eval_split=None,
+                                   random_state=0, progress=False), repeat)
+        runner._train_many = Counted()
+        try:
+            privlin.fit(st, epsilon=1.0, method="adam1", classes=classes, random_state=0, progress=False)
+            single, calls[:] = calls[0][1], []
+            t = time.perf_counter()
+            sweep(st, epsilon=EPS10, method="adam1", classes=classes, eval_split=None, random_state=0, progress=False)
+            counted = time.perf_counter() - t
+        finally:
+            runner._train_many = real
+        src_bytes = runner.in_memory_bytes(data.as_source(st, "train"), k)
+    forms = {make_plan({"epsilon": e, "method": "adam1"}, n=n, dim=d, n_classes=k).static() for e in EPS10}
+    names = sorted({" → ".join(repr(r) for r, _ in s.chain) for s in forms})
+    header = (f"### The curve at the price of one fit? (issue 37.5; `python benchmarks/bench_first_fit.py --part "
+              f"sweep`; {_machine()}; {_when()})\n\n"
+              "| benchmark | one fit | sweep | ratio | goal |\n|---|---:|---:|---:|---|")
+    row = (f"| adam1, default preprocessing: 10-ε sweep vs 1 fit, same store (n={n}, d={d}, k={k}, float16; "
+           f"median of {repeat} after a warm-up) | {one:.2f} s | {many:.2f} s | **{many / one:.2f}×** | ≤ 2× CPU |")
+    in_calls = sum(c[1] for c in calls)
+    split = (f"\nThe sweep's cost split (one more sweep, {counted:.2f} s, each vmapped call waited for): its 10 plans "
+             f"need {len(forms)} compiled fit programs (release chains: {'; '.join(names)}), run as {len(calls)} "
+             f"vmapped calls of {[c[0] for c in calls]} settings taking {[round(c[1], 2) for c in calls]} s "
+             f"({in_calls / 10:.2f} s a setting; the single fit's call takes {single:.2f} s of its {one:.2f} s); the "
+             f"rest, {counted - in_calls:.2f} s, is reading the store into memory, planning and accounting. The rows "
+             f"take {src_bytes / 2**20:.0f} MiB in memory and each centered setting holds its own float32 copy "
+             f"({n * d * 4 / 2**20:.0f} MiB) within the default `memory_limit` (1 GiB): a call holds few settings. "
+             "What is shared is the read and every sum of the rows as given (vmap leaves an unbatched sum unbatched: "
+             "the centering's first sum once per call); what is not is the rest of each setting's chain: its rows "
+             "are centered by its own noisy mean and then clipped to the row norm (a per-row nonlinear map), so its "
+             "second centering stage's offset sums and its class sums are passes over N × d of its own, exact "
+             "float64 sums each. While the default preprocessing is per setting, a setting costs "
+             f"{in_calls / 10 / one:.2f} of a fit here, and the ≤ 2× goal needs that part below a tenth of a fit.")
+    return header + "\n" + row + "\n" + split
+
+
+def _machine() -> str:
+    return f"{os.cpu_count()}-core CPU ({platform.machine()}), shared with other jobs (load {os.getloadavg()[0]:.1f})"
+
+
+def _when() -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime())
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--part", choices=["first", "sweep", "both"], default="both")
+    p.add_argument("--repeat", type=int, default=1, help="cold/warm process pairs (first); timed sweeps (sweep)")
+    p.add_argument("--n", type=int, default=60_000, help="store rows (sweep)")
+    p.add_argument("--d", type=int, default=512, help="store dimension (sweep)")
+    p.add_argument("--results", default=os.path.join(HERE, "results"))
+    args = p.parse_args(argv)
+    from _results import write_section
+
+    if args.part in ("first", "both"):
+        text = part_first(args.repeat)
+        print(text)
+        write_section(os.path.join(args.results, "privlin.md"), "bench_first_fit", text)
+    if args.part in ("sweep", "both"):
+        text = part_sweep(args.n, args.d, args.repeat)
+        print(text)
+        write_section(os.path.join(args.results, "sweep.md"), "bench_first_fit_sweep", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
