@@ -3,7 +3,7 @@
 ``privlin.fit`` and ``privlin.sweep`` show progress by default (``progress=False`` quiets them; the estimator's
 ``verbose`` is the same switch and stays off by default, as scikit-learn's are); nothing is shown for work done
 within :func:`after` seconds.  Stages without a bar of their own (compiling and fitting in memory, evaluating)
-are one line each through the command-line convention's :func:`stores.cli.status`; passes over a store and
+are one line each through the command-line convention's :func:`cliconv.status`; passes over a store and
 training steps are tqdm bars that appear once they have run as long.  Lines name stages, counts and times, never
 data values.
 
@@ -19,7 +19,7 @@ __all__ = ["AFTER_ENV", "after", "stage", "bar", "in_memory"]
 
 #: Environment variable: seconds a stage runs before it is shown.
 AFTER_ENV = "PRIVLIN_PROGRESS_AFTER"
-_AFTER = 2.0  # stores.cli.status's own default: the same "few seconds" as every command line
+_AFTER = 2.0  # cliconv.status's own default: the same "few seconds" as every command line
 _programs: set = set()  # the in-memory fit programs this process has run (compiled or loaded from the cache)
 
 
@@ -39,9 +39,9 @@ def stage(desc: str, enabled: bool):
     nothing when not ``enabled`` (the command-line convention is imported only then)."""
     if not enabled:
         return contextlib.nullcontext()
-    from stores import cli
+    import cliconv
 
-    return cli.status(f"privlin: {desc}", after=after())
+    return cliconv.status(f"privlin: {desc}", after=after())
 
 
 def bar(iterable, desc: str | None, enabled: bool, **kwargs):
