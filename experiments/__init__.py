@@ -11,17 +11,17 @@ import sys
 from typing import Callable
 
 import stores
-from stores import cli
+import cliconv as cli
 
 __all__ = ["USER_ERRORS", "entry_point"]
 
-#: What an experiment script reports as a one-line user mistake (``stores.cli.entry_point``): a missing or wrong
+#: What an experiment script reports as a one-line user mistake (``cliconv.entry_point``): a missing or wrong
 #: store or output path, a bad value.  A refused budget is one too (:func:`entry_point`).
 USER_ERRORS = (OSError, ValueError, stores.StoreError)
 
 
 def entry_point(prog: str) -> Callable:
-    """``stores.cli.entry_point(prog, USER_ERRORS)``, with a refused budget also printed as one line (exit 2).
+    """``cliconv.entry_point(prog, USER_ERRORS)``, with a refused budget also printed as one line (exit 2).
 
     ``privlin.ledger.PrivacyBudgetExceeded`` is matched through ``sys.modules`` when an exception arrives (it can
     only have been raised once that module is loaded), so that importing a script loads neither privlin nor JAX.

@@ -21,7 +21,7 @@ import math
 import os
 import sys
 
-from stores import cli
+import cliconv as cli
 
 from experiments import entry_point, results
 from experiments.spent import earlier_entries, spent_line

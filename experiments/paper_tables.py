@@ -13,7 +13,7 @@ __all__ = ["find_store", "build_hint", "eval_split_of", "open_checked", "compari
 def find_store(path: str | None, store_dir: str, backbone: str, head: str, dataset: str) -> str | None:
     """The store to use: ``path`` if given (it must exist), else featurize's default name under ``store_dir``
     (None if absent: the caller says how to build it)."""
-    from stores import cli
+    import cliconv as cli
 
     candidate = path or os.path.join(store_dir, f"{backbone}_{head}_{dataset}.zarr")
     if "://" in candidate or os.path.exists(candidate):
@@ -36,7 +36,7 @@ def build_hint(backbone: str, head: str, dataset: str, store_dir: str, *, note: 
 
 def eval_split_of(store) -> str:
     """'test' if the store has it, else 'val'/'validation' (ImageNet); a store with neither is a user error."""
-    from stores import cli
+    import cliconv as cli
 
     for name in ("test", "val", "validation"):
         if name in store.splits:
@@ -47,7 +47,7 @@ def eval_split_of(store) -> str:
 def open_checked(path: str):
     """The store at ``path`` with a 'train' split and an evaluation split, checked before anything is charged."""
     import stores
-    from stores import cli
+    import cliconv as cli
 
     st = stores.open(path)
     if "train" not in st.splits:

@@ -36,7 +36,7 @@ import os
 import sys
 import time
 
-from stores import cli
+import cliconv as cli
 
 from experiments import entry_point, results
 from experiments.spent import earlier_entries, spent_line

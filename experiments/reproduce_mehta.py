@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import sys
 
-from stores import cli
+import cliconv as cli
 
 from experiments import entry_point
 from experiments.paper_tables import add_common_arguments, reproduce

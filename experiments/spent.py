@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import sys
 
-from stores import cli
+import cliconv as cli
 
 __all__ = ["earlier_entries", "ledger_total", "spent_line"]
 

@@ -710,11 +710,6 @@ def _host_noise(p: Plan, name: str, value):
     return secure_noise.secure_gaussian_release(np.asarray(value, np.float64), std, sens, bound=bound)
 
 
-def secure_releases(p: Plan) -> dict:
-    """``{mechanism: (noise std, L2 sensitivity, public bound on every entry)}``: :meth:`Plan.secure_table`."""
-    return p.secure_table()
-
-
 def _scaling_in_memory(X, mask, n, key, mean, normalize, sigma_m, sigma_w, log_scale, dim):
     """The stage's releases on in-memory rows (traced inside :func:`train_rows`; 4096-row chunks); ``dim``: the
     model's inputs, as :func:`train_rows` derived them."""

@@ -128,7 +128,7 @@ def test_two_stage_centering_is_charged_as_it_runs_and_composes_to_one_release()
         return acc.compose(event).get_epsilon(1e-5)
 
     assert pld_eps(p.dp_event()) == pytest.approx(pld_eps(one), rel=2e-3)
-    # secure mode draws each release on the host from one table (runner.secure_releases): one stage there
+    # secure mode draws each release on the host from one table (Plan.secure_table): one stage there
     assert make_plan({"epsilon": 2.0, "delta": 1e-5, "secure_mode": True}, n=1000, dim=8, n_classes=3).center_stages == 1
 
 
