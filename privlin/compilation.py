@@ -16,14 +16,33 @@ What the cache holds is compiled code, keyed by the program: privlin passes rows
 arguments of its programs, never as constants folded into them, so no data value, key or noise is written there
 (``tests/test_compilation.py`` searches the cache for a fit's key and rows).  Like any JAX cache it is trusted
 code: keep it in a directory only you can write.
+
+:func:`call` goes one step further for the fit program (:func:`privlin.runner._train_many`): JAX finds a cached
+executable only after tracing and lowering the program to compute its key (0.7 s of a warm 1.3 s first fit on
+breast_cancer, most of it lowering), so privlin also keeps each compiled program whole, serialized, in
+``programs/`` inside the cache directory; a later process traces the program, names it, and loads it without
+lowering or compiling (BENCHMARKS.md, "First fit, refit, grid search").  A program's name is a hash of the program
+itself and of everything else its code depends on (:func:`program_key`: the jaxpr and its constants, the
+arguments' shapes and dtypes, jax/jaxlib versions, the backend, JAX's configuration including x64, ``XLA_FLAGS``,
+the compile options), so a change to privlin that changes a program never loads the old one; the file holds a
+checksum of its content, and a corrupt, truncated or foreign file is rebuilt (counted in :data:`STATS`), never
+trusted.  Files are written whole and renamed into place (concurrent processes writing one entry are safe).
+Small programs compile with XLA's quick options (:data:`QUICK_OPTIONS`, below
+:data:`privlin.defaults.QUICK_COMPILE_ELEMENTS`): compile time is what a first small fit waits for.
 """
 from __future__ import annotations
 
+import collections
+import hashlib
 import os
+import pickle
 import threading
 from pathlib import Path
 
-__all__ = ["ENV", "enable", "cache_dir", "default_dir"]
+from . import defaults
+
+__all__ = ["ENV", "QUICK_OPTIONS", "STATS", "enable", "cache_dir", "default_dir", "programs_dir", "program_key",
+           "compile_options", "call"]
 
 #: The environment variable that turns the cache off (``0``, ``false``, ``off``, ``no``).
 ENV = "PRIVLIN_COMPILATION_CACHE"
@@ -69,3 +88,216 @@ def cache_dir() -> str | None:
     if not jax.config.jax_enable_compilation_cache:
         return None
     return jax.config.jax_compilation_cache_dir or None
+
+
+# ----------------------------------------------------------------------------- compiled programs, stored whole
+
+#: XLA's quick CPU compile (LLVM at -O0, the loop emitters instead of the fusion emitters): the same HLO and float
+#: semantics, ~3× less compile time and ~2.5× more run time (BENCHMARKS.md, "First fit, refit, grid search").
+#: The fusion-emitter switch exists on jaxlib 0.10 only (an unknown option is an error): see
+#: :func:`compile_options`.
+QUICK_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+#: How many programs this process built (compiled), loaded from ``programs/``, and rebuilt because a stored file
+#: was unreadable (corrupt, truncated, another format): what the tests and the benchmark count.
+STATS: collections.Counter = collections.Counter()
+#: First line of a stored program; then its key (64 hex digits: a file renamed or copied under another key is
+#: refused), the sha256 of key and payload, and the payload: the pickled (executable, in_tree, out_tree).
+_MAGIC = b"privlin-program-1\n"
+_programs: dict[str, object] = {}  # this process's loaded or built programs, by key
+_programs_lock = threading.Lock()
+_listening = False
+
+
+def programs_dir() -> Path | None:
+    """``programs/`` inside JAX's cache directory in use, where :func:`call` keeps compiled programs; None where
+    privlin's cache is off (:data:`ENV`), JAX's cache is off, the backend is not a CPU (measured and tested on CPUs
+    only; JAX's cache still serves other backends), or the run spans several devices or processes (a stored
+    executable is placed on one device)."""
+    import jax
+
+    where = cache_dir()
+    if (where is None or os.environ.get(ENV, "").strip().lower() in _OFF or jax.default_backend() != "cpu"
+            or jax.process_count() > 1 or jax.device_count() > 1):
+        return None
+    return Path(where) / "programs"
+
+
+def compile_options(args) -> dict:
+    """The XLA options a program of these arguments compiles with: :data:`QUICK_OPTIONS` on a CPU where its array
+    arguments hold at most :data:`privlin.defaults.QUICK_COMPILE_ELEMENTS` elements (public: shapes only), and
+    where ``XLA_FLAGS`` does not set them itself; else none (XLA's defaults)."""
+    import jax
+    import jaxlib
+
+    if jax.default_backend() != "cpu":
+        return {}
+    size = sum(int(getattr(a, "size", 1)) for a in jax.tree.leaves(args))
+    if size > defaults.QUICK_COMPILE_ELEMENTS:
+        return {}
+    flags = os.environ.get("XLA_FLAGS", "")
+    options = {k: v for k, v in QUICK_OPTIONS.items() if f"--{k}" not in flags}
+    if tuple(jaxlib.__version__.split(".")[:2]) != ("0", "10"):
+        options.pop("xla_cpu_use_fusion_emitters", None)
+    return options
+
+
+def program_key(traced, options: dict) -> str:
+    """The name of a traced program's stored file: a sha256 of everything its compiled code depends on — the
+    program itself (its jaxpr and constants: a change to privlin that changes the program changes the name, one
+    that does not keeps it), its arguments' shapes, dtypes and pytree structure, the compile options, jax/jaxlib
+    versions, the backend, JAX's configuration (x64 included) and ``XLA_FLAGS``; never a traced argument's value
+    (rows, keys and σ's are arguments, not constants)."""
+    import jax
+    import jaxlib
+    import numpy as np
+
+    consts = hashlib.sha256()
+    for c in traced.jaxpr.consts:
+        c = np.asarray(c)
+        consts.update(f"{c.dtype}{c.shape}".encode() + c.tobytes())
+    device = jax.devices()[0]
+    parts = (
+        _MAGIC, traced.fun_name, str(traced.jaxpr), consts.hexdigest(), str(traced.in_tree), str(traced.out_tree),
+        str(traced.in_avals), repr(sorted(options.items())), jax.__version__, jaxlib.__version__, device.platform,
+        device.device_kind, device.client.platform_version, os.environ.get("XLA_FLAGS", ""),
+        repr(sorted(jax.config.values.items())),
+    )
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def call(fn, static_args: tuple, *args, **static_kwargs):
+    """``fn(*static_args, *args, **static_kwargs)`` through its compiled program, stored once per form.
+
+    Parameters
+    ----------
+    fn : a ``jax.jit`` function
+        Whose static arguments are the leading positional ones (``static_args``) and every keyword argument.
+    args
+        Its traced arguments (arrays, scalars, pytrees of them).
+
+    The program is this process's (a later call of the same form: nothing traced), else the stored one of
+    :func:`programs_dir` (traced to find its name, then loaded: not lowered, not compiled), else built — lowered
+    and compiled with :func:`compile_options` — and stored.  Without a program directory it is built once per
+    process (JAX's persistent cache may serve the compile).  A stored file that cannot be read back as the program
+    it names, or that loads but fails to run, is rebuilt and replaced."""
+    import jax
+
+    global _listening
+    if not _listening:
+        jax.monitoring.register_event_listener(_listen)
+        _listening = True
+    options = compile_options(args)
+    leaves, tree = jax.tree.flatten(args)
+    form = (fn, static_args, tuple(sorted(static_kwargs.items())), str(tree), tuple(str(jax.typeof(a)) for a in leaves),
+            tuple(sorted(options.items())), os.environ.get("XLA_FLAGS", ""), repr(sorted(jax.config.values.items())))
+    with _programs_lock:
+        program, loaded, path = _programs.get(form), False, None
+        if program is None:
+            traced = fn.trace(*static_args, *args, **static_kwargs)
+            where = programs_dir()
+            path = None if where is None else where / program_key(traced, options)
+            loaded = path is not None and (program := _load(path)) is not None
+            if program is None:
+                program = _build(traced, options, path)
+            _programs[form] = program
+    out = program(*args)
+    if loaded:  # a stored program that loads but cannot run (e.g. a kernel it calls is missing) is rebuilt
+        try:
+            jax.block_until_ready(out)
+        except jax.errors.JaxRuntimeError:
+            STATS["rebuilt"] += 1
+            with _programs_lock:
+                program = _programs[form] = _build(fn.trace(*static_args, *args, **static_kwargs), options, path)
+            out = program(*args)
+    return out
+
+
+def _build(traced, options, path):
+    """Lower and compile a traced program; store it at ``path`` (None: not stored).
+
+    An executable that JAX's persistent cache served cannot be stored: XLA's CPU client serializes a loaded
+    executable without the code of its fused kernels (it then fails when run: "Function ... not found").  Such a
+    program is compiled once more to be stored, with an inert option (:data:`_FRESH`, a GPU-only path) set to a
+    random value so that JAX's cache cannot serve it; this happens only where the cache already held the program
+    but ``programs/`` did not (a damaged file; programs compiled before ``programs/`` existed)."""
+    lowered = traced.lower()
+    _watch.hits = 0
+    _watch.on = True
+    try:
+        program = lowered.compile(compiler_options=options or None)
+    finally:
+        _watch.on = False
+    STATS["built"] += 1
+    if path is not None:
+        fresh = program
+        if _watch.hits:
+            fresh = lowered.compile(compiler_options={**options, _FRESH: _fresh_value()})
+        _store(path, fresh)
+    return program
+
+
+#: The inert compile option :func:`_build` varies to miss JAX's cache: a GPU autotuning dump path, which JAX hashes
+#: into its cache key and XLA's CPU compiler never reads (``programs/`` is used on CPUs only).
+_FRESH = "xla_gpu_dump_autotune_results_to"
+_watch = threading.local()
+
+
+def _fresh_value() -> str:
+    """A value of :data:`_FRESH` JAX's cache has not seen (random; no key or secret: it only names a path never
+    written)."""
+    return f"privlin-{os.urandom(16).hex()}"
+
+
+def _listen(event: str, **kwargs) -> None:
+    """Count JAX's persistent-cache hits of this thread while :func:`_build` compiles."""
+    if event == "/jax/compilation_cache/cache_hits" and getattr(_watch, "on", False):
+        _watch.hits += 1
+
+
+def _load(path: Path):
+    """The program stored at ``path``, or None where there is none or it is unreadable (then counted as rebuilt)."""
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        STATS["rebuilt"] += 1
+        return None
+    try:
+        n = len(_MAGIC)
+        head, key, digest, payload = blob[:n], blob[n:n + 64], blob[n + 64:n + 96], blob[n + 96:]
+        if head != _MAGIC or key != path.name.encode() or hashlib.sha256(key + payload).digest() != digest:
+            raise ValueError("not a privlin program, another program's, or damaged")
+        from jax._src.lax import linalg
+        from jax.experimental import serialize_executable
+
+        # the LAPACK kernels a program may call are registered when a program using them is lowered; a loaded
+        # one skips lowering, so register them first (an executable calling an unregistered kernel crashes)
+        linalg.initialize_lapack()
+        executable, in_tree, out_tree = pickle.loads(payload)
+        program = serialize_executable.deserialize_and_load(executable, in_tree, out_tree)
+    except Exception:  # noqa: BLE001 - anything unreadable is rebuilt (and the file replaced), never trusted
+        STATS["rebuilt"] += 1
+        return None
+    STATS["loaded"] += 1
+    return program
+
+
+def _store(path: Path, program) -> None:
+    """Write ``program`` to ``path`` whole: a temporary file renamed into place, so a reader never sees half a file
+    and concurrent writers of one entry leave one complete copy.  A program that cannot be serialized, or a
+    directory that cannot be written, stores nothing (the next process builds it again)."""
+    from jax.experimental import serialize_executable
+
+    try:
+        payload = pickle.dumps(serialize_executable.serialize(program))
+    except Exception:  # noqa: BLE001 - e.g. "Compilation does not support serialization": not stored
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = path.name.encode()
+        tmp.write_bytes(_MAGIC + key + hashlib.sha256(key + payload).digest() + payload)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)

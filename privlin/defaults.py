@@ -10,7 +10,8 @@ from types import MappingProxyType
 
 __all__ = ["METHODS", "DEFAULT_EPSILON", "DEFAULT_DELTA", "DEFAULT_NEIGHBOURING", "DEFAULT_STEPS", "LOGIT_NOISE",
            "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "RADIUS_SHARE", "RECENTER_SHARE",
-           "ADAM_LR", "ADAM1_BIAS_INIT", "CURVATURE_GAIN", "CURVATURE_FLATNESS", "MAX_STEPS", "PARAMS"]
+           "ADAM_LR", "ADAM1_BIAS_INIT", "CURVATURE_GAIN", "CURVATURE_FLATNESS", "MAX_STEPS", "QUICK_COMPILE_ELEMENTS",
+           "PARAMS"]
 
 #: The training methods a plan can run (:mod:`privlin.train`): ``adam1`` one DP-Adam step, ``sgd`` full-batch
 #: DP-SGD, ``minibatch`` Poisson-sampled DP-SGD/Adam/LAMB.
@@ -49,6 +50,10 @@ CURVATURE_FLATNESS = 1.5
 #: 16 bytes each, so ``steps=10**9`` on 200 rows allocated until the OOM killer ended it).  Refused in the plan,
 #: before the charge, naming the limit; DP-RandP's schedules use 100-2500.
 MAX_STEPS = 10**6
+#: A fit program whose array arguments hold at most this many elements (padded N × d, public) compiles with XLA's
+#: quick options (:data:`privlin.compilation.QUICK_OPTIONS`): ~3× less compile time for ~2.5× the run time, a
+#: gain only while the run is a small fraction of a second (BENCHMARKS.md, "First fit, refit, grid search").
+QUICK_COMPILE_ELEMENTS = 2**18
 
 #: The estimator's parameters and their defaults (``DPLinearClassifier.__init__`` reads its signature from here).
 PARAMS = MappingProxyType(dict(

@@ -275,8 +275,8 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
                 sel = idx[a:a + chunk]
                 program = (static, X.shape, str(X.dtype), len(sel), len(classes))  # what _train_many compiles for
                 with progress.stage(progress.in_memory(program, sel, len(plans), X.shape[0]), verbose):
-                    got = jax.block_until_ready(_train_many(
-                        static, X, labels, mask, float(source.n), jnp.stack([keys[i] for i in sel]),
+                    got = jax.block_until_ready(compilation.call(  # the stored program (privlin.compilation)
+                        _train_many, (static,), X, labels, mask, float(source.n), jnp.stack([keys[i] for i in sel]),
                         *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in _dynamic(plans)), k=len(classes)))
                 for j, i in enumerate(sel):
                     out[i] = Released(*(None if v is None else jax.tree.map(lambda a: a[j], v) for v in got))

@@ -27,20 +27,22 @@ def listen(event, **kw):
     if event == "/jax/compilation_cache/cache_hits": counts["hits"] += 1
     if event == "/jax/compilation_cache/cache_misses": counts["misses"] += 1
 jax.monitoring.register_event_listener(listen)
-from privlin import DPLinearClassifier, compilation, noise
+from privlin import DPLinearClassifier, compilation, defaults, noise
+defaults.QUICK_COMPILE_ELEMENTS = 0  # XLA's optimized compile (a large fit's), which the rest of the suite skips
 rng = np.random.default_rng(5)
 X = (rng.normal(size=(300, 5)) + 3.25).astype(np.float32); y = (X[:, 0] > 3.25).astype(int)
 m = DPLinearClassifier(epsilon=2.0, classes=[0, 1], method="adam1", random_state=987654321).fit(X, y)
 key = noise.key_data(noise.make_key(987654321).key)
 acc = float(np.mean(m.predict(X) == y))
-print(json.dumps({**counts, "dir": compilation.cache_dir(), "key": key.tolist(), "row": X[0].tolist(), "acc": acc}))
+print(json.dumps({**counts, "dir": compilation.cache_dir(), "key": key.tolist(), "row": X[0].tolist(), "acc": acc,
+                  "W": np.asarray(m.coef_transformed_).tobytes().hex(), "stats": dict(compilation.STATS)}))
 """
 
 
 def _env(tmp_path, **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE",
                                                                       "PRIVLIN_COMPILATION"))}
-    # XLA_FLAGS="": users' optimized compile, which the rest of the suite skips (conftest): exercised here once
+    # XLA_FLAGS="": users' compile options, not the suite's (conftest)
     env.update(XDG_CACHE_HOME=str(tmp_path / "xdg"), PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", XLA_FLAGS="",
                **extra)
     return env
@@ -68,14 +70,19 @@ def test_a_second_process_loads_every_program_from_the_default_cache_and_it_hold
     entries = _entries(where)
     assert first["misses"] > 0 and len(entries) >= first["misses"] > 0
     assert any(name.startswith("jit__train_many-") for name in entries)  # the fit program itself
+    programs = {p.name: p.read_bytes() for p in (where / "programs").iterdir()}
+    assert first["stats"] == {"built": 1} and len(programs) == 1  # the fit program, stored whole
     second = _run(FIT, env)
-    assert second["misses"] == 0 and second["hits"] >= first["misses"], (first, second)  # nothing compiled again
-    assert first["acc"] == second["acc"] > 0.7  # the loaded program computes what the compiled one did (seeded)
+    # nothing compiled again; the fit program loaded whole (not traced: no JAX cache lookup for it)
+    assert second["misses"] == 0 and second["stats"] == {"loaded": 1}, (first, second)
+    assert second["hits"] + 1 >= first["misses"], (first, second)
+    assert first["W"] == second["W"] and first["acc"] == second["acc"] > 0.7  # bit for bit (seeded)
     assert len(_entries(where)) == len(entries)
+    assert {p.name for p in (where / "programs").iterdir()} == set(programs)
     # rows, keys and noise are arguments of the programs, never constants folded into them
     secrets = [np.asarray(first["key"], np.uint32).reshape(-1, 2)[i].tobytes() for i in range(2)]
     secrets.append(np.asarray(first["row"], np.float32).tobytes())
-    for name, blob in entries.items():
+    for name, blob in {**entries, **programs}.items():
         for s in secrets:
             assert s not in blob, f"{name} holds a key or a row"
 
@@ -96,10 +103,11 @@ def test_off_switch_and_a_users_own_cache_dir(tmp_path):
 def test_estimator_epsilon_grid_and_cross_validation_compile_the_fit_once(blobs):
     """DPLinearClassifier fits at 3 ε and a 3-fold cross_val_score reuse one compiled fit program (ε, σ, the
     learning rate, the key are arguments; the folds' N share one padded shape); counted as tests/test_runner.py
-    counts them, with jit's own cache of ``runner._train_many``."""
+    counts them: the programs :func:`privlin.compilation.call` built or loaded, and jit's own cache of
+    ``runner._train_many`` (which ``call`` does not fill: it lowers and compiles the program itself)."""
     from sklearn.model_selection import cross_val_score
 
-    from privlin import DPLinearClassifier, runner
+    from privlin import DPLinearClassifier, compilation, runner
     from privlin.plan import make_plan
 
     X, y = blobs(450, d=6, k=3, seed=13)
@@ -109,14 +117,15 @@ def test_estimator_epsilon_grid_and_cross_validation_compile_the_fit_once(blobs)
     statics = {make_plan({**params, "epsilon": e}, n=n, dim=6, n_classes=3).static()
                for e in eps for n in (300, 450)}
     assert len(statics) == 1
+    programs = lambda: compilation.STATS["built"] + compilation.STATS["loaded"]  # noqa: E731
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         DPLinearClassifier(epsilon=eps[0], **params).fit(X, y)
-        before = runner._train_many._cache_size()
+        before, traced = programs(), runner._train_many._cache_size()
         for e in eps[1:]:
             DPLinearClassifier(epsilon=e, **params).fit(X, y)
         scores = cross_val_score(DPLinearClassifier(epsilon=eps[1], **params), X, y, cv=3)
-    assert runner._train_many._cache_size() == before
+    assert programs() == before and runner._train_many._cache_size() == traced
     assert len(scores) == 3 and np.all(np.isfinite(scores))
 
 
@@ -130,3 +139,183 @@ def test_where_a_refit_at_another_epsilon_compiles_again():
     names = lambda s: [r.name for r, _ in s.chain]  # noqa: E731
     assert "recenter" in names(a) and "recenter" not in names(b)
     assert a._replace(chain=()) == b._replace(chain=())  # everything else static is the same
+
+
+# ----------------------------------------------------------------------------- the stored programs, in this process
+
+def _fit(X, y):
+    from privlin import DPLinearClassifier
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = DPLinearClassifier(epsilon=2.0, classes=[0, 1, 2], method="adam1", random_state=7).fit(X, y)
+    return np.asarray(m.coef_transformed_).tobytes() + np.asarray(m.intercept_transformed_).tobytes()
+
+
+def _fresh(monkeypatch, where):
+    """A new process's view: no program in memory, programs stored in ``where`` (None: none stored)."""
+    from privlin import compilation
+
+    monkeypatch.setattr(compilation, "_programs", {})
+    monkeypatch.setattr(compilation, "programs_dir", lambda: where)
+
+
+def test_a_stored_program_gives_the_same_bits_and_a_damaged_one_is_rebuilt(tmp_path, monkeypatch, blobs):
+    """Without the store, built and stored, loaded: bit-identical fits.  A flipped byte, a truncated file, another
+    format's file and another program's file (a valid checksum under another key) are each detected, rebuilt
+    (counted) and replaced; the fit gives the same bits and never fails."""
+    import hashlib
+
+    from privlin import compilation
+
+    X, y = blobs(120, d=5, k=3, seed=3)
+    _fresh(monkeypatch, None)
+    reference = _fit(X, y)
+    _fresh(monkeypatch, tmp_path)
+    built = compilation.STATS["built"]
+    assert _fit(X, y) == reference and compilation.STATS["built"] == built + 1  # built and stored
+    (path,) = tmp_path.iterdir()
+    good = path.read_bytes()
+    _fresh(monkeypatch, tmp_path)
+    loaded = compilation.STATS["loaded"]
+    assert _fit(X, y) == reference and compilation.STATS["loaded"] == loaded + 1  # loaded whole, same bits
+    n = len(compilation._MAGIC)
+    other_key = hashlib.sha256(b"another program").hexdigest().encode()
+    payload = good[n + 96:]
+    faults = {
+        "flipped byte": good[:len(good) // 2] + bytes([good[len(good) // 2] ^ 1]) + good[len(good) // 2 + 1:],
+        "truncated": good[:len(good) // 3],
+        "another format": b"privlin-program-0\n" + good[n:],
+        "another program's file": (compilation._MAGIC + other_key + hashlib.sha256(other_key + payload).digest()
+                                   + payload),
+    }
+    for fault, damaged in faults.items():
+        path.write_bytes(damaged)
+        _fresh(monkeypatch, tmp_path)
+        rebuilt, built = compilation.STATS["rebuilt"], compilation.STATS["built"]
+        assert _fit(X, y) == reference, fault
+        assert (compilation.STATS["rebuilt"], compilation.STATS["built"]) == (rebuilt + 1, built + 1), fault
+        assert path.read_bytes()[n:n + 64] == path.name.encode(), fault  # replaced by a whole, valid file
+    _fresh(monkeypatch, tmp_path)
+    loaded = compilation.STATS["loaded"]
+    assert _fit(X, y) == reference and compilation.STATS["loaded"] == loaded + 1
+
+
+def test_a_stored_program_that_loads_but_cannot_run_is_rebuilt(tmp_path, monkeypatch, blobs):
+    """XLA's CPU client re-serializes an executable that JAX's cache served without its kernels' code: stored as
+    is, it would load and then fail when run ("Function ... not found").  privlin compiles such a program afresh
+    before storing it; here that step is defeated (the same "fresh" option value twice, so JAX's cache serves the
+    second), the broken program is stored, and the next process's fit detects it, rebuilds it, and gives the same
+    bits."""
+    from privlin import compilation
+
+    X, y = blobs(120, d=5, k=3, seed=3)
+    _fresh(monkeypatch, None)
+    reference = _fit(X, y)
+    with monkeypatch.context() as m:
+        m.setattr(compilation, "_fresh_value", lambda: "privlin-test")  # JAX's cache holds it after the first
+        for _ in range(2):
+            _fresh(m, tmp_path)
+            for p in tmp_path.iterdir():
+                p.unlink()
+            assert _fit(X, y) == reference
+    _fresh(monkeypatch, tmp_path)
+    rebuilt, loaded = compilation.STATS["rebuilt"], compilation.STATS["loaded"]
+    assert _fit(X, y) == reference
+    assert (compilation.STATS["rebuilt"], compilation.STATS["loaded"]) == (rebuilt + 1, loaded + 1)
+    _fresh(monkeypatch, tmp_path)
+    loaded = compilation.STATS["loaded"]
+    assert _fit(X, y) == reference and compilation.STATS["loaded"] == loaded + 1  # the rebuilt one runs
+
+
+def test_a_program_is_written_whole_or_not_at_all(tmp_path, monkeypatch, blobs):
+    """A writer that dies before its rename leaves no file and no temporary behind; writers racing on one entry
+    (threads here, processes alike: each writes its own temporary file) leave one complete, loadable copy."""
+    import threading
+
+    from privlin import compilation
+
+    X, y = blobs(120, d=5, k=3, seed=3)
+    _fresh(monkeypatch, tmp_path)
+    _fit(X, y)
+    (path,) = tmp_path.iterdir()
+    program = next(iter(compilation._programs.values()))
+    path.unlink()
+
+    def dies(*a, **k):
+        raise OSError("killed")
+
+    with monkeypatch.context() as m:
+        m.setattr(compilation.os, "replace", dies)
+        compilation._store(path, program)
+    assert list(tmp_path.iterdir()) == []
+    writers = [threading.Thread(target=compilation._store, args=(path, program)) for _ in range(4)]
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join()
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+    loaded = compilation.STATS["loaded"]
+    assert compilation._load(path) is not None and compilation.STATS["loaded"] == loaded + 1
+
+
+def test_the_program_key_holds_forms_never_values(monkeypatch):
+    """The key changes with what the compiled code depends on (the program: a static argument, the code itself, a
+    constant; a shape, a dtype, x64, XLA_FLAGS, the options), never with the values of traced arguments (rows,
+    keys, σ)."""
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+
+    from privlin import compilation
+
+    @functools.partial(jax.jit, static_argnames=("s",))
+    def f(rows, sigma, *, s):
+        return rows * s + sigma
+
+    @functools.partial(jax.jit, static_argnames=("s",))
+    def g(rows, sigma, *, s):  # the same signature, another program
+        return rows * s - sigma
+
+    def key(fn=f, s=2.0, rows=None, sigma=1.0, options=None):
+        rows = jnp.ones((4, 3), jnp.float32) if rows is None else rows
+        return compilation.program_key(fn.trace(rows, jnp.float32(sigma), s=s), options or {})
+
+    base = key()
+    assert key(rows=jnp.full((4, 3), 7.0, jnp.float32), sigma=3.5) == base  # other values: the same program
+    assert key(s=3.0) != base and key(fn=g) != base and key(rows=jnp.ones((8, 3), jnp.float32)) != base
+    assert key(rows=jnp.ones((4, 3), jnp.float16)) != base and key(options={"a": 1}) != base
+    with jax.enable_x64(True):
+        assert key() != base
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_fast_math=false")
+    assert key() != base
+    monkeypatch.delenv("XLA_FLAGS")
+    c = np.arange(3.0, dtype=np.float32)
+    h = jax.jit(lambda rows, sigma: rows + jnp.asarray(c) + sigma)
+    before = compilation.program_key(h.trace(jnp.ones((4, 3)), 1.0), {})
+    c[0] = 9.0  # a constant of the program (not an argument): the key follows its value
+    assert compilation.program_key(jax.jit(lambda rows, sigma: rows + jnp.asarray(c) + sigma).trace(
+        jnp.ones((4, 3)), 1.0), {}) != before
+
+
+def test_quick_compile_options_below_the_size_threshold_and_the_off_switch(monkeypatch):
+    """Small programs compile with the quick options, larger ones with XLA's defaults (public shapes decide); an
+    option XLA_FLAGS already sets is left to it.  ``PRIVLIN_COMPILATION_CACHE=0`` stores no program."""
+    import jaxlib
+
+    from privlin import compilation, defaults
+
+    monkeypatch.setenv("XLA_FLAGS", "")
+    quick = dict(compilation.QUICK_OPTIONS)
+    if tuple(jaxlib.__version__.split(".")[:2]) != ("0", "10"):
+        quick.pop("xla_cpu_use_fusion_emitters")
+    small = np.zeros((defaults.QUICK_COMPILE_ELEMENTS // 4 - 1, 4), np.float32)
+    assert compilation.compile_options((small, np.float32(1.0))) == quick
+    large = np.zeros((defaults.QUICK_COMPILE_ELEMENTS // 4 + 1, 4), np.float32)
+    assert compilation.compile_options((large,)) == {}
+    monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=2")
+    assert "xla_backend_optimization_level" not in compilation.compile_options((small,))
+    assert compilation.programs_dir() is not None  # the suite's cache (conftest)
+    monkeypatch.setenv(compilation.ENV, "0")
+    assert compilation.programs_dir() is None
