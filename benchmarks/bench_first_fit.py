@@ -52,9 +52,16 @@ for _ in range(7):
 unit = min(units)  # the fastest of 7: the least disturbed by other jobs on a shared box
 t0 = time.perf_counter()
 import jax
-from privlin import DPLinearClassifier
+from privlin import DPLinearClassifier, compilation
 from privlin.model_selection import PrivateGridSearchCV
 out = {"unit": unit, "import": time.perf_counter() - t0}
+store = {"load": 0.0, "key": 0.0}  # the fit program: loading it from programs/, hashing its jaxpr to name it
+def timed(name, f):
+    def g(*a, **k):
+        t = time.perf_counter(); r = f(*a, **k); store[name] += time.perf_counter() - t; return r
+    return g
+compilation._load = timed("load", compilation._load)
+compilation.program_key = timed("key", compilation.program_key)
 durs, fit_program = {}, {}
 def listen(ev, s, **kw):
     durs[ev] = durs.get(ev, 0) + s
@@ -65,6 +72,7 @@ def fit(eps):
     t0 = time.perf_counter(); DPLinearClassifier(epsilon=eps, classes=[0, 1]).fit(X, y); return time.perf_counter() - t0
 out["first"] = fit(2.0)
 out["split"], out["fit_program"] = dict(durs), dict(fit_program)
+out["store"], out["stats"] = dict(store), dict(compilation.STATS)
 out["refit_same"] = fit(4.0)
 out["refit_other"] = fit(1.0)
 t0 = time.perf_counter()
@@ -131,19 +139,90 @@ def part_first(repeat: int) -> str:
               f"{unit_c * 1e3:.0f} ms, warm {unit_w * 1e3:.0f} ms). Cold: an empty persistent compilation cache; "
               f"warm: a second process on the cache the first filled.\n\n"
               "| what | cold cache | warm cache | goal (issue 37) |\n|---|---:|---:|---|")
-    notes = (f"\nWhere the warm first fit's {first_w:.2f} s goes (JAX monitoring, one warm process): tracing and "
-             f"lowering the programs to find their cache keys {traced:.2f} s, loading the compiled executables "
-             f"{loaded:.2f} s, compiling what was not cached {max(0.0, compiled):.2f} s; the rest "
-             f"({max(0.0, first_w - traced - loaded - max(0.0, compiled)):.2f} s) is planning, accounting and the "
-             f"run itself. The fit program (`runner._train_many`) alone: tracing "
-             f"{prog.get('jaxpr_trace_duration', 0.0):.2f} s, lowering "
-             f"{prog.get('jaxpr_to_mlir_module_duration', 0.0):.2f} s, loading "
-             f"{prog.get('backend_compile_duration', 0.0):.2f} s; its tracing and lowering are what a warm process "
-             "could skip (a program serialized once per static form, e.g. with `jax.export`: not tried). Cold, XLA "
-             f"compiling that one program takes {cold_prog.get('backend_compile_duration', 0.0):.2f} s of the "
-             f"{first_c:.2f} s: the ≤ 3 s goal is about its size (one program holds every release's sums, noise and "
-             "the training loop).")
+    warm, cold = runs[len(runs) // 2]
+    fit_traced = prog.get("jaxpr_trace_duration", 0.0)
+    notes = (f"\nWhere the warm first fit's {first_w:.2f} s goes (one warm process; JAX monitoring and timers around "
+             f"`privlin.compilation`): the fit program (`runner._train_many`) traced {fit_traced:.2f} s "
+             f"to name it, named (jaxpr hashed) {warm['store']['key']:.2f} s, loaded whole from `programs/` "
+             f"{warm['store']['load']:.2f} s (not lowered, not compiled; this process: {warm['stats']}); the other "
+             f"programs traced and lowered to find their JAX cache keys {max(0.0, traced - fit_traced):.2f} s, "
+             f"their executables loaded from JAX's cache {loaded:.2f} s, compiled {max(0.0, compiled):.2f} s; the "
+             f"rest is planning, accounting and the run itself. Cold (this process: {cold['stats']}): XLA compiling "
+             f"the fit program takes {cold_prog.get('backend_compile_duration', 0.0):.2f} s of the {first_c:.2f} s, "
+             "with XLA's quick options (`privlin.compilation.QUICK_OPTIONS`, used below "
+             "`privlin.defaults.QUICK_COMPILE_ELEMENTS`; their compile and run times are in the section below).")
     return header + "\n" + "\n".join(rows) + "\n" + notes
+
+
+# ----------------------------------------------------------------------------- part "options": XLA compile options
+
+OPTIONS_CHILD = r"""
+import json, sys, time, warnings
+warnings.simplefilter("ignore")
+import jax, numpy as np
+from privlin import DPLinearClassifier, compilation, sensitivity
+n, d, k, quick = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "quick"
+if n == 569:
+    from sklearn.datasets import load_breast_cancer
+    X, y = load_breast_cancer(return_X_y=True)
+else:
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, k, n)
+    X = (rng.normal(size=(k, d))[y] + 2 * rng.normal(size=(n, d))).astype(np.float32)
+got = {}
+def grab(fn, static_args, *args, **kw):  # the default fit's program and arguments; the fit stops here
+    got.update(fn=fn, static_args=static_args, args=args, kw=kw)
+    raise KeyboardInterrupt
+compilation.call = grab
+try:
+    DPLinearClassifier(epsilon=2, classes=list(range(k)), random_state=1).fit(X, y)
+except KeyboardInterrupt:
+    pass
+options = compilation.QUICK_OPTIONS if quick else {}
+with sensitivity.x64():
+    lowered = got["fn"].lower(*got["static_args"], *got["args"], **got["kw"])
+    t = time.perf_counter(); program = lowered.compile(compiler_options=options or None)
+    compile_s = time.perf_counter() - t
+    runs = []
+    while len(runs) < 3 and sum(runs) < 10:  # the fastest of 3 calls, or of those that fit in 10 s
+        t = time.perf_counter(); jax.block_until_ready(program(*got["args"])); runs.append(time.perf_counter() - t)
+chain = [r.name for r, _ in got["static_args"][0].chain]
+print(json.dumps({"compile": compile_s, "run": min(runs), "method": got["static_args"][0].method, "chain": chain}))
+"""
+
+
+def part_options(sizes) -> str:
+    """Compile and run time of the default fit's program with XLA's defaults and with the quick options, per size
+    (fresh processes, no persistent cache: every compile is a compile)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "XLA_FLAGS"))}
+    env.update(PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", PRIVLIN_COMPILATION_CACHE="0")
+    from privlin import compilation, defaults
+
+    quick = ", ".join(f"`{k}={v}`" for k, v in compilation.QUICK_OPTIONS.items())
+    lines = []
+    for n, d, k in sizes:
+        got = {}
+        for mode in ("default", "quick"):
+            out = subprocess.run([sys.executable, "-c", OPTIONS_CHILD, str(n), str(d), str(k), mode], env=env,
+                                 capture_output=True, text=True, cwd=ROOT, check=False)
+            if out.returncode:
+                raise SystemExit(out.stderr[-3000:])
+            got[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+        a, b = got["default"], got["quick"]
+        lines.append(f"| {'breast_cancer ' if n == 569 else ''}{n} × {d}, k={k} ({a['method']}, "
+                     f"{' → '.join(a['chain'])}) | {a['compile']:.2f} s | {b['compile']:.2f} s "
+                     f"({a['compile'] / b['compile']:.1f}× less) | {a['run']:.3f} s | {b['run']:.3f} s "
+                     f"({b['run'] / a['run']:.1f}×) |")
+    header = (f"### XLA's quick compile options for small fits (`python benchmarks/bench_first_fit.py --part "
+              f"options`; {_machine()}; {_when()})\n\n"
+              "The default `DPLinearClassifier(epsilon=2)` fit program, compiled in a fresh process without a "
+              "persistent cache, with XLA's default options and with `privlin.compilation.QUICK_OPTIONS` "
+              f"({quick}); "
+              "run: the fastest of 3 calls (of 1 or 2 where a call takes seconds). privlin uses the quick options where the program's array arguments hold "
+              f"at most `QUICK_COMPILE_ELEMENTS` = {defaults.QUICK_COMPILE_ELEMENTS} elements (padded N × d).\n\n"
+              "| fit program | compile, default | compile, quick | run, default | run, quick |\n"
+              "|---|---:|---:|---:|---:|")
+    return header + "\n" + "\n".join(lines) + "\n"
 
 
 # ----------------------------------------------------------------------------- part "sweep": in this process
@@ -156,7 +235,7 @@ def part_sweep(n: int, d: int, repeat: int) -> str:
 
     import privlin
     from bench_sweep import make_store, timed  # timed: the median after a warm-up that compiles
-    from privlin import data, runner
+    from privlin import compilation, data, runner
     from privlin.plan import make_plan
     from privlin.sweep import sweep
 
@@ -164,17 +243,13 @@ def part_sweep(n: int, d: int, repeat: int) -> str:
     k = 10
     classes = np.arange(k)
     calls = []
-    real = runner._train_many
+    real = compilation.call
 
-    class Counted:  # counts the vmapped in-memory calls and their settings (the fit program's calls)
-        def __call__(self, static, X, idx, mask, n, keys, *a, **kw):
-            t = time.perf_counter()
-            got = jax.block_until_ready(real(static, X, idx, mask, n, keys, *a, **kw))
-            calls.append((keys.shape[0], time.perf_counter() - t))
-            return got
-
-        def __getattr__(self, name):
-            return getattr(real, name)
+    def counted(fn, static_args, X, idx, mask, n, keys, *a, **kw):  # the fit program's vmapped calls, settings
+        t = time.perf_counter()
+        got = jax.block_until_ready(real(fn, static_args, X, idx, mask, n, keys, *a, **kw))
+        calls.append((keys.shape[0], time.perf_counter() - t))
+        return got
 
     with tempfile.TemporaryDirectory() as tmp:
         st = make_store(os.path.join(tmp, "s.zarr"), n, d, k)
@@ -182,7 +257,7 @@ def part_sweep(n: int, d: int, repeat: int) -> str:
                                         progress=False), repeat)
         many = timed(lambda: sweep(st, epsilon=EPS10, method="adam1", classes=classes, eval_split=None,
                                    random_state=0, progress=False), repeat)
-        runner._train_many = Counted()
+        compilation.call = counted
         try:
             privlin.fit(st, epsilon=1.0, method="adam1", classes=classes, random_state=0, progress=False)
             single, calls[:] = calls[0][1], []
@@ -190,7 +265,7 @@ def part_sweep(n: int, d: int, repeat: int) -> str:
             sweep(st, epsilon=EPS10, method="adam1", classes=classes, eval_split=None, random_state=0, progress=False)
             counted = time.perf_counter() - t
         finally:
-            runner._train_many = real
+            compilation.call = real
         src_bytes = runner.in_memory_bytes(data.as_source(st, "train"), k)
     forms = {make_plan({"epsilon": e, "method": "adam1"}, n=n, dim=d, n_classes=k).static() for e in EPS10}
     names = sorted({" → ".join(repr(r) for r, _ in s.chain) for s in forms})
@@ -226,7 +301,9 @@ def _when() -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--part", choices=["first", "sweep", "both"], default="both")
+    p.add_argument("--part", choices=["first", "sweep", "options", "both"], default="both")
+    p.add_argument("--sizes", default="569x30x2,4096x64x10,60000x512x10",
+                   help="N x d x k of the fits whose compile options are measured (options)")
     p.add_argument("--repeat", type=int, default=1, help="cold/warm process pairs (first); timed sweeps (sweep)")
     p.add_argument("--n", type=int, default=60_000, help="store rows (sweep)")
     p.add_argument("--d", type=int, default=512, help="store dimension (sweep)")
@@ -238,6 +315,10 @@ def main(argv=None) -> int:
         text = part_first(args.repeat)
         print(text)
         write_section(os.path.join(args.results, "privlin.md"), "bench_first_fit", text)
+    if args.part == "options":
+        text = part_options([tuple(int(v) for v in size.split("x")) for size in args.sizes.split(",")])
+        print(text)
+        write_section(os.path.join(args.results, "privlin.md"), "bench_first_fit_options", text)
     if args.part in ("sweep", "both"):
         text = part_sweep(args.n, args.d, args.repeat)
         print(text)
