@@ -139,7 +139,7 @@ def part_first(repeat: int) -> str:
               f"{unit_c * 1e3:.0f} ms, warm {unit_w * 1e3:.0f} ms). Cold: an empty persistent compilation cache; "
               f"warm: a second process on the cache the first filled.\n\n"
               "| what | cold cache | warm cache | goal (issue 37) |\n|---|---:|---:|---|")
-    warm, cold = runs[len(runs) // 2]
+    cold, warm = runs[len(runs) // 2]
     fit_traced = prog.get("jaxpr_trace_duration", 0.0)
     notes = (f"\nWhere the warm first fit's {first_w:.2f} s goes (one warm process; JAX monitoring and timers around "
              f"`privlin.compilation`): the fit program (`runner._train_many`) traced {fit_traced:.2f} s "

@@ -20,13 +20,15 @@ code: keep it in a directory only you can write.
 :func:`call` goes one step further for the fit program (:func:`privlin.runner._train_many`): JAX finds a cached
 executable only after tracing and lowering the program to compute its key (0.7 s of a warm 1.3 s first fit on
 breast_cancer, most of it lowering), so privlin also keeps each compiled program whole, serialized, in
-``programs/`` inside the cache directory; a later process traces the program, names it, and loads it without
-lowering or compiling (BENCHMARKS.md, "First fit, refit, grid search").  A program's name is a hash of the program
-itself and of everything else its code depends on (:func:`program_key`: the jaxpr and its constants, the
-arguments' shapes and dtypes, jax/jaxlib versions, the backend, JAX's configuration including x64, ``XLA_FLAGS``,
-the compile options), so a change to privlin that changes a program never loads the old one; the file holds a
-checksum of its content, and a corrupt, truncated or foreign file is rebuilt (counted in :data:`STATS`), never
-trusted.  Files are written whole and renamed into place (concurrent processes writing one entry are safe).
+``programs/`` inside the cache directory, and a later process loads it without tracing, lowering or compiling
+(BENCHMARKS.md, "First fit, refit, grid search").  A program's name is a hash of the program itself and of
+everything else its code depends on (:func:`program_key`: the jaxpr and its constants, the arguments' shapes and
+dtypes, jax/jaxlib versions, the backend, JAX's configuration including x64, ``XLA_FLAGS``, the compile options),
+so a change to privlin that changes a program never loads the old one.  Finding that name takes tracing; a small
+alias file per form (the static arguments, shapes, options, versions and a hash of privlin's own source files)
+records it, so an unchanged privlin skips the tracing too, and after any edit the program is traced and named
+again (and found again where the edit left it unchanged).  A program file holds a checksum of its content, and a
+corrupt, truncated or foreign file is rebuilt (counted in :data:`STATS`), never trusted.  Files are written whole and renamed into place (concurrent processes writing one entry are safe).
 Small programs compile with XLA's quick options (:data:`QUICK_OPTIONS`, below
 :data:`privlin.defaults.QUICK_COMPILE_ELEMENTS`): compile time is what a first small fit waits for.
 """
@@ -103,6 +105,9 @@ STATS: collections.Counter = collections.Counter()
 #: First line of a stored program; then its key (64 hex digits: a file renamed or copied under another key is
 #: refused), the sha256 of key and payload, and the payload: the pickled (executable, in_tree, out_tree).
 _MAGIC = b"privlin-program-1\n"
+#: First line of a form's alias (``form-*`` in ``programs/``); then the name of its program.
+_ALIAS = b"privlin-form-1\n"
+_source_hash: str | None = None
 _programs: dict[str, object] = {}  # this process's loaded or built programs, by key
 _programs_lock = threading.Lock()
 _listening = False
@@ -176,10 +181,11 @@ def call(fn, static_args: tuple, *args, **static_kwargs):
         Its traced arguments (arrays, scalars, pytrees of them).
 
     The program is this process's (a later call of the same form: nothing traced), else the stored one of
-    :func:`programs_dir` (traced to find its name, then loaded: not lowered, not compiled), else built — lowered
-    and compiled with :func:`compile_options` — and stored.  Without a program directory it is built once per
-    process (JAX's persistent cache may serve the compile).  A stored file that cannot be read back as the program
-    it names, or that loads but fails to run, is rebuilt and replaced."""
+    :func:`programs_dir` (loaded: not lowered, not compiled; found through the form's alias, or, after an edit of
+    privlin, traced to find its name), else built — lowered and compiled with :func:`compile_options` — and
+    stored.  Without a program directory it is built once per process (JAX's persistent cache may serve the
+    compile).  A stored file that cannot be read back as the program it names, or that loads but fails to run, is
+    rebuilt and replaced."""
     import jax
 
     global _listening
@@ -193,12 +199,7 @@ def call(fn, static_args: tuple, *args, **static_kwargs):
     with _programs_lock:
         program, loaded, path = _programs.get(form), False, None
         if program is None:
-            traced = fn.trace(*static_args, *args, **static_kwargs)
-            where = programs_dir()
-            path = None if where is None else where / program_key(traced, options)
-            loaded = path is not None and (program := _load(path)) is not None
-            if program is None:
-                program = _build(traced, options, path)
+            program, loaded, path = _obtain(fn, static_args, args, static_kwargs, options, form)
             _programs[form] = program
     out = program(*args)
     if loaded:  # a stored program that loads but cannot run (e.g. a kernel it calls is missing) is rebuilt
@@ -212,16 +213,82 @@ def call(fn, static_args: tuple, *args, **static_kwargs):
     return out
 
 
+def _obtain(fn, static_args, args, static_kwargs, options, form):
+    """(program, loaded from ``programs/``?, its path or None) for a form this process has not run yet.
+
+    The form's alias (named by the form and privlin's source: :func:`_form_name`) gives the program's name without
+    tracing; else the program is traced and named by :func:`program_key` (an edit of privlin that leaves the
+    program unchanged finds it again), loaded, or built and stored; the alias is then written."""
+    where = programs_dir()
+    if where is None:
+        return _build(fn.trace(*static_args, *args, **static_kwargs), options, None), False, None
+    alias = where / f"form-{_form_name(fn, form)}"
+    named, path = _read_alias(alias), None
+    if named is not None:
+        path = where / named
+        program = _load(path)
+        if program is not None:
+            return program, True, path
+    traced = fn.trace(*static_args, *args, **static_kwargs)
+    damaged, path = path, where / program_key(traced, options)
+    program = _load(path) if path != damaged else None  # a damaged file was counted once
+    loaded = program is not None
+    if program is None:
+        program = _build(traced, options, path)
+    _write(alias, _ALIAS + path.name.encode())
+    return program, loaded, path
+
+
+def _form_name(fn, form) -> str:
+    """Name of a form's alias: a sha256 of the form (the function, its static arguments, the arguments' shapes and
+    dtypes, the options, ``XLA_FLAGS``, JAX's configuration), the versions of jax, jaxlib and numpy, the backend,
+    and privlin's own source files (any edit of privlin: the alias is not used, the program is traced)."""
+    import jax
+    import jaxlib
+    import numpy as np
+
+    device = jax.devices()[0]
+    parts = (_ALIAS, f"{fn.__module__}.{getattr(fn, '__qualname__', fn)}", repr(form[1:]), jax.__version__,
+             jaxlib.__version__, np.__version__, device.platform, device.device_kind, device.client.platform_version,
+             _privlin_source())
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _privlin_source() -> str:
+    """sha256 of privlin's own source files (names and bytes), once per process."""
+    global _source_hash
+    if _source_hash is None:
+        h = hashlib.sha256()
+        root = Path(__file__).resolve().parent
+        for f in sorted(root.rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+        _source_hash = h.hexdigest()
+    return _source_hash
+
+
+def _read_alias(path: Path) -> str | None:
+    """The program name an alias holds, or None (no alias, or not one: then the program is traced and named)."""
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        return None
+    name = blob[len(_ALIAS):]
+    if not blob.startswith(_ALIAS) or len(name) != 64 or not all(c in b"0123456789abcdef" for c in name):
+        return None
+    return name.decode()
+
+
 def _build(traced, options, path):
     """Lower and compile a traced program; store it at ``path`` (None: not stored).
 
-    An executable that JAX's persistent cache served cannot be stored: XLA's CPU client serializes a loaded
-    executable without the code of its fused kernels (it then fails when run: "Function ... not found").  Such a
+    Only an executable compiled here can be stored: XLA's CPU client serializes one that JAX's persistent cache
+    loaded without the code of its fused kernels (it then fails when run: "Function ... not found"), and JAX's
+    in-memory cache may hand back such a one.  So where JAX reported no compile (no cache miss in this thread), the
     program is compiled once more to be stored, with an inert option (:data:`_FRESH`, a GPU-only path) set to a
-    random value so that JAX's cache cannot serve it; this happens only where the cache already held the program
+    random value so that neither cache can serve it; this happens only where JAX's cache already held the program
     but ``programs/`` did not (a damaged file; programs compiled before ``programs/`` existed)."""
     lowered = traced.lower()
-    _watch.hits = 0
+    _watch.misses = 0
     _watch.on = True
     try:
         program = lowered.compile(compiler_options=options or None)
@@ -230,7 +297,7 @@ def _build(traced, options, path):
     STATS["built"] += 1
     if path is not None:
         fresh = program
-        if _watch.hits:
+        if not _watch.misses:  # not compiled here: JAX's persistent cache or its in-memory one served it
             fresh = lowered.compile(compiler_options={**options, _FRESH: _fresh_value()})
         _store(path, fresh)
     return program
@@ -249,9 +316,9 @@ def _fresh_value() -> str:
 
 
 def _listen(event: str, **kwargs) -> None:
-    """Count JAX's persistent-cache hits of this thread while :func:`_build` compiles."""
-    if event == "/jax/compilation_cache/cache_hits" and getattr(_watch, "on", False):
-        _watch.hits += 1
+    """Count JAX's persistent-cache misses (a compile that ran) of this thread while :func:`_build` compiles."""
+    if event == "/jax/compilation_cache/cache_misses" and getattr(_watch, "on", False):
+        _watch.misses += 1
 
 
 def _load(path: Path):
@@ -293,11 +360,17 @@ def _store(path: Path, program) -> None:
         payload = pickle.dumps(serialize_executable.serialize(program))
     except Exception:  # noqa: BLE001 - e.g. "Compilation does not support serialization": not stored
         return
+    key = path.name.encode()
+    _write(path, _MAGIC + key + hashlib.sha256(key + payload).digest() + payload)
+
+
+def _write(path: Path, blob: bytes) -> None:
+    """``blob`` at ``path``, whole: a temporary file renamed into place; nothing where the directory cannot be
+    written."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        key = path.name.encode()
-        tmp.write_bytes(_MAGIC + key + hashlib.sha256(key + payload).digest() + payload)
+        tmp.write_bytes(blob)
         os.replace(tmp, path)
     except OSError:
         tmp.unlink(missing_ok=True)

@@ -27,6 +27,9 @@ def listen(event, **kw):
     if event == "/jax/compilation_cache/cache_hits": counts["hits"] += 1
     if event == "/jax/compilation_cache/cache_misses": counts["misses"] += 1
 jax.monitoring.register_event_listener(listen)
+traced = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, s, **kw: traced.append(kw.get("fun_name")) if event.endswith("jaxpr_trace_duration") else None)
 from privlin import DPLinearClassifier, compilation, defaults, noise
 defaults.QUICK_COMPILE_ELEMENTS = 0  # XLA's optimized compile (a large fit's), which the rest of the suite skips
 rng = np.random.default_rng(5)
@@ -35,7 +38,8 @@ m = DPLinearClassifier(epsilon=2.0, classes=[0, 1], method="adam1", random_state
 key = noise.key_data(noise.make_key(987654321).key)
 acc = float(np.mean(m.predict(X) == y))
 print(json.dumps({**counts, "dir": compilation.cache_dir(), "key": key.tolist(), "row": X[0].tolist(), "acc": acc,
-                  "W": np.asarray(m.coef_transformed_).tobytes().hex(), "stats": dict(compilation.STATS)}))
+                  "W": np.asarray(m.coef_transformed_).tobytes().hex(), "stats": dict(compilation.STATS),
+                  "traced": [str(f) for f in traced]}))
 """
 
 
@@ -71,10 +75,12 @@ def test_a_second_process_loads_every_program_from_the_default_cache_and_it_hold
     assert first["misses"] > 0 and len(entries) >= first["misses"] > 0
     assert any(name.startswith("jit__train_many-") for name in entries)  # the fit program itself
     programs = {p.name: p.read_bytes() for p in (where / "programs").iterdir()}
-    assert first["stats"] == {"built": 1} and len(programs) == 1  # the fit program, stored whole
+    assert first["stats"] == {"built": 1} and len(_programs(where / "programs")) == 1  # the fit program, whole
+    assert "_train_many" in first["traced"]
     second = _run(FIT, env)
-    # nothing compiled again; the fit program loaded whole (not traced: no JAX cache lookup for it)
+    # nothing compiled again; the fit program loaded whole, not even traced (its form's alias names it)
     assert second["misses"] == 0 and second["stats"] == {"loaded": 1}, (first, second)
+    assert "_train_many" not in second["traced"] and len(second["traced"]) < len(first["traced"])
     assert second["hits"] + 1 >= first["misses"], (first, second)
     assert first["W"] == second["W"] and first["acc"] == second["acc"] > 0.7  # bit for bit (seeded)
     assert len(_entries(where)) == len(entries)
@@ -152,6 +158,11 @@ def _fit(X, y):
     return np.asarray(m.coef_transformed_).tobytes() + np.asarray(m.intercept_transformed_).tobytes()
 
 
+def _programs(where: Path) -> list[Path]:
+    """The program files in ``where`` (not the forms' aliases, not a temporary file)."""
+    return [p for p in where.iterdir() if not p.name.startswith(("form-", "."))]
+
+
 def _fresh(monkeypatch, where):
     """A new process's view: no program in memory, programs stored in ``where`` (None: none stored)."""
     from privlin import compilation
@@ -174,7 +185,7 @@ def test_a_stored_program_gives_the_same_bits_and_a_damaged_one_is_rebuilt(tmp_p
     _fresh(monkeypatch, tmp_path)
     built = compilation.STATS["built"]
     assert _fit(X, y) == reference and compilation.STATS["built"] == built + 1  # built and stored
-    (path,) = tmp_path.iterdir()
+    (path,) = _programs(tmp_path)
     good = path.read_bytes()
     _fresh(monkeypatch, tmp_path)
     loaded = compilation.STATS["loaded"]
@@ -201,24 +212,40 @@ def test_a_stored_program_gives_the_same_bits_and_a_damaged_one_is_rebuilt(tmp_p
     assert _fit(X, y) == reference and compilation.STATS["loaded"] == loaded + 1
 
 
-def test_a_stored_program_that_loads_but_cannot_run_is_rebuilt(tmp_path, monkeypatch, blobs):
-    """XLA's CPU client re-serializes an executable that JAX's cache served without its kernels' code: stored as
-    is, it would load and then fail when run ("Function ... not found").  privlin compiles such a program afresh
-    before storing it; here that step is defeated (the same "fresh" option value twice, so JAX's cache serves the
-    second), the broken program is stored, and the next process's fit detects it, rebuilds it, and gives the same
-    bits."""
+def test_an_edit_of_privlin_traces_the_program_again_and_finds_it_where_unchanged(tmp_path, monkeypatch, blobs):
+    """The form's alias (named with privlin's source hash) skips tracing; after an edit the program is traced and
+    named by its jaxpr, so an unchanged program is loaded, not rebuilt.  A damaged alias is a traced lookup."""
     from privlin import compilation
 
     X, y = blobs(120, d=5, k=3, seed=3)
-    _fresh(monkeypatch, None)
+    _fresh(monkeypatch, tmp_path)
     reference = _fit(X, y)
-    with monkeypatch.context() as m:
-        m.setattr(compilation, "_fresh_value", lambda: "privlin-test")  # JAX's cache holds it after the first
-        for _ in range(2):
-            _fresh(m, tmp_path)
-            for p in tmp_path.iterdir():
-                p.unlink()
-            assert _fit(X, y) == reference
+    (alias,) = tmp_path.glob("form-*")
+    monkeypatch.setattr(compilation, "_source_hash", "privlin after an edit that leaves this program as it was")
+    for damage in (None, b"privlin-form-1\n" + b"0" * 63 + b"x"):
+        if damage is not None:
+            alias.write_bytes(damage)
+        _fresh(monkeypatch, tmp_path)
+        built, loaded = compilation.STATS["built"], compilation.STATS["loaded"]
+        assert _fit(X, y) == reference
+        assert (compilation.STATS["built"], compilation.STATS["loaded"]) == (built, loaded + 1)
+    assert len(list(tmp_path.glob("form-*"))) == 2 and len(_programs(tmp_path)) == 1
+
+
+def test_a_stored_program_that_loads_but_cannot_run_is_rebuilt(tmp_path, monkeypatch, blobs):
+    """XLA's CPU client re-serializes an executable it loaded (from JAX's cache, or from ``programs/``) without its
+    kernels' code: stored so, it would load and then fail when run ("Function ... not found"); privlin stores only
+    executables it compiled.  Here such a broken program is stored by hand (a loaded one stored again); the next
+    process's fit detects it when it runs, rebuilds it, and gives the same bits."""
+    from privlin import compilation
+
+    X, y = blobs(120, d=5, k=3, seed=3)
+    _fresh(monkeypatch, tmp_path)
+    reference = _fit(X, y)
+    (path,) = _programs(tmp_path)
+    good = path.read_bytes()
+    compilation._store(path, compilation._load(path))
+    assert len(path.read_bytes()) < len(good)  # the kernels' code is missing
     _fresh(monkeypatch, tmp_path)
     rebuilt, loaded = compilation.STATS["rebuilt"], compilation.STATS["loaded"]
     assert _fit(X, y) == reference
@@ -238,7 +265,7 @@ def test_a_program_is_written_whole_or_not_at_all(tmp_path, monkeypatch, blobs):
     X, y = blobs(120, d=5, k=3, seed=3)
     _fresh(monkeypatch, tmp_path)
     _fit(X, y)
-    (path,) = tmp_path.iterdir()
+    (path,) = _programs(tmp_path)
     program = next(iter(compilation._programs.values()))
     path.unlink()
 
@@ -248,13 +275,13 @@ def test_a_program_is_written_whole_or_not_at_all(tmp_path, monkeypatch, blobs):
     with monkeypatch.context() as m:
         m.setattr(compilation.os, "replace", dies)
         compilation._store(path, program)
-    assert list(tmp_path.iterdir()) == []
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("form-")] == []
     writers = [threading.Thread(target=compilation._store, args=(path, program)) for _ in range(4)]
     for t in writers:
         t.start()
     for t in writers:
         t.join()
-    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("form-")] == [path.name]
     loaded = compilation.STATS["loaded"]
     assert compilation._load(path) is not None and compilation.STATS["loaded"] == loaded + 1
 
