@@ -287,11 +287,18 @@ def _build(traced, options, path):
     program is compiled once more to be stored, with an inert option (:data:`_FRESH`, a GPU-only path) set to a
     random value so that neither cache can serve it; this happens only where JAX's cache already held the program
     but ``programs/`` did not (a damaged file; programs compiled before ``programs/`` existed)."""
+    import jax
+
     lowered = traced.lower()
     _watch.misses = 0
     _watch.on = True
     try:
         program = lowered.compile(compiler_options=options or None)
+    except jax.errors.JaxRuntimeError as e:
+        if not options or "No such compile option" not in str(e):
+            raise
+        options = {}  # an XLA without the quick options: its defaults (the program is the same)
+        program = lowered.compile()
     finally:
         _watch.on = False
     STATS["built"] += 1

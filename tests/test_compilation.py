@@ -343,6 +343,14 @@ def test_quick_compile_options_below_the_size_threshold_and_the_off_switch(monke
     assert compilation.compile_options((large,)) == {}
     monkeypatch.setenv("XLA_FLAGS", "--xla_backend_optimization_level=2")
     assert "xla_backend_optimization_level" not in compilation.compile_options((small,))
+    # an XLA that lacks a quick option compiles with its defaults (here: an option no XLA has)
+    monkeypatch.setattr(compilation, "QUICK_OPTIONS", {"xla_privlin_no_such_option": True})
+    monkeypatch.setenv("XLA_FLAGS", "")
+    assert compilation.compile_options((small,)) == {"xla_privlin_no_such_option": True}
+    import jax
+
+    f = jax.jit(lambda a: a * 2.0)
+    assert float(compilation.call(f, (), np.float32(3.0))) == 6.0
     assert compilation.programs_dir() is not None  # the suite's cache (conftest)
     monkeypatch.setenv(compilation.ENV, "0")
     assert compilation.programs_dir() is None
