@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/bench_first_fit.py                 # both parts, writes the two results sections
     .venv/bin/python benchmarks/bench_first_fit.py --part first     # breast_cancer rows only
+    .venv/bin/python benchmarks/bench_first_fit.py --part options   # XLA compile options: compile and run times
 
 Part ``first`` (benchmarks/results/privlin.md, section ``bench_first_fit``): breast_cancer (569 × 30), each row in
 a fresh subprocess whose persistent compilation cache (:mod:`privlin.compilation`) is a new empty directory
@@ -10,6 +11,11 @@ a fresh subprocess whose persistent compilation cache (:mod:`privlin.compilation
 refit at another ε that makes the same releases (2 → 4) and one that makes another (2 → 1: ε=1 adds a
 re-centering, another program); ``PrivateGridSearchCV`` over 2 ε × 2 methods × 3 folds (+ the refit); and where a
 warm first fit's time goes (JAX's monitoring: tracing, lowering, loading the executable).
+
+Part ``options`` (benchmarks/results/privlin.md, section ``bench_first_fit_options``): the default fit's program
+compiled with XLA's defaults and with :data:`privlin.compilation.QUICK_OPTIONS`, compile and run time per size
+(``--sizes``), in fresh processes without a persistent cache: what ``privlin.defaults.QUICK_COMPILE_ELEMENTS`` is
+chosen from.
 
 Part ``sweep`` (benchmarks/results/sweep.md, section ``bench_first_fit_sweep``): a 10-ε ``adam1`` sweep vs one
 ``adam1`` fit, both with the default preprocessing, on a synthetic float16 store (``--n`` × ``--d``, k=10; smaller
@@ -141,16 +147,18 @@ def part_first(repeat: int) -> str:
               "| what | cold cache | warm cache | goal (issue 37) |\n|---|---:|---:|---|")
     cold, warm = runs[len(runs) // 2]
     fit_traced = prog.get("jaxpr_trace_duration", 0.0)
+    found = (f"traced {fit_traced:.2f} s and named (jaxpr hashed) {warm['store']['key']:.2f} s" if fit_traced
+             else "found through its form's alias (not traced)")
     notes = (f"\nWhere the warm first fit's {first_w:.2f} s goes (one warm process; JAX monitoring and timers around "
-             f"`privlin.compilation`): the fit program (`runner._train_many`) traced {fit_traced:.2f} s "
-             f"to name it, named (jaxpr hashed) {warm['store']['key']:.2f} s, loaded whole from `programs/` "
-             f"{warm['store']['load']:.2f} s (not lowered, not compiled; this process: {warm['stats']}); the other "
-             f"programs traced and lowered to find their JAX cache keys {max(0.0, traced - fit_traced):.2f} s, "
-             f"their executables loaded from JAX's cache {loaded:.2f} s, compiled {max(0.0, compiled):.2f} s; the "
-             f"rest is planning, accounting and the run itself. Cold (this process: {cold['stats']}): XLA compiling "
-             f"the fit program takes {cold_prog.get('backend_compile_duration', 0.0):.2f} s of the {first_c:.2f} s, "
-             "with XLA's quick options (`privlin.compilation.QUICK_OPTIONS`, used below "
-             "`privlin.defaults.QUICK_COMPILE_ELEMENTS`; their compile and run times are in the section below).")
+             f"`privlin.compilation`): the fit program (`runner._train_many`) {found}, loaded whole from "
+             f"`programs/` in {warm['store']['load']:.2f} s (not lowered, not compiled; this process: "
+             f"{warm['stats']}); the other programs traced and lowered to find their JAX cache keys "
+             f"{max(0.0, traced - fit_traced):.2f} s, their executables loaded from JAX's cache {loaded:.2f} s, "
+             f"compiled {max(0.0, compiled):.2f} s; the rest is planning, accounting and the run itself. Cold (this "
+             f"process: {cold['stats']}): XLA compiling the fit program takes "
+             f"{cold_prog.get('backend_compile_duration', 0.0):.2f} s of the {first_c:.2f} s, with XLA's quick "
+             "options (`privlin.compilation.QUICK_OPTIONS`, used up to `privlin.defaults.QUICK_COMPILE_ELEMENTS`; "
+             "their compile and run times are in the next section).")
     return header + "\n" + "\n".join(rows) + "\n" + notes
 
 
@@ -217,9 +225,11 @@ def part_options(sizes) -> str:
               f"options`; {_machine()}; {_when()})\n\n"
               "The default `DPLinearClassifier(epsilon=2)` fit program, compiled in a fresh process without a "
               "persistent cache, with XLA's default options and with `privlin.compilation.QUICK_OPTIONS` "
-              f"({quick}); "
-              "run: the fastest of 3 calls (of 1 or 2 where a call takes seconds). privlin uses the quick options where the program's array arguments hold "
-              f"at most `QUICK_COMPILE_ELEMENTS` = {defaults.QUICK_COMPILE_ELEMENTS} elements (padded N × d).\n\n"
+              f"({quick}); run: the fastest of 3 calls (of 1 or 2 where a call takes seconds). privlin uses the "
+              "quick options where the program's array arguments hold at most `QUICK_COMPILE_ELEMENTS` = "
+              f"{defaults.QUICK_COMPILE_ELEMENTS} elements (padded N × d and its labels): "
+              "there a compile saved once outweighs the longer run of every fit; where the run takes seconds it "
+              "does not (a compile is paid once per machine, the run at every fit).\n\n"
               "| fit program | compile, default | compile, quick | run, default | run, quick |\n"
               "|---|---:|---:|---:|---:|")
     return header + "\n" + "\n".join(lines) + "\n"
