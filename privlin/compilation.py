@@ -18,18 +18,23 @@ arguments of its programs, never as constants folded into them, so no data value
 code: keep it in a directory only you can write.
 
 :func:`call` goes one step further for the fit program (:func:`privlin.runner._train_many`): JAX finds a cached
-executable only after tracing and lowering the program to compute its key (0.7 s of a warm 1.3 s first fit on
-breast_cancer, most of it lowering), so privlin also keeps each compiled program whole, serialized, in
-``programs/`` inside the cache directory, and a later process loads it without tracing, lowering or compiling
-(BENCHMARKS.md, "First fit, refit, grid search").  A program's name is a hash of the program itself and of
-everything else its code depends on (:func:`program_key`: the jaxpr and its constants, the arguments' shapes and
-dtypes, jax/jaxlib versions, the backend, JAX's configuration including x64, ``XLA_FLAGS``, the compile options),
-so a change to privlin that changes a program never loads the old one.  Finding that name takes tracing; a small
-alias file per form (the static arguments, shapes, options, versions and a hash of privlin's own source files)
-records it, so an unchanged privlin skips the tracing too, and after any edit the program is traced and named
-again (and found again where the edit left it unchanged).  A program file holds a checksum of its content, and a
-corrupt, truncated or foreign file is rebuilt (counted in :data:`STATS`), never trusted.  Files are written whole and renamed into place (concurrent processes writing one entry are safe).
-Small programs compile with XLA's quick options (:data:`QUICK_OPTIONS`, below
+executable only after tracing and lowering the program to compute its key, most of a warm first fit's time; so
+privlin also keeps each compiled fit program whole, serialized, in ``programs/`` inside the cache directory, and a
+later process loads it without tracing, lowering or compiling (BENCHMARKS.md, "First fit, refit, grid search").
+
+* A program's name is a hash of the program itself and of everything else its code depends on
+  (:func:`program_key`: the jaxpr and its constants, the arguments' shapes and dtypes, jax/jaxlib versions, the
+  backend, JAX's configuration including x64, ``XLA_FLAGS``, the compile options): a change to privlin that
+  changes a program never loads the old one.
+* Naming takes tracing, so a small alias file per form (static arguments, shapes, options, versions and a hash of
+  privlin's own source files) records the name: an unchanged privlin skips the tracing too; after any edit the
+  program is traced and named again (and found again where the edit left it unchanged).
+* A program file holds its name and a checksum of its content; a corrupt, truncated or foreign file, or a
+  program that loads but fails to run, is rebuilt and replaced (counted in :data:`STATS`), never trusted.  Files
+  are written whole and renamed into place: concurrent processes writing one entry are safe.
+* Off with the cache (:data:`ENV`); CPU, single-device runs only.
+
+Small programs compile with XLA's quick options (:data:`QUICK_OPTIONS`, up to
 :data:`privlin.defaults.QUICK_COMPILE_ELEMENTS`): compile time is what a first small fit waits for.
 """
 from __future__ import annotations
@@ -94,8 +99,9 @@ def cache_dir() -> str | None:
 
 # ----------------------------------------------------------------------------- compiled programs, stored whole
 
-#: XLA's quick CPU compile (LLVM at -O0, the loop emitters instead of the fusion emitters): the same HLO and float
-#: semantics, ~3× less compile time and ~2.5× more run time (BENCHMARKS.md, "First fit, refit, grid search").
+#: XLA's quick CPU compile (LLVM at -O0, the loop emitters instead of the fusion emitters): the same HLO, a few
+#: times less compile time for a slower run (BENCHMARKS.md, "XLA's quick compile options for small fits"); the
+#: last bits of a result may differ from the default compile's, so a program's options are part of its name.
 #: The fusion-emitter switch exists on jaxlib 0.10 only (an unknown option is an error): see
 #: :func:`compile_options`.
 QUICK_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
@@ -108,7 +114,7 @@ _MAGIC = b"privlin-program-1\n"
 #: First line of a form's alias (``form-*`` in ``programs/``); then the name of its program.
 _ALIAS = b"privlin-form-1\n"
 _source_hash: str | None = None
-_programs: dict[str, object] = {}  # this process's loaded or built programs, by key
+_programs: dict[tuple, object] = {}  # this process's loaded or built programs, by form (see call)
 _programs_lock = threading.Lock()
 _listening = False
 
