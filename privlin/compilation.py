@@ -44,6 +44,7 @@ import hashlib
 import os
 import pickle
 import threading
+import zlib
 from pathlib import Path
 
 from . import defaults
@@ -109,8 +110,9 @@ QUICK_OPTIONS = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitte
 #: was unreadable (corrupt, truncated, another format): what the tests and the benchmark count.
 STATS: collections.Counter = collections.Counter()
 #: First line of a stored program; then its key (64 hex digits: a file renamed or copied under another key is
-#: refused), the sha256 of key and payload, and the payload: the pickled (executable, in_tree, out_tree).
-_MAGIC = b"privlin-program-1\n"
+#: refused), the sha256 of key and payload, and the payload: the pickled (executable, in_tree, out_tree),
+#: zlib-compressed (a fifth of the size).
+_MAGIC = b"privlin-program-2\n"
 #: First line of a form's alias (``form-*`` in ``programs/``); then the name of its program.
 _ALIAS = b"privlin-form-1\n"
 _source_hash: str | None = None
@@ -344,10 +346,7 @@ def _load(path: Path):
         STATS["rebuilt"] += 1
         return None
     try:
-        n = len(_MAGIC)
-        head, key, digest, payload = blob[:n], blob[n:n + 64], blob[n + 64:n + 96], blob[n + 96:]
-        if head != _MAGIC or key != path.name.encode() or hashlib.sha256(key + payload).digest() != digest:
-            raise ValueError("not a privlin program, another program's, or damaged")
+        payload = _unpack(blob, path.name)
         from jax._src.lax import linalg
         from jax.experimental import serialize_executable
 
@@ -363,6 +362,16 @@ def _load(path: Path):
     return program
 
 
+def _unpack(blob: bytes, name: str) -> bytes:
+    """The pickled payload of a program file named ``name``; ValueError where it is not one, is another program's,
+    or is damaged."""
+    n = len(_MAGIC)
+    head, key, digest, packed = blob[:n], blob[n:n + 64], blob[n + 64:n + 96], blob[n + 96:]
+    if head != _MAGIC or key != name.encode() or hashlib.sha256(key + packed).digest() != digest:
+        raise ValueError("not a privlin program, another program's, or damaged")
+    return zlib.decompress(packed)
+
+
 def _store(path: Path, program) -> None:
     """Write ``program`` to ``path`` whole: a temporary file renamed into place, so a reader never sees half a file
     and concurrent writers of one entry leave one complete copy.  A program that cannot be serialized, or a
@@ -370,11 +379,11 @@ def _store(path: Path, program) -> None:
     from jax.experimental import serialize_executable
 
     try:
-        payload = pickle.dumps(serialize_executable.serialize(program))
+        packed = zlib.compress(pickle.dumps(serialize_executable.serialize(program)), 1)
     except Exception:  # noqa: BLE001 - e.g. "Compilation does not support serialization": not stored
         return
     key = path.name.encode()
-    _write(path, _MAGIC + key + hashlib.sha256(key + payload).digest() + payload)
+    _write(path, _MAGIC + key + hashlib.sha256(key + packed).digest() + packed)
 
 
 def _write(path: Path, blob: bytes) -> None:
