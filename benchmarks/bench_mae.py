@@ -5,8 +5,8 @@ interleaved in one run (the machine is shared: only ratios are meaningful);
 peak memory of each method measured alone in a fresh process. Methods:
 
 * ``nonprivate``: forward + backward of the summed loss (one gradient);
-* ``ghost``: DP-MAE's fast path (mixed ghost norms + book-keeping, :mod:`backbones.mae.ghost`);
-* ``ghost_fp32_norms``: the same with its norms in float32 under bf16 autocast (``low_precision_norms=False``);
+* ``ghost``: DP-MAE's fast path (mixed ghost norms + book-keeping, :mod:`backbones.mae.ghost`), float32 norms;
+* ``ghost_bf16_norms``: the same with its norms in bf16 (``low_precision_norms=True``, bounded rounding);
 * ``vmap``: ``torch.func`` per-example gradients + clip + sum (the reference);
 * ``loop``: one backward per example, clip, sum (the naive baseline);
 * ``opacus``: opacus ``GradSampleModule`` hooks + its ``DPOptimizer.clip_and_accumulate``;
@@ -49,7 +49,7 @@ from backbones.mae.model import build_mae  # noqa: E402
 from backbones.mae.per_example import clip_and_sum, clipped_grad_sum, per_example_grads, split_params  # noqa: E402
 
 CLIP = 0.1
-METHODS = ("nonprivate", "ghost", "ghost_fp32_norms", "vmap", "loop", "opacus", "opacus_ghost")
+METHODS = ("nonprivate", "ghost", "ghost_bf16_norms", "vmap", "loop", "opacus", "opacus_ghost")
 
 
 class _Token(nn.Module):
@@ -130,11 +130,11 @@ def make_method(name, size, depth=None, decoder_depth=None, device="cpu", amp=No
     elif name in ("ghost", "vmap"):
         def step(x, noise):
             return clipped_grad_sum(model, x, noise, CLIP, method=name, autocast_dtype=amp)[0]
-    elif name == "ghost_fp32_norms":
+    elif name == "ghost_bf16_norms":
         from backbones.mae.ghost import ghost_clip_and_sum
 
         def step(x, noise):
-            return ghost_clip_and_sum(model, x, noise, CLIP, autocast_dtype=amp, low_precision_norms=False)[0]
+            return ghost_clip_and_sum(model, x, noise, CLIP, autocast_dtype=amp, low_precision_norms=True)[0]
     elif name == "loop":
         def step(x, noise):
             grads = {k: [] for k, p in model.named_parameters() if p.requires_grad}

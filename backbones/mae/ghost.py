@@ -31,13 +31,15 @@ parameter that this file does not know is refused with an error naming it:
 use the vmap path there. Sums are computed in float32 from the tensors the
 pass produced, so each example's clipped contribution is at most C in the
 arithmetic actually used for the sum, up to float32 rounding. Norms are
-float32 (float64 for the accumulation); under bf16 autocast they run in bf16
-(the Gram matrices, and the instantiated per-example weight gradients, which
-are then normed and summed as that same bf16 tensor), and each bf16 ghost
-norm is inflated by a rigorous bound on its rounding error
-(:func:`low_precision_gram_bound`), so it never under-estimates the norm of
-what is summed and the clip stays conservative (an over-estimate costs that
-fraction of C, never more than C).
+float32 (float64 for the accumulation), also under bf16 autocast: measured
+on an H100, bf16 norms were slower and less exact than float32 ones
+(BENCHMARKS.md, "DP-MAE ... cuda bf16"). On request
+(``low_precision_norms=True``) they run in bf16 (the Gram matrices, and the
+instantiated per-example weight gradients, which are then normed and summed
+as that same bf16 tensor), and each bf16 ghost norm is inflated by a rigorous
+bound on its rounding error (:func:`low_precision_gram_bound`), so it never
+under-estimates the norm of what is summed and the clip stays conservative
+(an over-estimate costs that fraction of C, never more than C).
 """
 from __future__ import annotations
 
@@ -269,7 +271,7 @@ class _Layer:
 
 
 def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.Tensor, clip: float, *,
-                       autocast_dtype: torch.dtype | None = None, low_precision_norms: bool | None = None):
+                       autocast_dtype: torch.dtype | None = None, low_precision_norms: bool = False):
     """Clipped per-example gradient sum of the MAE loss by mixed ghost norms + book-keeping.
 
     Parameters
@@ -283,12 +285,13 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
         C > 0.
     autocast_dtype : torch.dtype or None
         Run the forward under ``torch.autocast`` with this dtype (e.g. bfloat16 on CUDA).
-    low_precision_norms : bool or None
-        Compute the norms in bfloat16 (Gram matrices and instantiated per-example weight gradients): None
-        (default) does so under bfloat16 autocast. Ghost norms are then inflated by a stated bound
-        (``_ghost_bound``) so that they never under-estimate; an instantiated gradient is
-        normed and summed as the same bf16 tensor. Either way each clipped contribution is at most C up to
-        float32 rounding. Sums stay float32.
+    low_precision_norms : bool
+        Compute the norms in bfloat16 (Gram matrices and instantiated per-example weight gradients) instead of
+        float32 (default: float32 norms, also under bf16 autocast, the faster and more exact choice measured on
+        an H100; BENCHMARKS.md, DP-MAE GPU rows). bf16 ghost norms are inflated by a stated bound
+        (``_ghost_bound``) so that they never under-estimate; an instantiated gradient is normed and summed as
+        the same bf16 tensor. Either way each clipped contribution is at most C up to float32 rounding. Sums
+        stay float32.
 
     Returns
     -------
@@ -298,8 +301,6 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
         Per-example gradient norms before clipping (float32).
     losses : torch.Tensor, shape (B,)
     """
-    if low_precision_norms is None:
-        low_precision_norms = autocast_dtype == torch.bfloat16
     norm_dtype = torch.bfloat16 if low_precision_norms else None
     layers = {name: _Layer(name, m, norm_dtype) for name, m in _trainable_modules(model).items()}
     b, device = imgs.shape[0], imgs.device

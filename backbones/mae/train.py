@@ -110,9 +110,8 @@ class TrainSettings:
     device : {"auto", "cpu", "cuda"}
         ``auto``: CUDA when available (``cuda:LOCAL_RANK`` under torchrun).
     amp : {"none", "bf16"}
-        bf16 autocast of the forward passes; the ghost path's norms run in
-        bf16 too, inflated by a stated error bound so the clip stays
-        conservative (:mod:`backbones.mae.ghost`); sums stay float32.
+        bf16 autocast of the forward passes; the ghost path's norms and
+        clipped sums stay float32 (:mod:`backbones.mae.ghost`).
     """
 
     size: str = "vip_toy"
