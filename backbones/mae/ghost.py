@@ -50,7 +50,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
-from .per_example import clip_factors
+from .per_example import clip_factors, dropped, weighted_sum, zero_rows
 
 __all__ = ["ghost_clip_and_sum", "check_supported", "UnsupportedModuleError", "layer_plan", "low_precision_gram_bound"]
 
@@ -258,10 +258,13 @@ class _Layer:
         ghost = torch.linalg.vecdot(gram_a.flatten(1).double(), gram_g.flatten(1).double())
         return ghost + _ghost_bound(a, g, gram_a, gram_g, self.norm_dtype)
 
-    def ghost_weight_sum(self, scale: torch.Tensor) -> torch.Tensor:
-        """Book-keeping: ``sum_i c_i G_i`` as one GEMM per call with output grads scaled by ``c_i``."""
+    def ghost_weight_sum(self, scale: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Book-keeping: ``sum_i c_i G_i`` as one GEMM per call with output grads scaled by ``c_i``; the examples
+        in ``rows`` (dropped: non-finite) zeroed in both factors first, so that none of their values reaches the
+        sum (``0 * nan`` would)."""
         out = 0
         for a, g in self.pieces:
+            a, g = zero_rows(a, rows), zero_rows(g, rows)
             if a.shape[2] < g.shape[2]:  # scale the narrower of the two
                 a = a * scale.view(-1, 1, 1)
             else:
@@ -298,7 +301,8 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
     summed : dict[str, torch.Tensor]
         ``sum_i c_i grad_i`` per trainable parameter, float32, each of the parameter's shape.
     norms : torch.Tensor, shape (B,)
-        Per-example gradient norms before clipping (float32).
+        Per-example gradient norms before clipping (float32). An example whose norm or loss is not finite (a NaN
+        or an overflow in its image) contributed exactly nothing to ``summed``, as a null image would.
     losses : torch.Tensor, shape (B,)
     """
     norm_dtype = torch.bfloat16 if low_precision_norms else None
@@ -376,20 +380,21 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
             if ghost is not None:
                 sq += ghost.double()
         norms = sq.sqrt().float()
-        scale = clip_factors(norms, clip)
+        scale = clip_factors(norms, clip, torch.isfinite(losses.detach()))  # non-finite examples: 0
+        rows = dropped(scale)
 
         params = dict(model.named_parameters())
-        flat_sum = scale @ flat
+        flat_sum = weighted_sum(scale, flat, rows)
         summed, at = {}, 0
         for k, pe in small.items():
             n = pe[0].numel()
             summed[k] = flat_sum[at:at + n].reshape(params[k].shape)
             at += n
         for k, pe in big.items():
-            summed[k] = (scale @ pe.reshape(b, -1).float()).reshape(params[k].shape)
+            summed[k] = weighted_sum(scale, pe.reshape(b, -1).float(), rows).reshape(params[k].shape)
         for layer in layers.values():
             if layer.pieces:
-                summed[f"{layer.name}.weight"] = layer.ghost_weight_sum(scale)
+                summed[f"{layer.name}.weight"] = layer.ghost_weight_sum(scale, rows)
     for name, p in params.items():  # a trainable parameter the loss never touched: zero gradient
         if p.requires_grad and name not in summed:
             summed[name] = torch.zeros_like(p, dtype=torch.float32)
