@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU rows of BENCHMARKS.md, as run on a lent GPU machine (no network there: the packages the image lacks
 # travel as wheels in .whl/, see /work/.library/device/README.md). Usage: bash benchmarks/gpu_rows.sh OUTDIR [STEPS]
-# STEPS: any of featurize mae runner big cold (default: featurize mae runner).
+# STEPS: any of featurize mae runner big cold mae_bf16 mae_profile (default: featurize mae runner).
 out=${1:?OUTDIR}; shift; steps=${*:-featurize mae runner}
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
 if [ -d .whl ] && [ ! -d /tmp/site ]; then
@@ -23,3 +23,4 @@ for s in $steps; do
   echo "=== $s done rc=$? $(date +%T)"
 done
 [[ " $steps " == *" mae_bf16 "* ]] && timeout 200 python3 benchmarks/bench_mae.py --size base --batch 64 --repeats 5 --device cuda --amp bf16 --methods nonprivate ghost ghost_bf16_norms --out "$out/mae_bf16_gpu.md"  # issue 39.3: DP-MAE fp32 norms (default) vs bf16 norms vs non-private, one run (bash benchmarks/gpu_rows.sh OUT mae_bf16)
+[[ " $steps " == *" mae_profile "* ]] && timeout 240 python3 benchmarks/bench_mae.py --profile --kernels --size base --batch 64 --repeats 5 --device cuda --amp bf16 --methods nonprivate ghost ghost_bf16_norms --out "$out/mae_profile_gpu.md"  # where the private step's extra time goes (bash benchmarks/gpu_rows.sh OUT mae_profile)

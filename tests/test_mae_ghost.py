@@ -240,3 +240,34 @@ def test_only_weight_matrices_trainable_equals_vmap(which, monkeypatch):
     _assert_equals_reference(model, imgs, noise, *_reference(model, imgs, noise))
     monkeypatch.setattr(ghost, "layer_plan", lambda t, d_in, d_out: "ghost")
     _assert_equals_reference(model, imgs, noise, *_reference(model, imgs, noise))
+
+
+def test_bench_profile_mode_times_every_part_and_restores_what_it_wrapped(tmp_path, monkeypatch):
+    # benchmarks/bench_mae.py --profile (what the lead runs on a GPU): on the CPU at toy size, every part present,
+    # the ghost step's parts add up to it, and the functions it wrapped for timing are the originals again after
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "bench_mae.py")
+    monkeypatch.syspath_prepend(os.path.dirname(path))
+    spec = importlib.util.spec_from_file_location("bench_mae_under_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    before = (ghost.functional_call, torch.autograd.grad, ghost._Layer.process, ghost._Layer.ghost_sq_norms,
+              ghost._Layer.ghost_weight_sum)
+    parts = bench.profile_steps("toy", 4, None, None, torch.device("cpu"), None, 2, ["nonprivate", "ghost"])
+    after = (ghost.functional_call, torch.autograd.grad, ghost._Layer.process, ghost._Layer.ghost_sq_norms,
+             ghost._Layer.ghost_weight_sum)
+    assert all(a is b for a, b in zip(before, after))
+    assert set(parts["nonprivate"]) == {"forward", "backward (weight grads included)", "step"}
+    g = parts["ghost"]
+    for key in (bench._FORWARD, bench._BACKWARD, bench._GRAMS, bench._SUMS, bench._REST, "step"):
+        assert key in g and g[key][0] >= 0 or key == bench._REST, key
+    assert any(k.startswith(bench._HOOKS) for k in g)
+    top = sum(g[k][0] for k in (bench._FORWARD, bench._BACKWARD, bench._GRAMS, bench._SUMS, bench._REST))
+    assert top == pytest.approx(g["step"][0], rel=1e-9)
+    out = tmp_path / "prof.md"
+    bench.main(["--profile", "--size", "toy", "--batch", "4", "--repeats", "1", "--methods", "ghost",
+                "--out", str(out)])
+    text = out.read_text()
+    assert "bench_mae profile toy" in text and "| nonprivate | **whole step** |" in text and "| ghost |" in text
