@@ -230,9 +230,9 @@ def _status(key):
     raise KeyError(key)
 
 
-def measure_memory(name, size, batch, depth=None, decoder_depth=None):
-    """Peak extra resident memory (bytes) of one step of ``name``, in this (fresh) process."""
-    step, model, reset = make_method(name, size, depth, decoder_depth)
+def measure_memory(name, size, batch, depth=None, decoder_depth=None, amp=None):
+    """Peak extra resident memory (bytes) of one step of ``name``, in this (fresh) process (``amp``: as timed)."""
+    step, model, reset = make_method(name, size, depth, decoder_depth, amp=amp)
     x, noise = _inputs(model, batch)
     out = step(x, noise)  # warm-up: lazy initializations, kernels, opacus preparation
     del out
@@ -452,7 +452,8 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     if args.measure_memory:
         print(json.dumps({"peak": measure_memory(args.measure_memory, args.size, args.batch, args.depth,
-                                                 args.decoder_depth)}))
+                                                 args.decoder_depth,
+                                                 torch.bfloat16 if args.amp == "bf16" else None)}))
         return
 
     dev, amp = torch.device(args.device), (torch.bfloat16 if args.amp == "bf16" else None)
@@ -508,7 +509,8 @@ def main(argv=None):
         depth = ["--depth", str(args.depth)] if args.depth else []
         depth += ["--decoder-depth", str(args.decoder_depth)] if args.decoder_depth else []
         r = subprocess.run([sys.executable, __file__, "--measure-memory", name, "--size", args.size, "--batch",
-                            str(args.batch), "--threads", str(args.threads), *depth], env=env, capture_output=True,
+                            str(args.batch), "--threads", str(args.threads), "--amp", args.amp, *depth], env=env,
+                           capture_output=True,
                            text=True)
         peak[name] = json.loads(r.stdout.strip().splitlines()[-1])["peak"] if r.returncode == 0 else None
     machine = (f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, autocast {args.amp}" if cuda else

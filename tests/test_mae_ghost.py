@@ -271,3 +271,27 @@ def test_bench_profile_mode_times_every_part_and_restores_what_it_wrapped(tmp_pa
                 "--out", str(out)])
     text = out.read_text()
     assert "bench_mae profile toy" in text and "| nonprivate | **whole step** |" in text and "| ghost |" in text
+
+
+def test_bf16_output_grads_are_kept_as_produced_not_copied_to_float32(monkeypatch):
+    # under bf16 autocast every linear output grad is bf16: the ghost pieces keep them so (half the memory held
+    # through the backward); norms and sums still run in float32 from those exact values
+    seen = []
+    real = ghost._Layer.ghost_sq_norms
+
+    def record(self):
+        seen.extend(g.dtype for _, g in self.pieces)
+        return real(self)
+    monkeypatch.setattr(ghost._Layer, "ghost_sq_norms", record)
+    torch.manual_seed(0)
+    model = build_mae("vip_toy")
+    imgs, noise = _batch(model.cfg, 4)
+    summed, norms, _ = ghost_clip_and_sum(model, imgs, noise, 0.05, autocast_dtype=torch.bfloat16)
+    assert seen and set(seen) == {torch.bfloat16}
+    assert norms.dtype == torch.float32 and all(v.dtype == torch.float32 for v in summed.values())
+    # the same pass with every piece copied to float32 first (what the path did before): same numbers
+    monkeypatch.setattr(ghost, "_linear_io", lambda *a, _real=ghost._linear_io: tuple(x.float() for x in _real(*a)))
+    ref, ref_norms, _ = ghost_clip_and_sum(model, imgs, noise, 0.05, autocast_dtype=torch.bfloat16)
+    torch.testing.assert_close(norms, ref_norms, rtol=1e-6, atol=0)
+    for k in ref:
+        torch.testing.assert_close(summed[k], ref[k], rtol=1e-6, atol=1e-9, msg=k)

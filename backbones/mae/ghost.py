@@ -115,19 +115,22 @@ def layer_plan(t: int, d_in: int, d_out: int) -> str:
     return "ghost" if t * (d_in + d_out) < d_in * d_out else "instantiate"
 
 
-def _as_tokens(x: torch.Tensor, b: int, name: str) -> torch.Tensor:
+def _as_tokens(x: torch.Tensor, b: int, name: str, float32: bool = True) -> torch.Tensor:
     if x.shape[0] != b:
         raise UnsupportedModuleError(f"{name!r} was called on a tensor whose first dimension {x.shape[0]} is not "
                                      f"the batch {b}; use per_example='vmap'")
-    return x.reshape(b, -1, x.shape[-1]).float()
+    x = x.reshape(b, -1, x.shape[-1])
+    return x.float() if float32 else x
 
 
 def _linear_io(module, a, g, b, name):
-    """(B, T, d_in) inputs and (B, T, d_out) output gradients of a linear map (Conv2d: its patches)."""
+    """(B, T, d_in) inputs and (B, T, d_out) output gradients of a linear map (Conv2d: its patches), in the dtypes
+    the pass produced them (bf16 under autocast: kept so, not copied to float32; every use below computes in
+    float32 from these exact values)."""
     if isinstance(module, nn.Conv2d):
         a = F.unfold(a.float(), module.kernel_size, module.dilation, module.padding, module.stride)
-        return a.transpose(1, 2), g.float().flatten(2).transpose(1, 2)
-    return _as_tokens(a, b, name), _as_tokens(g, b, name)
+        return a.transpose(1, 2), g.flatten(2).transpose(1, 2)
+    return _as_tokens(a, b, name, float32=False), _as_tokens(g, b, name, float32=False)
 
 
 def _layernorm_xhat(module: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
@@ -177,13 +180,18 @@ def _ghost_bound(a: torch.Tensor, g: torch.Tensor, gram_a: torch.Tensor, gram_g:
 
 
 def _gram(x: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    """``x x^T`` per example, float32 (in ``dtype`` when given, float32 accumulation, as bounded above)."""
-    if dtype is None:
-        return torch.bmm(x, x.transpose(1, 2))
-    x = x.to(dtype)
-    if x.is_cuda:  # cuBLAS: low-precision inputs, float32 accumulation and output (torch >= 2.8)
+    """``x x^T`` per example, float32 accumulation and result.
+
+    ``dtype`` None: from ``x``'s own values (float32, or the bf16 an autocast produced, whose products are exact in
+    float32). ``dtype`` given (low-precision norms): from ``x`` rounded to it, as bounded above.
+    """
+    if dtype is not None:
+        x = x.to(dtype)
+    if x.dtype != torch.float32 and x.is_cuda:  # cuBLAS: low-precision inputs, float32 accumulation and output
         with contextlib.suppress(TypeError, NotImplementedError):
             return torch.bmm(x, x.transpose(1, 2), out_dtype=torch.float32)
+    if dtype is None:
+        x = x.float()
     return torch.bmm(x, x.transpose(1, 2)).float()
 
 
@@ -201,7 +209,7 @@ class _Layer:
         self.tokens: list = []  # per call: T (positions per example) of its output
         self.pending = 0  # calls whose output grad has not been processed yet
         self._plan = None
-        self.pieces: list = []  # ghost: (a, g) per call, float32 (B, T, d)
+        self.pieces: list = []  # ghost: (a, g) per call, (B, T, d), in the dtypes the pass produced
         self.per_example: dict = {}  # parameter name -> per-example gradients (B, *shape), summed over calls
 
     def trainable(self, kind: str) -> bool:
@@ -234,16 +242,17 @@ class _Layer:
                 if self.plan == "ghost":
                     self.pieces.append((a, g))
                 elif self.norm_dtype is None:  # instantiate: (B, d_out, d_in), never larger than the (a, g) it replaces
-                    self.add("weight", torch.bmm(g.transpose(1, 2), a))
+                    self.add("weight", torch.bmm(g.transpose(1, 2).float(), a.float()))
                 else:  # the same in the norm dtype: its norm and its clipped sum are of this very tensor
                     self.add("weight", torch.bmm(g.transpose(1, 2).to(self.norm_dtype), a.to(self.norm_dtype)))
         if self.trainable("bias"):
-            self.add("bias", g.sum(1))
+            self.add("bias", g.sum(1, dtype=torch.float32))
 
     def ghost_sq_norms(self) -> torch.Tensor | None:
         """Squared per-example norms of the weight gradient from the ghost pieces (None when not ghost).
 
-        In float32, exact to float32 rounding. In ``norm_dtype`` (bf16), the Gram matrices run in it and the
+        In float32 (from the pieces' own values, exact in float32 also where an autocast made them bf16), exact
+        to float32 rounding. In ``norm_dtype`` (bf16), the Gram matrices run in it and the
         result is inflated by its error bound (:func:`_ghost_bound`): never below the squared norm of the gradient
         that :meth:`ghost_weight_sum` sums (in float32), so clipping with it stays conservative.
         """
@@ -252,8 +261,9 @@ class _Layer:
         a = torch.cat([x for x, _ in self.pieces], 1) if len(self.pieces) > 1 else self.pieces[0][0]
         g = torch.cat([y for _, y in self.pieces], 1) if len(self.pieces) > 1 else self.pieces[0][1]
         if self.norm_dtype is None:
-            gram_a, gram_g = torch.bmm(a, a.transpose(1, 2)), torch.bmm(g, g.transpose(1, 2))
+            gram_a, gram_g = _gram(a, None), _gram(g, None)
             return torch.linalg.vecdot(gram_a.flatten(1), gram_g.flatten(1)).double()
+        a, g = a.float(), g.float()  # the bound's row norms in float32
         gram_a, gram_g = _gram(a, self.norm_dtype), _gram(g, self.norm_dtype)
         ghost = torch.linalg.vecdot(gram_a.flatten(1).double(), gram_g.flatten(1).double())
         return ghost + _ghost_bound(a, g, gram_a, gram_g, self.norm_dtype)
@@ -265,11 +275,11 @@ class _Layer:
         out = 0
         for a, g in self.pieces:
             a, g = zero_rows(a, rows), zero_rows(g, rows)
-            if a.shape[2] < g.shape[2]:  # scale the narrower of the two
+            if a.shape[2] < g.shape[2]:  # scale the narrower of the two (float32: bf16 times float32 promotes)
                 a = a * scale.view(-1, 1, 1)
             else:
                 g = g * scale.view(-1, 1, 1)
-            out = out + g.reshape(-1, g.shape[2]).t() @ a.reshape(-1, a.shape[2])
+            out = out + g.reshape(-1, g.shape[2]).float().t() @ a.reshape(-1, a.shape[2]).float()
         return out.reshape(self.module.weight.shape)
 
 
