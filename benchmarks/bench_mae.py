@@ -355,14 +355,14 @@ def profile_steps(size, batch, depth, decoder_depth, device, amp, repeats, metho
         finally:
             for u in reversed(undo):
                 u()
+        if name != "nonprivate":  # derived parts, per run: the backward without its hooks, what is left of the step
+            for r in runs:
+                hooks = [k for k in r if k.startswith(_HOOKS)]
+                r["backward without the hooks"] = tuple(r[_BACKWARD][i] - sum(r[k][i] for k in hooks) for i in (0, 1))
+                r[_REST] = tuple(r["step"][i] - sum(r[k][i] for k in (_FORWARD, _BACKWARD, _GRAMS, _SUMS) if k in r)
+                                 for i in (0, 1))
+                r.pop("hook after the backward", None)  # inside the rest
         parts = {k: tuple(statistics.median(r[k][i] for r in runs) for i in (0, 1)) for k in runs[0]}
-        if name != "nonprivate":  # derived parts: the backward without its hooks, what is left of the step
-            hooks = [k for k in parts if k.startswith(_HOOKS)]
-            parts["backward without the hooks"] = tuple(parts[_BACKWARD][i] - sum(parts[k][i] for k in hooks)
-                                                        for i in (0, 1))
-            parts[_REST] = tuple(parts["step"][i] - sum(parts[k][i] for k in (_FORWARD, _BACKWARD, _GRAMS, _SUMS)
-                                                        if k in parts) for i in (0, 1))
-            parts.pop("hook after the backward", None)  # inside the rest
         rank = {k: next(j for j, o in enumerate(_ORDER) if k.startswith(o)) for k in parts}
         parts = dict(sorted(parts.items(), key=lambda kv: rank[kv[0]]))
         out[name] = parts

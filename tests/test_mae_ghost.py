@@ -243,8 +243,8 @@ def test_only_weight_matrices_trainable_equals_vmap(which, monkeypatch):
 
 
 def test_bench_profile_mode_times_every_part_and_restores_what_it_wrapped(tmp_path, monkeypatch):
-    # benchmarks/bench_mae.py --profile (what the lead runs on a GPU): on the CPU at toy size, every part present,
-    # the ghost step's parts add up to it, and the functions it wrapped for timing are the originals again after
+    # benchmarks/bench_mae.py --profile (what the lead runs on a GPU): on the CPU at toy size, every part present
+    # and within the step, and the functions it wrapped for timing are the originals again after
     import importlib.util
     import os
 
@@ -261,11 +261,9 @@ def test_bench_profile_mode_times_every_part_and_restores_what_it_wrapped(tmp_pa
     assert all(a is b for a, b in zip(before, after))
     assert set(parts["nonprivate"]) == {"forward", "backward (weight grads included)", "step"}
     g = parts["ghost"]
-    for key in (bench._FORWARD, bench._BACKWARD, bench._GRAMS, bench._SUMS, bench._REST, "step"):
-        assert key in g and g[key][0] >= 0 or key == bench._REST, key
+    for key in (bench._FORWARD, bench._BACKWARD, bench._GRAMS, bench._SUMS, bench._REST, "backward without the hooks"):
+        assert 0 <= g[key][0] <= g["step"][0], key  # nested in the step, derived parts per run (never negative)
     assert any(k.startswith(bench._HOOKS) for k in g)
-    top = sum(g[k][0] for k in (bench._FORWARD, bench._BACKWARD, bench._GRAMS, bench._SUMS, bench._REST))
-    assert top == pytest.approx(g["step"][0], rel=1e-9)
     out = tmp_path / "prof.md"
     bench.main(["--profile", "--size", "toy", "--batch", "4", "--repeats", "1", "--methods", "ghost",
                 "--out", str(out)])
