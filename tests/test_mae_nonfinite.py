@@ -177,3 +177,23 @@ def test_dp_train_returns_no_loss_by_default(tmp_path):
     with pytest.warns(PrivacyLeakWarning, match="computed on private images"):
         r = train(_dp(tmp_path, "api_loss", steps=2, sample_rate=0.005), progress=False, show_loss=True)
     assert isinstance(r["loss"], float)
+
+
+def test_a_nan_image_under_bf16_autocast_and_bf16_norms_contributes_nothing():
+    # the low-precision path (bf16 Gram matrices + rounding bound, bf16 instantiated gradients) drops it too
+    from backbones.mae.ghost import ghost_clip_and_sum
+
+    torch.manual_seed(0)
+    model = build_mae("vip_toy")
+    imgs, noise = _batch(model.cfg, 5)
+    poisoned = imgs.clone()
+    poisoned[1] = float("nan")
+    keep = torch.tensor([0, 2, 3, 4])
+    for low in (False, True):
+        summed, norms, _ = ghost_clip_and_sum(model, poisoned, noise, 0.05, autocast_dtype=torch.bfloat16,
+                                              low_precision_norms=low)
+        ref, _, _ = ghost_clip_and_sum(model, imgs[keep], noise[keep], 0.05, autocast_dtype=torch.bfloat16,
+                                       low_precision_norms=low)
+        flat, flat_ref = _flat(summed, sorted(ref)), _flat(ref, sorted(ref))
+        assert bool(torch.isfinite(flat).all()) and not bool(torch.isfinite(norms[1]))
+        assert float((flat - flat_ref).norm() / flat_ref.norm()) <= 1e-5, low
