@@ -7,6 +7,8 @@ peak memory of each method measured alone in a fresh process. Methods:
 * ``nonprivate``: forward + backward of the summed loss (one gradient);
 * ``ghost``: DP-MAE's fast path (mixed ghost norms + book-keeping, :mod:`backbones.mae.ghost`), float32 norms;
 * ``ghost_bf16_norms``: the same with its norms in bf16 (``low_precision_norms=True``, bounded rounding);
+* ``ghost_tf32_sums``: the same with its book-keeping GEMMs on TF32 tensor cores on CUDA (``tf32_sums=True``,
+  norms inflated by the rounding bound);
 * ``vmap``: ``torch.func`` per-example gradients + clip + sum (the reference);
 * ``loop``: one backward per example, clip, sum (the naive baseline);
 * ``opacus``: opacus ``GradSampleModule`` hooks + its ``DPOptimizer.clip_and_accumulate``;
@@ -56,7 +58,7 @@ from backbones.mae.model import build_mae  # noqa: E402
 from backbones.mae.per_example import clip_and_sum, clipped_grad_sum, per_example_grads, split_params  # noqa: E402
 
 CLIP = 0.1
-METHODS = ("nonprivate", "ghost", "ghost_bf16_norms", "vmap", "loop", "opacus", "opacus_ghost")
+METHODS = ("nonprivate", "ghost", "ghost_bf16_norms", "ghost_tf32_sums", "vmap", "loop", "opacus", "opacus_ghost")
 
 
 class _Token(nn.Module):
@@ -137,11 +139,13 @@ def make_method(name, size, depth=None, decoder_depth=None, device="cpu", amp=No
     elif name in ("ghost", "vmap"):
         def step(x, noise):
             return clipped_grad_sum(model, x, noise, CLIP, method=name, autocast_dtype=amp)[0]
-    elif name == "ghost_bf16_norms":
+    elif name in ("ghost_bf16_norms", "ghost_tf32_sums"):
         from backbones.mae.ghost import ghost_clip_and_sum
 
+        option = {"ghost_bf16_norms": "low_precision_norms", "ghost_tf32_sums": "tf32_sums"}[name]
+
         def step(x, noise):
-            return ghost_clip_and_sum(model, x, noise, CLIP, autocast_dtype=amp, low_precision_norms=True)[0]
+            return ghost_clip_and_sum(model, x, noise, CLIP, autocast_dtype=amp, **{option: True})[0]
     elif name == "loop":
         def step(x, noise):
             grads = {k: [] for k, p in model.named_parameters() if p.requires_grad}
@@ -328,7 +332,8 @@ def profile_steps(size, batch, depth, decoder_depth, device, amp, repeats, metho
                     with reg.region("backward (weight grads included)"):
                         losses.float().sum().backward()
         else:
-            low = name == "ghost_bf16_norms"
+            option = {"ghost_bf16_norms": {"low_precision_norms": True}, "ghost_tf32_sums": {"tf32_sums": True}}.get(
+                name, {})
 
             def kind(layer, *_):  # hooks inside the backward, by layer kind; the one after it counts as "rest"
                 if _BACKWARD not in reg.open:
@@ -344,7 +349,7 @@ def profile_steps(size, batch, depth, decoder_depth, device, amp, repeats, metho
 
             def step():
                 with reg.region("step"):
-                    ghost.ghost_clip_and_sum(model, x, noise, CLIP, autocast_dtype=amp, low_precision_norms=low)
+                    ghost.ghost_clip_and_sum(model, x, noise, CLIP, autocast_dtype=amp, **option)
         try:
             step()  # warm-up
             reg.collect()
@@ -400,7 +405,8 @@ def kernel_table(size, batch, depth, decoder_depth, device, amp, methods, rows=1
 
 def profile_main(args, dev, amp, label, cfg):
     """``--profile``: where the private step's extra time goes (parts table + top operators), one section."""
-    methods = [m for m in args.methods if m in ("nonprivate", "ghost", "ghost_bf16_norms")] or ["nonprivate", "ghost"]
+    methods = ([m for m in args.methods if m in ("nonprivate", "ghost", "ghost_bf16_norms", "ghost_tf32_sums")]
+               or ["nonprivate", "ghost"])
     if "nonprivate" not in methods:
         methods.insert(0, "nonprivate")
     parts = profile_steps(args.size, args.batch, args.depth, args.decoder_depth, dev, amp, args.repeats, methods)

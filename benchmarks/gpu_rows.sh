@@ -22,5 +22,5 @@ for s in $steps; do
   esac
   echo "=== $s done rc=$? $(date +%T)"
 done
-[[ " $steps " == *" mae_bf16 "* ]] && timeout 200 python3 benchmarks/bench_mae.py --size base --batch 64 --repeats 5 --device cuda --amp bf16 --methods nonprivate ghost ghost_bf16_norms --out "$out/mae_bf16_gpu.md"  # issue 39.3: DP-MAE fp32 norms (default) vs bf16 norms vs non-private, one run (bash benchmarks/gpu_rows.sh OUT mae_bf16)
-[[ " $steps " == *" mae_profile "* ]] && timeout 240 python3 benchmarks/bench_mae.py --profile --kernels --size base --batch 64 --repeats 5 --device cuda --amp bf16 --methods nonprivate ghost ghost_bf16_norms --out "$out/mae_profile_gpu.md"  # where the private step's extra time goes (bash benchmarks/gpu_rows.sh OUT mae_profile)
+[[ " $steps " == *" mae_bf16 "* ]] && timeout 200 python3 benchmarks/bench_mae.py --size base --batch 64 --repeats 5 --device cuda --amp bf16 --methods nonprivate ghost ghost_bf16_norms ghost_tf32_sums --out "$out/mae_bf16_gpu.md"  # issue 39.3: DP-MAE fp32 norms (default) vs bf16 norms vs TF32 book-keeping vs non-private, one run (bash benchmarks/gpu_rows.sh OUT mae_bf16)
+[[ " $steps " == *" mae_profile "* ]] && timeout 240 python3 benchmarks/bench_mae.py --profile --kernels --size base --batch 64 --repeats 5 --device cuda --amp bf16 --methods nonprivate ghost ghost_tf32_sums --out "$out/mae_profile_gpu.md"  # where the private step's extra time goes (bash benchmarks/gpu_rows.sh OUT mae_profile)

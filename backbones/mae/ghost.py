@@ -195,6 +195,34 @@ def _gram(x: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     return torch.bmm(x, x.transpose(1, 2)).float()
 
 
+#: Relative error bound of an operand rounded to TF32 (10 explicit significand bits): 2^-10 covers truncation as
+#: well as rounding to nearest (and cuBLAS' bf16x3 splitting, which is more exact).
+_U_TF32 = 2.0 ** -10
+
+
+def tf32_sum_bound() -> float:
+    """``gamma``: a book-keeping GEMM on TF32 inputs moves each example's contribution by at most ``gamma c_i S_i``.
+
+    Each of the two operands (the scaled ``c_i g_it``, itself rounded to float32, and ``a_it``) is rounded to TF32,
+    so each token's ``x' y'^T`` is within ``((1 + u)^2 (1 + u32) - 1) |x| |y|`` of ``c_i g_it a_it^T`` (the
+    products of TF32 values are exact in float32); summed over tokens, ``S_i = sum_t ||g_it|| ||a_it||``. The float32
+    accumulation is the sum's own rounding, as in the float32 GEMM.
+    """
+    return (1 + _U_TF32) ** 2 * (1 + _U32) - 1
+
+
+def _book_keeping_mm(x: torch.Tensor, y: torch.Tensor, tf32: bool) -> torch.Tensor:
+    """``x^T y`` in float32; with ``tf32`` on CUDA, on TF32 tensor cores (inputs rounded, :func:`tf32_sum_bound`)."""
+    if not (tf32 and x.is_cuda):
+        return x.t() @ y
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        return x.t() @ y
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def _sq(x: torch.Tensor) -> torch.Tensor:
     """Squared L2 norm of each example's slice: (B,), float64."""
     return torch.linalg.vector_norm(x.reshape(x.shape[0], -1).float(), dim=1).double().square()
@@ -268,7 +296,21 @@ class _Layer:
         ghost = torch.linalg.vecdot(gram_a.flatten(1).double(), gram_g.flatten(1).double())
         return ghost + _ghost_bound(a, g, gram_a, gram_g, self.norm_dtype)
 
-    def ghost_weight_sum(self, scale: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    def token_norm_products(self) -> torch.Tensor | None:
+        """``S_i = sum_t ||g_it|| ||a_it||`` over every call (None when not ghost): (B,), float64, never below the
+        exact value (float32 row norms, each at least ``1 - eta`` of the exact one, as in :func:`_ghost_bound`)."""
+        if not self.pieces:
+            return None
+        out = 0
+        for a, g in self.pieces:
+            t, d_in, d_out = a.shape[1], a.shape[2], g.shape[2]
+            na = torch.linalg.vector_norm(a.float(), dim=2).double()
+            ng = torch.linalg.vector_norm(g.float(), dim=2).double()
+            out = out + (na * ng).sum(1) / (1 - (d_in + d_out + t + 4) * _U32) ** 2
+        return out
+
+    def ghost_weight_sum(self, scale: torch.Tensor, rows: torch.Tensor | None = None,
+                         tf32: bool = False) -> torch.Tensor:
         """Book-keeping: ``sum_i c_i G_i`` as one GEMM per call with output grads scaled by ``c_i``; the examples
         in ``rows`` (dropped: non-finite) zeroed in both factors first, so that none of their values reaches the
         sum (``0 * nan`` would)."""
@@ -279,12 +321,13 @@ class _Layer:
                 a = a * scale.view(-1, 1, 1)
             else:
                 g = g * scale.view(-1, 1, 1)
-            out = out + g.reshape(-1, g.shape[2]).float().t() @ a.reshape(-1, a.shape[2]).float()
+            out = out + _book_keeping_mm(g.reshape(-1, g.shape[2]).float(), a.reshape(-1, a.shape[2]).float(), tf32)
         return out.reshape(self.module.weight.shape)
 
 
 def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.Tensor, clip: float, *,
-                       autocast_dtype: torch.dtype | None = None, low_precision_norms: bool = False):
+                       autocast_dtype: torch.dtype | None = None, low_precision_norms: bool = False,
+                       tf32_sums: bool = False):
     """Clipped per-example gradient sum of the MAE loss by mixed ghost norms + book-keeping.
 
     Parameters
@@ -305,13 +348,20 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
         (``_ghost_bound``) so that they never under-estimate; an instantiated gradient is normed and summed as
         the same bf16 tensor. Either way each clipped contribution is at most C up to float32 rounding. Sums
         stay float32.
+    tf32_sums : bool
+        On CUDA, run the book-keeping GEMMs of the ghost layers on TF32 tensor cores (float32 accumulation and
+        output) and inflate each example's norm by ``tf32_sum_bound() * sqrt(sum_l S_l^2)``
+        (:meth:`_Layer.token_norm_products`), so that its contribution, rounding included, stays at most C.
+        Default False (float32 GEMMs), until measured on a GPU (``bench_mae.py --methods ghost_tf32_sums``);
+        elsewhere only the (conservative) inflation applies.
 
     Returns
     -------
     summed : dict[str, torch.Tensor]
         ``sum_i c_i grad_i`` per trainable parameter, float32, each of the parameter's shape.
     norms : torch.Tensor, shape (B,)
-        Per-example gradient norms before clipping (float32). An example whose norm or loss is not finite (a NaN
+        Per-example gradient norms before clipping (float32; the ones the clip used: inflated by the stated bounds
+        with ``low_precision_norms`` or ``tf32_sums``). An example whose norm or loss is not finite (a NaN
         or an overflow in its image) contributed exactly nothing to ``summed``, as a null image would.
     losses : torch.Tensor, shape (B,)
     """
@@ -389,7 +439,11 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
             ghost = layer.ghost_sq_norms()
             if ghost is not None:
                 sq += ghost.double()
-        norms = sq.sqrt().float()
+        norms = sq.sqrt()
+        if tf32_sums:  # each ghost layer's rounding moves a contribution by <= gamma c S_l: sqrt(sum_l S_l^2) in all
+            s2 = sum(s.square() for s in (layer.token_norm_products() for layer in layers.values()) if s is not None)
+            norms = norms + tf32_sum_bound() * torch.as_tensor(s2, dtype=torch.float64, device=device).sqrt()
+        norms = norms.float()
         scale = clip_factors(norms, clip, torch.isfinite(losses.detach()))  # non-finite examples: 0
         rows = dropped(scale)
 
@@ -404,7 +458,7 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
             summed[k] = weighted_sum(scale, pe.reshape(b, -1).float(), rows).reshape(params[k].shape)
         for layer in layers.values():
             if layer.pieces:
-                summed[f"{layer.name}.weight"] = layer.ghost_weight_sum(scale, rows)
+                summed[f"{layer.name}.weight"] = layer.ghost_weight_sum(scale, rows, tf32_sums)
     for name, p in params.items():  # a trainable parameter the loss never touched: zero gradient
         if p.requires_grad and name not in summed:
             summed[name] = torch.zeros_like(p, dtype=torch.float32)
