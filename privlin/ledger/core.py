@@ -43,6 +43,24 @@ def _reopen(path, cap, neighbouring, anchor):
     return PrivacyLedger(path, cap=cap, neighbouring=neighbouring, anchor=anchor)
 
 
+class _Elsewhere:
+    """What an in-memory ledger becomes in another process: its history stays in the first one, so a charge here
+    would be lost; every use refuses with one line (before a fit reads a row), which a worker pool such as
+    joblib's reports as the fit's own error rather than as a pickling failure."""
+
+    def __init__(self, message: str):
+        self.__dict__["_message"] = message
+
+    def __getattr__(self, name):
+        raise ValueError(self.__dict__["_message"])
+
+    def __reduce__(self):
+        return _Elsewhere, (self.__dict__["_message"],)
+
+    def __repr__(self):
+        return "<in-memory PrivacyLedger of another process>"
+
+
 def ledger_path(store_url: str, split: str) -> str:
     """Where the ledger of ``split`` of the store at ``store_url`` lives."""
     if not isinstance(split, str) or not split or "/" in split or split in (".", ".."):
@@ -449,8 +467,8 @@ class PrivacyLedger:
 
     def __reduce__(self):
         if self.path is None:  # a copy in another process would charge a history no one reads back
-            raise TypeError(f"{self!r} is an in-memory ledger and cannot be sent to other processes (e.g. "
-                            "GridSearchCV(n_jobs > 1)): use a ledger file, PrivacyLedger(path), or n_jobs=1")
+            return _Elsewhere, (f"{self!r} is an in-memory ledger and cannot be used in another process (e.g. "
+                                "GridSearchCV(n_jobs > 1)): use a ledger file, PrivacyLedger(path), or n_jobs=1",)
         return (_reopen, (self.path, self._requested_cap, self._requested_relation, self._anchor))
 
     def __deepcopy__(self, memo):
