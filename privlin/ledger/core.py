@@ -295,12 +295,14 @@ class PrivacyLedger:
         return accounting.compose_epsilon((e.event for e in entries), delta, neighbouring=relation)
 
     def projected(self, event: _ev.DpEvent, delta: float | None = None) -> tuple[float, float]:
-        """Total ``(epsilon, delta)`` if ``event`` were run now."""
+        """Total ``(epsilon, delta)`` if ``event`` were run now (what :meth:`check` compares with the cap)."""
         doc = self._doc()
-        rel = self._relation_of(doc)
-        probe = LedgerEntry("probe", event, math.nan, 0.0, rel)
         delta = self.default_delta(doc.entries, doc.cap or self._requested_cap) if delta is None else float(delta)
-        return self._compose([*doc.entries, probe], delta, rel), delta
+        return self._with(doc.entries, event, "probe", delta, self._relation_of(doc)), delta
+
+    def _with(self, entries, event, mechanism, delta, relation) -> float:
+        """ε at ``delta`` of ``entries`` and ``event`` composed."""
+        return self._compose([*entries, LedgerEntry(mechanism, event, math.nan, 0.0, relation)], delta, relation)
 
     def check(self, event: _ev.DpEvent, *, mechanism: str = "mechanism") -> float:
         """Raise :class:`PrivacyBudgetExceeded` if ``event`` would pass the cap (nothing is recorded).
@@ -315,8 +317,7 @@ class PrivacyLedger:
 
     def _check(self, entries, event, mechanism, cap, relation) -> float:
         eps_cap, delta_cap = cap
-        probe = LedgerEntry(mechanism, event, math.nan, 0.0, relation)
-        total = self._compose([*entries, probe], delta_cap, relation)
+        total = self._with(entries, event, mechanism, delta_cap, relation)
         if total > eps_cap * (1 + 1e-9):
             spent = self._compose(entries, delta_cap, relation)
             raise PrivacyBudgetExceeded(
