@@ -521,7 +521,7 @@ def main(argv=None):
         peak[name] = json.loads(r.stdout.strip().splitlines()[-1])["peak"] if r.returncode == 0 else None
     machine = (f"{torch.cuda.get_device_name(dev)}, torch {torch.__version__}, autocast {args.amp}" if cuda else
                f"{os.cpu_count()}-core CPU ({platform.machine()}), shared, torch {torch.__version__}, "
-               f"{args.threads} thread(s), no GPU")
+               f"{args.threads} thread(s), no GPU" + (f", autocast {args.amp}" if args.amp != "none" else ""))
     header = ("| model | physical batch | method | ms / batch (median of "
               f"{args.repeats}) | img/s | time vs non-private | peak extra MB | memory vs non-private | "
               "rel err vs vmap |\n|---|---|---|---|---|---|---|---|---|")
@@ -539,7 +539,7 @@ def main(argv=None):
     text = header + "\n" + "\n".join(rows) + f"\n\nMachine: {machine}. Clip C={CLIP}.\n"
     print(text)
     write_section(args.out, f"bench_mae {args.size} depth={cfg.depth}+{cfg.decoder_depth} batch={args.batch}"
-                  + (f" {args.device} {args.amp}" if cuda else ""),
+                  + (f" {args.device} {args.amp}" if cuda or args.amp != "none" else ""),
                   f"### DP-MAE {label}: per-example clipping vs a non-private batch (benchmarks/bench_mae.py)\n\n"
                   + text)
 
