@@ -15,6 +15,7 @@ BENCHMARKS.md, bounded in tests/test_decode.py).
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import warnings
 
@@ -144,20 +145,20 @@ def device_jpeg_size(data: bytes) -> tuple[int, int] | None:
         return None
 
 
-def decode_batch(jpegs: list[torch.Tensor], sizes: list[tuple[int, int]], pre: Preprocessing,
-                 device: torch.device) -> list[torch.Tensor | None]:
-    """JPEG bytes -> ``uint8 (3, crop, crop)`` tensors on ``device``, decoded by ``torchvision.io.decode_jpeg``
-    there (nvJPEG on CUDA, libjpeg-turbo on the CPU), then resized and centre-cropped as the CPU path does.
+def decode_jpegs(jpegs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
+    """JPEG bytes (``uint8`` CPU tensors) -> ``uint8 (3, H, W)`` RGB images on ``device``, decoded by
+    ``torchvision.io.decode_jpeg`` there (nvJPEG on CUDA, libjpeg-turbo on the CPU); ``None`` for an image the
+    decoder refused.
 
-    ``None`` marks an image the device decoder refused or decoded to another size than its header (``sizes``,
-    from :func:`device_jpeg_size`): the caller decodes those with PIL, which decodes or names the fault.
+    On CUDA the call returns once the images are decoded (torchvision's nvJPEG wrapper waits for its own stream,
+    holding a process-wide lock) and the current stream is made to wait for them; the GIL is released meanwhile.
     torchvision deprecates its decoders for TorchCodec's; the warning is silenced here, where they are used.
     """
     from torchvision.io import ImageReadMode, decode_jpeg
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torchvision\.io")
         try:
-            images = decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
+            return decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
         except RuntimeError:  # one bad image fails the whole batch: decode one by one to find it
             images = []
             for data in jpegs:
@@ -165,15 +166,66 @@ def decode_batch(jpegs: list[torch.Tensor], sizes: list[tuple[int, int]], pre: P
                     images.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
                 except RuntimeError:
                     images.append(None)
-    same_size: dict[tuple[int, int], list[int]] = {}  # images of one size are resized together: fewer launches
+            return images
+
+
+def resize_crop(images: list[torch.Tensor | None], sizes: list[tuple[int, int]],
+                pre: Preprocessing) -> list[torch.Tensor | None]:
+    """Decoded ``uint8 (3, H, W)`` images -> ``uint8 (3, crop, crop)``: resized and centre-cropped as the CPU path
+    does, images of one size in one call (fewer kernel launches). ``None`` for a missing image or one whose shape
+    is not its header's ``sizes[j] = (width, height)``: the caller decodes those with PIL."""
+    same_size: dict[tuple[int, int], list[int]] = {}
     for j, (image, (width, height)) in enumerate(zip(images, sizes)):
         if image is not None and tuple(image.shape) == (3, height, width):
             same_size.setdefault((width, height), []).append(j)
-    out: list[torch.Tensor | None] = [None] * len(jpegs)
+    out: list[torch.Tensor | None] = [None] * len(images)
     for (width, height), js in same_size.items():
         step = max(1, RESIZE_PIXELS // (width * height))  # the resize works in float32: bound its memory
         for chunk in (js[a:a + step] for a in range(0, len(js), step)):
             batch = resize_to(torch.stack([images[j] for j in chunk]), resized_size(width, height, pre.resize), pre)
             for j, crop in zip(chunk, F.center_crop(batch, [pre.crop, pre.crop])):
                 out[j] = crop
+    return out
+
+
+def decode_batch(jpegs: list[torch.Tensor], sizes: list[tuple[int, int]], pre: Preprocessing,
+                 device: torch.device, *, streams: list | None = None) -> list[torch.Tensor | None]:
+    """JPEG bytes -> ``uint8 (3, crop, crop)`` tensors on ``device``: :func:`decode_jpegs` then :func:`resize_crop`.
+
+    ``None`` marks an image the device decoder refused or decoded to another size than its header (``sizes``,
+    from :func:`device_jpeg_size`): the caller decodes those with PIL, which decodes or names the fault.
+
+    ``streams``: split the batch into ``len(streams)`` consecutive chunks, each decoded and resized by its own
+    thread (on its own CUDA stream; ``None`` entries off CUDA), so that one chunk's resize overlaps the next
+    one's decoding. The pixels are the same as in one piece (each image is decoded and resized alone or with
+    same-size images, which the kernels treat independently). The caller's current stream waits for every
+    chunk's work.
+    """
+    if not streams or len(streams) == 1 or len(jpegs) < 2:
+        return resize_crop(decode_jpegs(jpegs, device), sizes, pre)
+    from concurrent.futures import ThreadPoolExecutor
+    k = min(len(streams), len(jpegs))
+    bounds = [len(jpegs) * c // k for c in range(k + 1)]
+    caller = torch.cuda.current_stream(device) if device.type == "cuda" else None
+
+    def chunk(c):
+        a, b = bounds[c], bounds[c + 1]
+        stream = streams[c]
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            if stream is not None:
+                stream.wait_stream(caller)  # inputs the caller queued before (none today) come first
+            crops = resize_crop(decode_jpegs(jpegs[a:b], device), sizes[a:b], pre)
+            event = stream.record_event() if stream is not None else None
+        return crops, event
+
+    with ThreadPoolExecutor(k, thread_name_prefix="decode-chunk") as pool:
+        results = list(pool.map(chunk, range(k)))
+    out: list[torch.Tensor | None] = []
+    for (crops, event), stream in zip(results, streams):
+        if event is not None:  # the caller's stream uses these crops: wait for them, and keep their memory alive
+            caller.wait_event(event)
+            for crop in crops:
+                if crop is not None:
+                    crop.record_stream(caller)
+        out.extend(crops)
     return out

@@ -177,7 +177,8 @@ def test_device_path_on_the_cpu_decodes_jpegs_there_and_sends_the_rest_to_pil(mi
     ids = list(source.ids)
     on_device = []
     real = decode.decode_batch
-    monkeypatch.setattr(decode, "decode_batch", lambda j, s, p, dev: on_device.extend(s) or real(j, s, p, dev))
+    monkeypatch.setattr(decode, "decode_batch",
+                        lambda j, s, p, dev, **kw: on_device.extend(s) or real(j, s, p, dev, **kw))
     with pytest.raises(CorruptImageError, match="flipped.jpg"):
         job.extract_split(bb, source, tmp_path / "err.zarr", num_workers=0, decode_mode="device", progress=False)
     on_device.clear()
@@ -207,7 +208,7 @@ def test_a_jpeg_the_device_refuses_is_decoded_by_pil(mixed, tmp_path, monkeypatc
     bb = toy()
     source = open_split(f"imagefolder:{mixed}", "train")
     real = decode.decode_batch
-    monkeypatch.setattr(decode, "decode_batch", lambda j, s, p, dev: [None] + real(j, s, p, dev)[1:])
+    monkeypatch.setattr(decode, "decode_batch", lambda j, s, p, dev, **kw: [None] + real(j, s, p, dev, **kw)[1:])
     job.extract_split(bb, source, tmp_path / "dev.zarr", num_workers=0, dtype="float32", skip_bad=True,
                       batch_size=64, decode_mode="device", progress=False)
     monkeypatch.setattr(decode, "decode_batch", real)
