@@ -233,6 +233,89 @@ def test_decode_batch_bounds_its_resize_memory_without_changing_pixels(monkeypat
     assert (whole[-1].float() - crop_of(datas[-1], TOY, False).float()).abs().mean() <= 1.5
 
 
+def test_decode_batch_in_chunks_on_threads_gives_the_same_pixels():
+    """``streams=``: the batch decoded and resized in chunks, one thread each (CUDA streams on a GPU, ``None``
+    here), gives the pixels of one piece, in order, a refused image still ``None`` in its place."""
+    datas = [jpeg_bytes(photo(320 + 8 * (i % 3), 240, seed=i)) for i in range(7)]
+    jpegs = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas]
+    sizes = [decode.device_jpeg_size(d) for d in datas]
+    jpegs.insert(3, torch.frombuffer(bytearray(b"\xff\xd8\xff\xe0 not a JPEG after all \xff\xd9"), dtype=torch.uint8))
+    sizes.insert(3, (10, 10))
+    whole = decode.decode_batch(jpegs, sizes, TOY, torch.device("cpu"))
+    assert whole[3] is None and all(w.shape == (3, 32, 32) for j, w in enumerate(whole) if j != 3)
+    for k in (2, 3, 8, 12):
+        got = decode.decode_batch(jpegs, sizes, TOY, torch.device("cpu"), streams=[None] * k)
+        assert len(got) == len(whole) and got[3] is None
+        assert all(torch.equal(a, b) for j, (a, b) in enumerate(zip(got, whole)) if j != 3), k
+
+
+@pytest.mark.parametrize("mode", ["device", "draft"])
+def test_feed_options_leave_the_store_bit_equal(mixed, tmp_path, mode):
+    """Feed options change how batches are prepared (a staging thread, decoding threads, the workers' prefetch),
+    not what: the same features, validity and skipped ids bit for bit, PIL fallbacks and bad files included."""
+    bb = toy()
+    source = open_split(f"imagefolder:{mixed}", "train")
+
+    def run(name, feed, workers):
+        res = job.extract_split(bb, source, tmp_path / f"{name}.zarr", num_workers=workers, dtype="float32",
+                                skip_bad=True, batch_size=4, decode_mode=mode, progress=False, feed=feed)
+        split = stores.open(tmp_path / f"{name}.zarr")["train"]
+        return res["skipped"], split.features[:], split.valid_mask()
+
+    skipped, feats, valid = run("default", job.Feed(), 0)
+    assert sorted(skipped) == ["b/flipped.jpg", "b/truncated.jpg"] and valid.sum() == len(source) - 2
+    for name, feed, workers in (("ahead1", job.Feed(ahead=1), 0),
+                                ("ahead2_threads3", job.Feed(ahead=2, decode_threads=3, prefetch=1), 2),
+                                ("threads2", job.Feed(decode_threads=2), 0)):
+        got = run(name, feed, workers)
+        assert got[0] == skipped, name
+        np.testing.assert_array_equal(got[1], feats, err_msg=name)
+        np.testing.assert_array_equal(got[2], valid, err_msg=name)
+
+
+def test_a_failure_while_staging_ahead_is_raised_by_the_job_and_stops_the_thread(mixed, tmp_path, monkeypatch):
+    import threading
+
+    def stagers():
+        return [t for t in threading.enumerate() if t.name == "featurize-stage"]
+
+    bb = toy()
+    source = open_split(f"imagefolder:{mixed}", "train")
+    kw = dict(num_workers=0, batch_size=4, decode_mode="device", progress=False, feed=job.Feed(ahead=2))
+    with pytest.raises(CorruptImageError, match="flipped.jpg"):  # raised in the job's loop, staging went on
+        job.extract_split(bb, source, tmp_path / "bad.zarr", **kw)
+    assert not stagers()
+
+    def broken(*a, **k):
+        raise RuntimeError("the device decoder failed")
+    monkeypatch.setattr(decode, "decode_batch", broken)  # raised in the staging thread itself
+    with pytest.raises(RuntimeError, match="the device decoder failed"):
+        job.extract_split(bb, source, tmp_path / "broken.zarr", **kw)
+    assert not stagers()
+    assert not stores.open(tmp_path / "broken.zarr")["train"].done_mask().any()  # no shard marked done
+
+
+def test_feed_refuses_values_that_mean_nothing():
+    for bad in (dict(ahead=-1), dict(decode_threads=0), dict(prefetch=0), dict(ahead=1.5), dict(ahead=True)):
+        with pytest.raises(ValueError, match="Feed"):
+            job.Feed(**bad)
+
+
+def test_pin_bytes_asks_the_pin_memory_thread_for_the_jpeg_bytes_too(monkeypatch):
+    """Page-locking needs CUDA; here the wiring is checked: which tensors ``_Batch.pin_memory`` (what the loader's
+    pin-memory thread calls) asks torch to page-lock, with and without ``pin_bytes``."""
+    asked = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: asked.append(t.shape) or t)
+    data = jpeg_bytes(photo(64, 48))
+    items = [(0, 0, "jpeg", (torch.frombuffer(bytearray(data), dtype=torch.uint8), (64, 48))),
+             (0, 1, "image", torch.zeros((3, 8, 8), dtype=torch.uint8))]
+    job._Collate(8)(items).pin_memory()
+    assert asked == [(1, 3, 8, 8)]
+    asked.clear()
+    job._Collate(8, pin_bytes=True)(items).pin_memory()
+    assert asked == [(1, 3, 8, 8), (len(data),)]
+
+
 def test_one_worker_pool_serves_every_split(tmp_path, monkeypatch):
     digits_as_jpegs(tmp_path / "jpg", "train", 40, side=64)
     digits_as_jpegs(tmp_path / "jpg", "test", 24, side=64)
