@@ -269,16 +269,18 @@ def end_to_end(p: Probe, bb, source, forward_rate, tmp):
     """f: ``extract_split`` with each Feed option; per run the times of every batch's arrival at the store."""
     a = p.args
     B, W = a.batch, a.workers
-    options = [("default: Feed()", Feed(), B, W, "device"),
-               ("ahead=1", Feed(ahead=1), B, W, "device"),
-               ("ahead=2", Feed(ahead=2), B, W, "device"),
-               ("decode_threads=2", Feed(decode_threads=2), B, W, "device"),
-               ("ahead=1, decode_threads=2", Feed(ahead=1, decode_threads=2), B, W, "device"),
-               ("pin_bytes", Feed(pin_bytes=True), B, W, "device"),
-               ("ahead=1, pin_bytes", Feed(ahead=1, pin_bytes=True), B, W, "device"),
-               ("ahead=1, prefetch 2, half the workers", Feed(ahead=1, prefetch=2), B, max(1, W // 2), "device"),
-               ("ahead=1, batch x2", Feed(ahead=1), 2 * B, W, "device"),
-               ("draft (workers decode, PIL)", Feed(), B, W, "draft")]
+    # (label, Feed, batch, workers, decode mode, worker_every): the most telling first, in case the budget ends
+    options = [("default: Feed()", Feed(), B, W, "device", 0),
+               ("ahead=1", Feed(ahead=1), B, W, "device", 0),
+               ("ahead=1, worker_every=4", Feed(ahead=1), B, W, "device", 4),
+               ("ahead=2", Feed(ahead=2), B, W, "device", 0),
+               ("decode_threads=2", Feed(decode_threads=2), B, W, "device", 0),
+               ("ahead=1, decode_threads=2", Feed(ahead=1, decode_threads=2), B, W, "device", 0),
+               ("ahead=1, pin_bytes", Feed(ahead=1, pin_bytes=True), B, W, "device", 0),
+               ("ahead=1, worker_every=3", Feed(ahead=1), B, W, "device", 3),
+               ("ahead=1, batch x2", Feed(ahead=1), 2 * B, W, "device", 0),
+               ("ahead=1, prefetch 2, half the workers", Feed(ahead=1, prefetch=2), B, max(1, W // 2), "device", 0),
+               ("draft (workers decode, PIL)", Feed(), B, W, "draft", 0)]
     marks = []
     real_add = job._SplitJob.add
 
@@ -289,7 +291,7 @@ def end_to_end(p: Probe, bb, source, forward_rate, tmp):
     try:
         best = {}
         for r in range(a.repeats):
-            for label, feed, batch, workers, mode in options:
+            for label, feed, batch, workers, mode, every in options:
                 if p.left() < 0:
                     p.notes.append(f"budget: end to end `{label}` repeat {r + 1} skipped")
                     continue
@@ -297,7 +299,7 @@ def end_to_end(p: Probe, bb, source, forward_rate, tmp):
                 out = tempfile.mkdtemp(dir=tmp, suffix=".zarr")
                 t = time.perf_counter()
                 job.extract_split(bb, source, out, device=p.device, batch_size=batch, num_workers=workers,
-                                  decode_mode=mode, progress=False, feed=feed)
+                                  decode_mode=mode, progress=False, feed=feed, worker_every=every)
                 end = time.perf_counter()
                 n = len(source)
                 first, head = marks[0]
@@ -308,7 +310,7 @@ def end_to_end(p: Probe, bb, source, forward_rate, tmp):
                 if label not in best or run[0] < best[label][0]:
                     best[label] = run
         n = len(source)
-        for label, feed, batch, workers, mode in options:
+        for label, feed, batch, workers, mode, every in options:
             if label in best:
                 e, first, steady, tail = best[label]
                 p.e2e.append(f"| {label} | {batch} | {workers} | {n / e:,.0f} | {forward_rate / (n / e):.2f}x "

@@ -83,6 +83,33 @@ def resolve_mode(mode: str, device: torch.device) -> str:
     return mode
 
 
+def check_worker_every(worker_every: int, mode: str) -> None:
+    """Refuse a ``worker_every`` that means nothing: not an integer >= 2 (or 0: none), or set outside device mode.
+
+    Raises
+    ------
+    ValueError
+    """
+    if not isinstance(worker_every, int) or isinstance(worker_every, bool) or worker_every < 0 or worker_every == 1:
+        raise ValueError(f"worker_every must be 0 (none) or an integer >= 2 (every n-th row decoded by the workers; "
+                         f"all rows: --decode draft), got {worker_every!r}")
+    if worker_every and mode != "device":
+        raise ValueError(f"worker_every shares decoding between the device and the workers: it needs --decode "
+                         f"device, not {mode!r}")
+
+
+def on_device(row: int, worker_every: int) -> bool:
+    """Whether device mode offers row ``row`` of a split to the device decoder: all rows, or with ``worker_every
+    = n`` all but ``row % n == n - 1`` (decoded by PIL in the workers, so the CPUs decode beside the device). A
+    function of the row alone, so a resumed or sharded job decodes every row the way an uninterrupted one did."""
+    return not worker_every or row % worker_every != worker_every - 1
+
+
+def describe(mode: str, worker_every: int = 0) -> str:
+    """The decode path as a store records it (``decode``): the mode, and the rows left to the workers."""
+    return mode if not worker_every else f"{mode}, row % {worker_every} == {worker_every - 1} by PIL in the workers"
+
+
 def resized_size(width: int, height: int, resize: int) -> tuple[int, int]:
     """``(width, height)`` after ``torchvision.transforms.Resize(resize)``: the shorter side becomes ``resize``,
     the longer ``int(resize * long / short)`` (torchvision's rule, so every decode path crops the same pixels)."""

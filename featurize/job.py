@@ -118,10 +118,13 @@ class _Rows(Dataset):
     ``kind`` is ``"image"`` (payload: the ``uint8 (3, crop, crop)`` tensor), ``"jpeg"`` (payload: the file's bytes
     as a ``uint8`` tensor and its ``(width, height)``, left to the device; ``decode="device"`` only) or
     ``"error"`` (payload: the decoder's message).  Sources without file bytes (arrays) decode through ``read``.
+    With ``worker_every = n``, device mode leaves row ``i`` of a split to the workers (PIL, draft) where
+    ``i % n == n - 1`` (:func:`decode.on_device`).
     """
 
-    def __init__(self, sources: list[ImageSplit], transform, pre, mode: str):
+    def __init__(self, sources: list[ImageSplit], transform, pre, mode: str, worker_every: int = 0):
         self.sources, self.transform, self.pre, self.mode = sources, transform, pre, mode
+        self.worker_every = worker_every
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.sources)
@@ -134,7 +137,7 @@ class _Rows(Dataset):
             if self.mode == "full" or raw is None:
                 return k, i, "image", self.transform(source.read(i))
             data = raw(i)
-            if self.mode == "device":
+            if self.mode == "device" and decode.on_device(i, self.worker_every):
                 size = decode.device_jpeg_size(data)
                 if size is not None:
                     return k, i, "jpeg", (torch.frombuffer(bytearray(data), dtype=torch.uint8), size)
@@ -401,20 +404,21 @@ def extract_splits(bb: Backbone, sources: list[ImageSplit], out, *, assignment: 
                    device: torch.device = torch.device("cpu"), dtype: str = "float16", batch_size: int = 256,
                    num_workers: int = 0, shard_rows: int | None = None, skip_bad: bool = False,
                    decode_mode: str = "auto", root_attrs: dict | None = None, progress: bool = True,
-                   feed: Feed = Feed()) -> list[dict]:
+                   feed: Feed = Feed(), worker_every: int = 0) -> list[dict]:
     """Fill this writer's pending shards of every split in ``sources``, in order; one summary per split.
 
     One DataLoader serves every split, so decoding workers start once per job and decode the next split's first
     batches while the last one's finish. Parameters are those of :func:`extract_split`.
     """
     mode = decode.resolve_mode(decode_mode, device)
+    decode.check_worker_every(worker_every, mode)
     jobs = [_SplitJob(bb, src, out, assignment=assignment, device=device, dtype=dtype, shard_rows=shard_rows,
                       skip_bad=skip_bad, root_attrs=root_attrs, progress=progress) for src in sources]
     keys = [[(k, i) for i in rows] for k, job in enumerate(jobs) for rows in shard_batches(job.bounds, batch_size)]
     pre = bb.config.preprocessing
     if keys:
         cuda = device.type == "cuda"
-        loader = DataLoader(_Rows(sources, bb.transform, pre, mode), batch_sampler=keys,
+        loader = DataLoader(_Rows(sources, bb.transform, pre, mode, worker_every), batch_sampler=keys,
                             collate_fn=_Collate(pre.crop, feed.pin_bytes), num_workers=num_workers, pin_memory=cuda,
                             prefetch_factor=feed.prefetch if num_workers else None,
                             multiprocessing_context=worker_context() if num_workers else None)
@@ -471,7 +475,7 @@ def extract_split(bb: Backbone, source: ImageSplit, out, *, assignment: ShardAss
                   device: torch.device = torch.device("cpu"), dtype: str = "float16", batch_size: int = 256,
                   num_workers: int = 0, shard_rows: int | None = None, skip_bad: bool = False,
                   decode_mode: str = "auto", root_attrs: dict | None = None, progress: bool = True,
-                  feed: Feed = Feed()) -> dict:
+                  feed: Feed = Feed(), worker_every: int = 0) -> dict:
     """Fill this writer's pending shards of one split; returns a summary.
 
     Parameters
@@ -488,6 +492,9 @@ def extract_split(bb: Backbone, source: ImageSplit, out, *, assignment: ShardAss
         How images are decoded (:data:`featurize.decode.DECODE_MODES`).
     feed : Feed
         How batches are prepared and handed to the model (speed only).
+    worker_every : int
+        ``decode_mode="device"``: every ``n``-th row of a split (``row % n == n - 1``) is decoded by PIL in the
+        workers, beside the device decoder, instead of by it; 0: none (:func:`featurize.decode.on_device`).
 
     Returns
     -------
@@ -496,14 +503,15 @@ def extract_split(bb: Backbone, source: ImageSplit, out, *, assignment: ShardAss
     """
     return extract_splits(bb, [source], out, assignment=assignment, device=device, dtype=dtype,
                           batch_size=batch_size, num_workers=num_workers, shard_rows=shard_rows, skip_bad=skip_bad,
-                          decode_mode=decode_mode, root_attrs=root_attrs, progress=progress, feed=feed)[0]
+                          decode_mode=decode_mode, root_attrs=root_attrs, progress=progress, feed=feed,
+                          worker_every=worker_every)[0]
 
 
 def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None, head: str | None = None,
             data_dir=None, weights=None, batch_size: int = 256, num_workers: int | None = None,
             device: str | None = "auto", dtype: str = "float16", shard: str | None = None,
             shard_rows: int | None = None, skip_bad: bool = False, decode_mode: str = "auto",
-            progress: bool = True, feed: Feed = Feed()) -> dict:
+            progress: bool = True, feed: Feed = Feed(), worker_every: int = 0) -> dict:
     """Featurize ``dataset`` with ``backbone`` into the feature store ``out``; what ``featurize`` runs.
 
     Parameters
@@ -541,6 +549,9 @@ def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None
     feed : Feed
         How batches are prepared and handed to the model (staging thread, decoding threads, pinned bytes,
         workers' prefetch): speed only, not recorded (the features do not depend on it).
+    worker_every : int
+        ``decode_mode="device"``: every ``n``-th row decoded by PIL in the workers beside the device decoder (adds
+        the CPUs' decoding to the device's); recorded with the decode path (the two decoders' pixels differ).
 
     Returns
     -------
@@ -558,9 +569,11 @@ def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None
     bb = load_backbone(backbone, head=head, weights=weights)
     out = out or default_out(bb.config.name, bb.head, dataset)
     mode = decode.resolve_mode(decode_mode, dev)
+    decode.check_worker_every(worker_every, mode)
     # the decode path is provenance: draft, device and full decoding give slightly different features, which
     # one store must not mix (a resume with another path is refused like one with another backbone)
-    root_attrs = {**bb.provenance(), "dataset": sources[0].dataset, "classes": sources[0].classes, "decode": mode}
+    root_attrs = {**bb.provenance(), "dataset": sources[0].dataset, "classes": sources[0].classes,
+                  "decode": decode.describe(mode, worker_every)}
     for src in sources:  # every split's layout and the store's provenance checked before anything is written
         stores.check_split(out, src.split, n_rows=len(src), dim=bb.dim, dtype=dtype, shard_rows=shard_rows,
                            root_attrs=root_attrs)
@@ -568,5 +581,6 @@ def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None
     workers = min(8, os.cpu_count() or 1) if num_workers is None else num_workers
     summaries = extract_splits(bb, sources, out, assignment=assignment, device=dev, dtype=dtype,
                                batch_size=batch_size, num_workers=workers, shard_rows=shard_rows, skip_bad=skip_bad,
-                               decode_mode=mode, root_attrs=root_attrs, progress=progress, feed=feed)
+                               decode_mode=mode, root_attrs=root_attrs, progress=progress, feed=feed,
+                               worker_every=worker_every)
     return {"out": str(out), "splits": summaries}

@@ -295,6 +295,37 @@ def test_a_failure_while_staging_ahead_is_raised_by_the_job_and_stops_the_thread
     assert not stores.open(tmp_path / "broken.zarr")["train"].done_mask().any()  # no shard marked done
 
 
+def test_worker_every_leaves_every_nth_row_to_pil_in_the_workers(mixed, tmp_path):
+    """``worker_every=3``: rows 2, 5, 8... are decoded by PIL in the workers (the draft path's features bit for
+    bit), the others by the device decoder (the device path's), whatever the batches."""
+    bb = toy()
+    source = open_split(f"imagefolder:{mixed}", "train")
+    feats = {}
+    for name, mode, every in (("device", "device", 0), ("draft", "draft", 0), ("shared", "device", 3)):
+        job.extract_split(bb, source, tmp_path / f"{name}.zarr", num_workers=0, dtype="float32", skip_bad=True,
+                          batch_size=4, decode_mode=mode, worker_every=every, progress=False)
+        feats[name] = stores.open(tmp_path / f"{name}.zarr")["train"].features[:]
+    pil = [i for i in range(len(source)) if i % 3 == 2]
+    dev = [i for i in range(len(source)) if i % 3 != 2]
+    np.testing.assert_array_equal(feats["shared"][pil], feats["draft"][pil])
+    np.testing.assert_array_equal(feats["shared"][dev], feats["device"][dev])
+    assert any(not np.array_equal(feats["device"][i], feats["draft"][i]) for i in pil)  # a path did change
+
+
+def test_worker_every_is_recorded_with_the_decode_path_and_refused_where_it_means_nothing(tmp_path):
+    digits_as_jpegs(tmp_path / "jpg", "train", 8, side=64)
+    kw = dict(out=tmp_path / "s.zarr", num_workers=0, progress=False, device="cpu")
+    extract("vip_toy", f"imagefolder:{tmp_path / 'jpg'}", decode_mode="device", worker_every=2, **kw)
+    assert stores.open(kw["out"]).attrs["decode"] == "device, row % 2 == 1 by PIL in the workers"
+    with pytest.raises(ValueError, match='decode: store has "device, row % 2'):  # a resume may not mix paths
+        extract("vip_toy", f"imagefolder:{tmp_path / 'jpg'}", decode_mode="device", **kw)
+    for every, mode in ((1, "device"), (-2, "device"), (2.0, "device"), (2, "draft"), (3, "auto")):
+        with pytest.raises(ValueError, match="worker_every"):
+            extract("vip_toy", f"imagefolder:{tmp_path / 'jpg'}", decode_mode=mode, worker_every=every,
+                    **{**kw, "out": tmp_path / "refused.zarr"})
+    assert not (tmp_path / "refused.zarr").exists()
+
+
 def test_feed_refuses_values_that_mean_nothing():
     for bad in (dict(ahead=-1), dict(decode_threads=0), dict(prefetch=0), dict(ahead=1.5), dict(ahead=True)):
         with pytest.raises(ValueError, match="Feed"):
