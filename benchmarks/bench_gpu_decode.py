@@ -99,8 +99,8 @@ class Probe:
             f.write("\n".join(self.rows) + "\n\n")
             if self.e2e:
                 f.write("End to end (`featurize.job.extract_split`, model loaded, fresh store each run):\n\n")
-                f.write("| Feed option | batch | workers | img/s | / forward (host batches) | first batch s | steady img/s "
-                        "| tail s |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(self.e2e) + "\n\n")
+                f.write("| Feed option | batch | workers | img/s | / forward (host batches) | first batch s "
+                        "| steady img/s | tail s |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(self.e2e) + "\n\n")
             for n in self.notes:
                 f.write(f"- {n}\n")
 

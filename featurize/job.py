@@ -316,11 +316,22 @@ def resolve_device(device: str | None) -> torch.device:
     return dev
 
 
-def default_out(backbone: str, head: str, dataset: str) -> str:
-    """``features/<backbone>_<head>_<dataset>.zarr``; ``imagefolder:PATH`` contributes PATH's folder name."""
+def default_out(backbone: str, head: str, dataset: str, data_dir=None) -> str:
+    """``features/<backbone>_<head>_<name>.zarr``, ``name`` the dataset's: ``imagefolder:PATH`` and ``webdataset``
+    (its ``data_dir``) add their folder's name, ``hf:PATH_OR_NAME`` a local folder's name or the hub name (and
+    its ``#`` options), so that stores of two folders do not default to one path."""
+    def folder(path) -> str:
+        return os.path.basename(os.path.normpath(os.path.expanduser(str(path)))) or "root"
+
     name = dataset
     if dataset.startswith("imagefolder:"):
-        name = "imagefolder-" + (os.path.basename(os.path.normpath(dataset.split(":", 1)[1])) or "root")
+        name = "imagefolder-" + folder(dataset.split(":", 1)[1])
+    elif dataset == "webdataset" and data_dir is not None:
+        name = "webdataset-" + folder(data_dir)
+    elif dataset.startswith("hf:"):
+        spec, _, options = dataset[len("hf:"):].partition("#")
+        local = os.path.isdir(os.path.expanduser(spec))
+        name = "hf-" + (folder(spec) if local else spec) + (f"-{options}" if options else "")
     return os.path.join("features", f"{backbone}_{head}_{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}.zarr")
 
 
@@ -519,11 +530,12 @@ def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None
     backbone : str or backbones.BackboneConfig
         Registry name (``backbones.list_backbones()``) or a config.
     dataset : str
-        ``imagenet``, ``cifar10``, ``cifar100``, ``digits`` or ``imagefolder:PATH``.
+        ``imagenet``, ``cifar10``, ``cifar100``, ``digits``, ``imagefolder:PATH``, ``webdataset`` (shards under
+        ``data_dir``) or ``hf:PATH_OR_NAME`` (:func:`featurize.open_split`).
     splits : list of str, optional
         Default: every split the dataset has.
     out : path or fsspec URL, optional
-        Default ``features/<backbone>_<head>_<dataset>.zarr``.
+        Default :func:`default_out`: ``features/<backbone>_<head>_<dataset>.zarr``.
     head : str, optional
         Default: the backbone's first head.
     weights : path, optional
@@ -567,7 +579,7 @@ def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None
     splits = list(splits) if splits else dataset_splits(dataset, data_dir)
     sources = [open_split(dataset, s, data_dir) for s in splits]  # fail on bad data before loading a model
     bb = load_backbone(backbone, head=head, weights=weights)
-    out = out or default_out(bb.config.name, bb.head, dataset)
+    out = out or default_out(bb.config.name, bb.head, dataset, data_dir)
     mode = decode.resolve_mode(decode_mode, dev)
     decode.check_worker_every(worker_every, mode)
     # the decode path is provenance: draft, device and full decoding give slightly different features, which

@@ -22,6 +22,7 @@ import stores
 from backbones.preprocessing import geometry_transform
 from backbones.registry import Preprocessing
 from featurize import CorruptImageError, decode, extract, job, open_split
+from hubcache import offline_hub  # noqa: F401 - a fixture
 
 TOY = Preprocessing(resize=32, crop=32, interpolation="bicubic")
 BASE = Preprocessing(resize=256, crop=224, interpolation="bicubic")  # vip_base / MAE geometry
@@ -324,6 +325,61 @@ def test_worker_every_is_recorded_with_the_decode_path_and_refused_where_it_mean
             extract("vip_toy", f"imagefolder:{tmp_path / 'jpg'}", decode_mode=mode, worker_every=every,
                     **{**kw, "out": tmp_path / "refused.zarr"})
     assert not (tmp_path / "refused.zarr").exists()
+
+
+def test_webdataset_and_hf_sources_hand_their_jpeg_bytes_to_draft_and_device_decoding(offline_hub, tmp_path,
+                                                                                      monkeypatch):
+    """Tar shards and a Hugging Face dataset holding the image folder's JPEG files give their bytes (``raw``) to
+    the draft and device paths: draft decodes them at a reduced scale, the device decoder gets every row, and the
+    features equal the folder's row for row."""
+    import tarfile
+
+    datasets = pytest.importorskip("datasets")
+    from datasources import add, digit_rows
+
+    rows = []
+    for name, label, png in digit_rows("test"):
+        rows.append((name, label, jpeg_bytes(Image.open(io.BytesIO(png)).convert("RGB").resize((128, 128)))))
+    for name, label, data in rows:
+        (tmp_path / "folder" / "test" / str(label)).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "folder" / "test" / str(label) / f"{name}.jpg").write_bytes(data)
+    (tmp_path / "wds").mkdir()
+    with tarfile.open(tmp_path / "wds" / "test-000.tar", "w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, label, data in rows:
+            add(tf, f"{name}.jpg", data)
+            add(tf, f"{name}.cls", str(label).encode())
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10)})
+    hf = datasets.Dataset.from_dict({"image": [{"bytes": d, "path": None} for _, _, d in rows],
+                                     "label": [lab for _, lab, _ in rows]}, features=features)
+    datasets.DatasetDict({"test": hf}).save_to_disk(str(tmp_path / "hf"))
+    sources = {"folder": open_split(f"imagefolder:{tmp_path / 'folder'}", "test"),
+               "webdataset": open_split("webdataset", "test", tmp_path / "wds"),
+               "hf": open_split(f"hf:{tmp_path / 'hf'}", "test")}
+    names = {"folder": lambda i: i.rsplit("/", 1)[1][:-4], "webdataset": lambda i: i.rsplit(":", 1)[1],
+             "hf": lambda i: rows[int(i.rsplit(":", 1)[1])][0]}
+    drafted, on_device = [], []
+    real_draft, real_batch = decode.decode_draft, decode.decode_batch
+    monkeypatch.setattr(decode, "decode_draft", lambda d, r: drafted.append(real_draft(d, r)[0].size) or
+                        real_draft(d, r))
+    monkeypatch.setattr(decode, "decode_batch", lambda j, sz, p, dev, **kw: on_device.extend(sz) or
+                        real_batch(j, sz, p, dev, **kw))
+    bb = toy()
+    for mode in ("draft", "device"):
+        feats = {}
+        for kind, source in sources.items():
+            drafted.clear(), on_device.clear()
+            out = tmp_path / f"{kind}-{mode}.zarr"
+            job.extract_split(bb, source, out, num_workers=0, dtype="float32", decode_mode=mode, progress=False)
+            if mode == "draft":
+                assert drafted == [(32, 32)] * len(rows), kind  # 128 px decoded at 1/4
+            else:
+                assert on_device == [(128, 128)] * len(rows), kind
+            split = stores.open(out)["test"]
+            feats[kind] = dict(zip(map(names[kind], split.ids[:]), split.features[:]))
+        assert sorted(feats["folder"]) == sorted(name for name, _, _ in rows)
+        for kind in ("webdataset", "hf"):
+            for name in feats["folder"]:
+                np.testing.assert_array_equal(feats[kind][name], feats["folder"][name], err_msg=f"{kind} {name}")
 
 
 def test_feed_refuses_values_that_mean_nothing():
