@@ -24,7 +24,7 @@ import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
@@ -98,6 +98,34 @@ class Feed:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"Feed.{name} must be an integer >= {low}, got {value!r}")
+        if not isinstance(self.pin_bytes, bool):
+            raise ValueError(f"Feed.pin_bytes must be True or False, got {self.pin_bytes!r}")
+
+    @classmethod
+    def parse(cls, text: str | None) -> "Feed":
+        """``--feed``: comma-separated ``NAME=VALUE`` items (any subset of the fields, integers; ``pin_bytes`` 0
+        or 1), e.g. ``ahead=1,pin_bytes=1``; empty or None: the defaults.
+
+        Raises
+        ------
+        ValueError
+            An unknown name, an item without ``=``, a value that is not an integer, or one out of range.
+        """
+        names = [f.name for f in fields(cls)]
+        kw = {}
+        for item in filter(None, (text or "").replace(" ", "").split(",")):
+            name, eq, value = item.partition("=")
+            if name not in names or not eq:
+                raise ValueError(f"--feed takes NAME=VALUE items with NAME among {', '.join(names)}; got {item!r}")
+            try:
+                kw[name] = int(value)
+            except ValueError:
+                raise ValueError(f"--feed {name}: {value!r} is not an integer") from None
+            if name == "pin_bytes":
+                if kw[name] not in (0, 1):
+                    raise ValueError(f"--feed pin_bytes is 0 or 1, got {value!r}")
+                kw[name] = bool(kw[name])
+        return cls(**kw)
 
 
 def worker_context():
@@ -477,6 +505,9 @@ def extract_splits(bb: Backbone, sources: list[ImageSplit], out, *, assignment: 
                     if queued is not None:
                         finish(*queued)
                     queued = current
+                    if not cuda:  # off CUDA the forward ran in launch: nothing to overlap, no batch held back
+                        finish(*queued)
+                        queued = None
                 if queued is not None:
                     finish(*queued)
     return [job.summary if job.finished else job.finish() for job in jobs]

@@ -382,10 +382,27 @@ def test_webdataset_and_hf_sources_hand_their_jpeg_bytes_to_draft_and_device_dec
                 np.testing.assert_array_equal(feats[kind][name], feats["folder"][name], err_msg=f"{kind} {name}")
 
 
-def test_feed_refuses_values_that_mean_nothing():
-    for bad in (dict(ahead=-1), dict(decode_threads=0), dict(prefetch=0), dict(ahead=1.5), dict(ahead=True)):
+def test_feed_refuses_values_that_mean_nothing_and_parses_the_cli_flag(tmp_path, capsys):
+    for bad in (dict(ahead=-1), dict(decode_threads=0), dict(prefetch=0), dict(ahead=1.5), dict(ahead=True),
+                dict(pin_bytes=1)):
         with pytest.raises(ValueError, match="Feed"):
             job.Feed(**bad)
+    assert job.Feed.parse("ahead=1, pin_bytes=1,prefetch=2") == job.Feed(ahead=1, pin_bytes=True, prefetch=2)
+    assert job.Feed.parse(None) == job.Feed.parse("") == job.Feed()
+    for bad in ("ahead", "speed=3", "ahead=x", "pin_bytes=2", "ahead=-1"):
+        with pytest.raises(ValueError, match="feed|Feed"):
+            job.Feed.parse(bad)
+    digits_as_jpegs(tmp_path / "jpg", "train", 8, side=64)
+    from featurize.__main__ import main
+    cli = ["--backbone", "vip_toy", "--dataset", f"imagefolder:{tmp_path / 'jpg'}", "--device", "cpu",
+           "--decode", "device", "--num-workers", "0", "--no-progress", "--out"]
+    assert main(cli + [str(tmp_path / "a.zarr"), "--feed", "ahead=2,decode_threads=2", "--worker-every", "3"]) == 0
+    assert stores.open(tmp_path / "a.zarr").attrs["decode"] == "device, row % 3 == 2 by PIL in the workers"
+    capsys.readouterr()
+    assert main(cli + [str(tmp_path / "b.zarr"), "--feed", "speed=3"]) == 2
+    assert "--feed takes NAME=VALUE" in capsys.readouterr().err
+    assert main(cli + [str(tmp_path / "b.zarr"), "--worker-every", "1"]) == 2
+    assert "worker_every must be 0" in capsys.readouterr().err
 
 
 def test_pin_bytes_asks_the_pin_memory_thread_for_the_jpeg_bytes_too(monkeypatch):
