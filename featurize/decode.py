@@ -179,21 +179,33 @@ def decode_jpegs(jpegs: list[torch.Tensor], device: torch.device) -> list[torch.
 
     On CUDA the call returns once the images are decoded (torchvision's nvJPEG wrapper waits for its own stream,
     holding a process-wide lock) and the current stream is made to wait for them; the GIL is released meanwhile.
-    torchvision deprecates its decoders for TorchCodec's; the warning is silenced here, where they are used.
     """
-    from torchvision.io import ImageReadMode, decode_jpeg
+    with _quiet():
+        return _decode_jpegs(jpegs, device)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """torchvision deprecates its decoders for TorchCodec's; the warning is silenced where they are used. The
+    filter is process-wide while it lasts (``warnings.catch_warnings``), so threads that decode are covered by
+    their caller's (each entering its own would restore another's filters under it)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torchvision\.io")
-        try:
-            return decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
-        except RuntimeError:  # one bad image fails the whole batch: decode one by one to find it
-            images = []
-            for data in jpegs:
-                try:
-                    images.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
-                except RuntimeError:
-                    images.append(None)
-            return images
+        yield
+
+
+def _decode_jpegs(jpegs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
+    from torchvision.io import ImageReadMode, decode_jpeg
+    try:
+        return decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
+    except RuntimeError:  # one bad image fails the whole batch: decode one by one to find it
+        images = []
+        for data in jpegs:
+            try:
+                images.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
+            except RuntimeError:
+                images.append(None)
+        return images
 
 
 def resize_crop(images: list[torch.Tensor | None], sizes: list[tuple[int, int]],
@@ -241,11 +253,11 @@ def decode_batch(jpegs: list[torch.Tensor], sizes: list[tuple[int, int]], pre: P
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             if stream is not None:
                 stream.wait_stream(caller)  # inputs the caller queued before (none today) come first
-            crops = resize_crop(decode_jpegs(jpegs[a:b], device), sizes[a:b], pre)
+            crops = resize_crop(_decode_jpegs(jpegs[a:b], device), sizes[a:b], pre)
             event = stream.record_event() if stream is not None else None
         return crops, event
 
-    with ThreadPoolExecutor(k, thread_name_prefix="decode-chunk") as pool:
+    with _quiet(), ThreadPoolExecutor(k, thread_name_prefix="decode-chunk") as pool:
         results = list(pool.map(chunk, range(k)))
     out: list[torch.Tensor | None] = []
     for (crops, event), stream in zip(results, streams):

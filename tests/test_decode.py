@@ -479,6 +479,29 @@ def test_nvjpeg_batch_matches_the_cpu_decode_within_tolerance(mixed, tmp_path):
     assert sorted(res["skipped"]) == ["b/flipped.jpg", "b/truncated.jpg"]
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (nvJPEG through torchvision)")
+def test_feed_options_on_cuda_give_the_default_store(mixed, tmp_path):
+    """On the GPU the staging thread, decoding in chunks on several streams and page-locked bytes change when work
+    runs, not what it computes: the default Feed's store bit for bit (same batches, same kernels)."""
+    bb = toy()
+    bb.model.cuda()
+    source = open_split(f"imagefolder:{mixed}", "train")
+
+    def run(name, feed):
+        job.extract_split(bb, source, tmp_path / f"{name}.zarr", device=torch.device("cuda"), num_workers=2,
+                          dtype="float32", skip_bad=True, batch_size=4, decode_mode="device", progress=False,
+                          feed=feed)
+        split = stores.open(tmp_path / f"{name}.zarr")["train"]
+        return split.features[:], split.valid_mask()
+
+    feats, valid = run("default", job.Feed())
+    for name, feed in (("ahead1", job.Feed(ahead=1)),
+                       ("all", job.Feed(ahead=2, decode_threads=2, pin_bytes=True, prefetch=1))):
+        got = run(name, feed)
+        np.testing.assert_array_equal(got[0], feats, err_msg=name)
+        np.testing.assert_array_equal(got[1], valid, err_msg=name)
+
+
 def test_cli_decode_choices_are_the_decode_modes():
     import featurize.__main__ as cli
     from featurize.decode import DECODE_MODES
