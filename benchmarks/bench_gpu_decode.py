@@ -237,31 +237,32 @@ def stage_pieces(p: Probe, bb, jpegs, sizes, keys):
 
 
 def worker_pieces(p: Probe, bb, source, keys):
-    """d: the job's DataLoader in device mode alone (no GPU work)."""
+    """d: the job's DataLoader alone (no GPU work): in device mode (workers read bytes and headers) for several
+    worker counts, and in draft mode (workers decode with PIL: their rate bounds what ``worker_every`` adds)."""
     pre = bb.config.preprocessing
     counts = sorted({w for w in ((4, 8, 16) if p.cuda else (1, 2)) if w <= max(p.args.workers, 1)} |
                     {p.args.workers})
-    first_loader = True
-    for w in counts:
-        for prefetch in ((4, 2) if w == p.args.workers else (4,)):
-            loader = job.DataLoader(_Rows([source], bb.transform, pre, "device"), batch_sampler=keys,
-                                    collate_fn=_Collate(pre.crop), num_workers=w, pin_memory=p.cuda,
-                                    prefetch_factor=prefetch, multiprocessing_context=job.worker_context())
-            t = time.perf_counter()
-            first, rows = None, 0
-            for b in loader:
-                if first is None:
-                    first, head = time.perf_counter(), len(b.keys)
-                rows += len(b.keys)
-                assert not b.errors, b.errors
-            end = time.perf_counter()
-            note = f"first batch after {first - t:.2f} s"
-            if first_loader and p.cuda:
-                note += " (incl. the fork server's start, paid once per process)"
-            first_loader = False
-            if rows > head and end > first:
-                note += f"; steady {(rows - head) / (end - first):,.0f} img/s"
-            p.row("d. workers (bytes + headers)", f"{w} workers, prefetch {prefetch}", rows, end - t, note)
+    runs = [(w, prefetch, "device") for w in counts for prefetch in ((4, 2) if w == p.args.workers else (4,))]
+    runs.append((p.args.workers, 4, "draft"))
+    for r, (w, prefetch, mode) in enumerate(runs):
+        loader = job.DataLoader(_Rows([source], bb.transform, pre, mode), batch_sampler=keys,
+                                collate_fn=_Collate(pre.crop), num_workers=w, pin_memory=p.cuda,
+                                prefetch_factor=prefetch, multiprocessing_context=job.worker_context())
+        t = time.perf_counter()
+        first, rows = None, 0
+        for b in loader:
+            if first is None:
+                first, head = time.perf_counter(), len(b.keys)
+            rows += len(b.keys)
+            assert not b.errors, b.errors
+        end = time.perf_counter()
+        note = f"first batch after {first - t:.2f} s"
+        if r == 0 and p.cuda:
+            note += " (incl. the fork server's start, paid once per process)"
+        if rows > head and end > first:
+            note += f"; steady {(rows - head) / (end - first):,.0f} img/s"
+        piece = "d. workers (bytes + headers)" if mode == "device" else "d. workers decoding (PIL, draft)"
+        p.row(piece, f"{w} workers, prefetch {prefetch}", rows, end - t, note)
     p.write()
 
 
