@@ -327,7 +327,7 @@ def test_worker_every_is_recorded_with_the_decode_path_and_refused_where_it_mean
     assert not (tmp_path / "refused.zarr").exists()
 
 
-def test_webdataset_and_hf_sources_hand_their_jpeg_bytes_to_draft_and_device_decoding(offline_hub, tmp_path,
+def test_webdataset_and_hf_sources_hand_their_jpeg_bytes_to_draft_and_device_decoding(request, tmp_path,
                                                                                       monkeypatch):
     """Tar shards and a Hugging Face dataset holding the image folder's JPEG files give their bytes (``raw``) to
     the draft and device paths: draft decodes them at a reduced scale, the device decoder gets every row, and the
@@ -335,6 +335,7 @@ def test_webdataset_and_hf_sources_hand_their_jpeg_bytes_to_draft_and_device_dec
     import tarfile
 
     datasets = pytest.importorskip("datasets")
+    request.getfixturevalue("offline_hub")  # HF_HUB_OFFLINE and a cache of the test's own
     from datasources import add, digit_rows
 
     rows = []
