@@ -19,7 +19,9 @@ Pieces (img/s; every GPU timing ends in a synchronize):
 * **e. forward** alone on pre-decoded batches from host memory (what bench_featurize calls "forward") and from
   device memory; **overlap**: a decode queued beside a forward against each alone.
 * **f. end to end** ``extract_split`` with each Feed option: img/s, ratio to the forward, the first batch's latency,
-  the steady rate between the first and the last batch, and the tail (store finalize).
+  the steady rate between the first and the last batch, and the tail (store finalize); then the first options
+  once more over the files ``--long`` times (a longer job: the workers' start and the pipeline's fill and drain
+  weigh less, as in a job over millions of images).
 
 ``--budget`` seconds bound the run: pieces that would start after it are listed as skipped. The table is rewritten
 to ``--out`` after every piece, so a run cut short still leaves what it measured.
@@ -99,8 +101,9 @@ class Probe:
             f.write("\n".join(self.rows) + "\n\n")
             if self.e2e:
                 f.write("End to end (`featurize.job.extract_split`, model loaded, fresh store each run):\n\n")
-                f.write("| Feed option | batch | workers | img/s | / forward (host batches) | first batch s "
-                        "| steady img/s | tail s |\n|---|---|---|---|---|---|---|---|\n" + "\n".join(self.e2e) + "\n\n")
+                f.write("| Feed option | rows | batch | workers | img/s | / forward (host batches) | first batch s "
+                        "| steady img/s | tail s |\n|---|---|---|---|---|---|---|---|---|\n" + "\n".join(self.e2e)
+                        + "\n\n")
             for n in self.notes:
                 f.write(f"- {n}\n")
 
@@ -266,22 +269,35 @@ def worker_pieces(p: Probe, bb, source, keys):
     p.write()
 
 
-def end_to_end(p: Probe, bb, source, forward_rate, tmp):
-    """f: ``extract_split`` with each Feed option; per run the times of every batch's arrival at the store."""
-    a = p.args
-    B, W = a.batch, a.workers
-    # (label, Feed, batch, workers, decode mode, worker_every): the most telling first, in case the budget ends
-    options = [("default: Feed()", Feed(), B, W, "device", 0),
-               ("ahead=1", Feed(ahead=1), B, W, "device", 0),
-               ("ahead=1, worker_every=4", Feed(ahead=1), B, W, "device", 4),
-               ("ahead=2", Feed(ahead=2), B, W, "device", 0),
-               ("decode_threads=2", Feed(decode_threads=2), B, W, "device", 0),
-               ("ahead=1, decode_threads=2", Feed(ahead=1, decode_threads=2), B, W, "device", 0),
-               ("ahead=1, pin_bytes", Feed(ahead=1, pin_bytes=True), B, W, "device", 0),
-               ("ahead=1, worker_every=3", Feed(ahead=1), B, W, "device", 3),
-               ("ahead=1, batch x2", Feed(ahead=1), 2 * B, W, "device", 0),
-               ("ahead=1, prefetch 2, half the workers", Feed(ahead=1, prefetch=2), B, max(1, W // 2), "device", 0),
-               ("draft (workers decode, PIL)", Feed(), B, W, "draft", 0)]
+def options(p: Probe):
+    """(label, Feed, batch, workers, decode mode, worker_every) of the end-to-end runs, the most telling first (in
+    case the budget ends the run)."""
+    B, W = p.args.batch, p.args.workers
+    return [("default: Feed()", Feed(), B, W, "device", 0),
+            ("ahead=1", Feed(ahead=1), B, W, "device", 0),
+            ("ahead=1, worker_every=4", Feed(ahead=1), B, W, "device", 4),
+            ("ahead=2", Feed(ahead=2), B, W, "device", 0),
+            ("decode_threads=2", Feed(decode_threads=2), B, W, "device", 0),
+            ("ahead=1, decode_threads=2", Feed(ahead=1, decode_threads=2), B, W, "device", 0),
+            ("ahead=1, pin_bytes", Feed(ahead=1, pin_bytes=True), B, W, "device", 0),
+            ("ahead=1, worker_every=3", Feed(ahead=1), B, W, "device", 3),
+            ("ahead=1, batch x2", Feed(ahead=1), 2 * B, W, "device", 0),
+            ("ahead=1, prefetch 2, half the workers", Feed(ahead=1, prefetch=2), B, max(1, W // 2), "device", 0),
+            ("draft (workers decode, PIL)", Feed(), B, W, "draft", 0)]
+
+
+def repeated(source, k: int):
+    """The split's files ``k`` times over (ids made unique): a longer job without making more JPEGs, so that the
+    workers' start and the pipeline's fill and drain weigh less."""
+    from featurize.datasets import FileImages, ImageSplit
+    return ImageSplit(source.dataset, source.split, [f"{r}/{i}" for r in range(k) for i in source.ids],
+                      np.tile(source.labels, k), source.classes, FileImages(list(source.images.paths) * k),
+                      dict(source.attrs))
+
+
+def end_to_end(p: Probe, bb, source, runs, repeats, forward_rate, tmp):
+    """f: ``extract_split`` with each of ``runs`` (see :func:`options`), best of ``repeats``; per run the times of
+    every batch's arrival at the store give the first batch's latency, the steady rate and the tail."""
     marks = []
     real_add = job._SplitJob.add
 
@@ -289,12 +305,13 @@ def end_to_end(p: Probe, bb, source, forward_rate, tmp):
         real_add(self, rows, feats, errors, pool)
         marks.append((time.perf_counter(), len(rows)))
     job._SplitJob.add = add
+    n = len(source)
     try:
         best = {}
-        for r in range(a.repeats):
-            for label, feed, batch, workers, mode, every in options:
+        for r in range(repeats):
+            for label, feed, batch, workers, mode, every in runs:
                 if p.left() < 0:
-                    p.notes.append(f"budget: end to end `{label}` repeat {r + 1} skipped")
+                    p.notes.append(f"budget: end to end `{label}` over {n} rows, repeat {r + 1}, skipped")
                     continue
                 marks.clear()
                 out = tempfile.mkdtemp(dir=tmp, suffix=".zarr")
@@ -302,19 +319,17 @@ def end_to_end(p: Probe, bb, source, forward_rate, tmp):
                 job.extract_split(bb, source, out, device=p.device, batch_size=batch, num_workers=workers,
                                   decode_mode=mode, progress=False, feed=feed, worker_every=every)
                 end = time.perf_counter()
-                n = len(source)
                 first, head = marks[0]
                 last = marks[-1][0]
                 steady = (n - head) / (last - first) if last > first else float("nan")
                 run = (end - t, first - t, steady, end - last)
-                print(f"  {label}: {n / run[0]:,.0f} img/s (repeat {r + 1})", flush=True)
+                print(f"  {label}, {n} rows: {n / run[0]:,.0f} img/s (repeat {r + 1})", flush=True)
                 if label not in best or run[0] < best[label][0]:
                     best[label] = run
-        n = len(source)
-        for label, feed, batch, workers, mode, every in options:
+        for label, feed, batch, workers, mode, every in runs:
             if label in best:
                 e, first, steady, tail = best[label]
-                p.e2e.append(f"| {label} | {batch} | {workers} | {n / e:,.0f} | {forward_rate / (n / e):.2f}x "
+                p.e2e.append(f"| {label} | {n} | {batch} | {workers} | {n / e:,.0f} | {forward_rate / (n / e):.2f}x "
                              f"| {first:.2f} | {steady:,.0f} | {tail:.2f} |")
     finally:
         job._SplitJob.add = real_add
@@ -331,7 +346,9 @@ def main():
     ap.add_argument("--model", choices=("vitb", "toy"), default=None,
                     help="ViT-B/16 at 224 px (random weights; default on CUDA) or vip_toy (32 px; default elsewhere)")
     ap.add_argument("--repeats", type=int, default=None, help="default 2 on CUDA, 1 elsewhere")
-    ap.add_argument("--budget", type=float, default=210.0, help="seconds after which no new end-to-end run starts")
+    ap.add_argument("--long", type=int, default=4,
+                    help="then the first options once more over the files this many times (1: not)")
+    ap.add_argument("--budget", type=float, default=240.0, help="seconds after which no new end-to-end run starts")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "gpu_decode.md"))
     a = ap.parse_args()
     cuda = resolve_device(a.device).type == "cuda"
@@ -363,7 +380,10 @@ def main():
         decode_pieces(p, jpegs, sizes, pre)
         forward_rate = stage_pieces(p, bb, jpegs, sizes, keys)
         worker_pieces(p, bb, source, [[(0, i) for i in rows] for rows in keys])
-        end_to_end(p, bb, source, forward_rate, tmp)
+        runs = options(p)
+        end_to_end(p, bb, source, runs, a.repeats, forward_rate, tmp)
+        if a.long > 1:  # the same files a.long times: what a long job sees once the pipeline is full
+            end_to_end(p, bb, repeated(source, a.long), runs[:3] + runs[7:8], 1, forward_rate, tmp)
     p.write()
     print(f"wrote {a.out} ({time.perf_counter() - p.t0:.0f} s)")
 
