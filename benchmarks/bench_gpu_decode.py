@@ -283,6 +283,7 @@ def options(p: Probe):
             ("ahead=1, worker_every=3", Feed(ahead=1), B, W, "device", 3),
             ("ahead=1, batch x2", Feed(ahead=1), 2 * B, W, "device", 0),
             ("ahead=1, prefetch 2, half the workers", Feed(ahead=1, prefetch=2), B, max(1, W // 2), "device", 0),
+            ("ahead=1, worker_every=2", Feed(ahead=1), B, W, "device", 2),
             ("draft (workers decode, PIL)", Feed(), B, W, "draft", 0)]
 
 
@@ -383,7 +384,8 @@ def main():
         runs = options(p)
         end_to_end(p, bb, source, runs, a.repeats, forward_rate, tmp)
         if a.long > 1:  # the same files a.long times: what a long job sees once the pipeline is full
-            end_to_end(p, bb, repeated(source, a.long), runs[:3] + runs[7:8], 1, forward_rate, tmp)
+            longer = ("default: Feed()", "ahead=1", "ahead=1, worker_every=4", "ahead=1, worker_every=3")
+            end_to_end(p, bb, repeated(source, a.long), [r for r in runs if r[0] in longer], 1, forward_rate, tmp)
     p.write()
     print(f"wrote {a.out} ({time.perf_counter() - p.t0:.0f} s)")
 
