@@ -64,7 +64,7 @@ JPEG_EOI = b"\xff\xd9"
 #: ``device`` (baseline JPEGs by torchvision on the job's device: nvJPEG on CUDA), ``auto`` (``device`` on CUDA,
 #: else ``draft``).
 DECODE_MODES = ("auto", "draft", "full", "device")
-#: Pixels resized in one call by :func:`decode_batch` (x 3 channels x 4 bytes in float32: 768 MiB).
+#: Pixels resized in one call by :func:`resize_crop` (x 3 channels x 4 bytes in float32: 768 MiB).
 RESIZE_PIXELS = 64 * 2**20
 
 
@@ -260,7 +260,7 @@ def decode_batch(jpegs: list[torch.Tensor], sizes: list[tuple[int, int]], pre: P
     with _quiet(), ThreadPoolExecutor(k, thread_name_prefix="decode-chunk") as pool:
         results = list(pool.map(chunk, range(k)))
     out: list[torch.Tensor | None] = []
-    for (crops, event), stream in zip(results, streams):
+    for crops, event in results:
         if event is not None:  # the caller's stream uses these crops: wait for them, and keep their memory alive
             caller.wait_event(event)
             for crop in crops:
