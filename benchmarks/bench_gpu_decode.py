@@ -29,6 +29,7 @@ to ``--out`` after every piece, so a run cut short still leaves what it measured
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import math
 import os
@@ -109,7 +110,7 @@ class Probe:
 
 
 def decode_pieces(p: Probe, jpegs, sizes, pre):
-    """a (decode alone) and b (resize + crop, decode_batch) ."""
+    """a (decode alone) and b (resize + crop, decode_batch)."""
     n, dev, B = len(jpegs), p.device, p.args.batch
     decode.decode_jpegs(jpegs[:8], dev)  # the decoder's handles and buffers are made on first use
     p.sync()
@@ -137,7 +138,7 @@ def decode_pieces(p: Probe, jpegs, sizes, pre):
                 bounds = [len(part) * c // k for c in range(k + 1)]
 
                 def one(c):
-                    with torch.cuda.stream(streams[c]) if streams[c] is not None else _null():
+                    with torch.cuda.stream(streams[c]) if streams[c] is not None else contextlib.nullcontext():
                         return decode.decode_jpegs(part[bounds[c]:bounds[c + 1]], dev)
                 return list(pool.map(one, range(k)))
             t = p.timed(lambda: [split(a) for a in range(0, n, B)])
@@ -164,14 +165,6 @@ def decode_pieces(p: Probe, jpegs, sizes, pre):
                              for a in range(0, n, B)])
         p.row("b. decode + resize + crop", f"decode_batch in {k} chunks (threads/streams)", n, t)
     p.write()
-
-
-class _null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def batches_of(jpegs, sizes, keys, crop, pin=False):
