@@ -59,7 +59,7 @@ class Probe:
         self.args, self.t0 = args, time.perf_counter()
         self.device = resolve_device(args.device)
         self.cuda = self.device.type == "cuda"
-        self.rows, self.e2e, self.notes = [], [], []
+        self.rows, self.e2e, self.notes, self.pixels = [], [], [], None
 
     def sync(self):
         if self.cuda:
@@ -105,6 +105,8 @@ class Probe:
                 f.write("| Feed option | rows | batch | workers | img/s | / forward (host batches) | first batch s "
                         "| steady img/s | tail s |\n|---|---|---|---|---|---|---|---|---|\n" + "\n".join(self.e2e)
                         + "\n\n")
+            if self.pixels:
+                f.write(f"Pixels: {self.pixels}.\n\n")
             for n in self.notes:
                 f.write(f"- {n}\n")
 
@@ -157,6 +159,17 @@ def decode_pieces(p: Probe, jpegs, sizes, pre):
     t = p.timed(lambda: [decode.resize_crop([im], [s], pre) for im, s in zip(sum(decoded, []), sizes)])
     p.row("b. resize + crop", "one image per call", n, t)
     del decoded
+    # the device path's pixels against PIL's full decode + the backbone's transform (the CPU path), 64 images
+    m = min(n, 64)
+    got = decode.decode_batch(jpegs[:m], sizes[:m], pre, dev)
+    transform = backbones.preprocessing.geometry_transform(pre)
+    diffs = [(g.cpu().float() - transform(decode.open_rgb(j.numpy().tobytes(), pre, draft=False)).float()).abs()
+             for g, j in zip(got, jpegs[:m])]
+    p.pixels = (f"device path ({'nvJPEG' if p.cuda else 'libjpeg-turbo'} + torch resize) against PIL's full decode "
+                f"+ the backbone's transform, {m} JPEGs {p.args.size} -> {pre.crop} px: mean abs difference "
+                f"{float(torch.stack([d.mean() for d in diffs]).mean()):.3f} grey levels (of 255), largest image "
+                f"mean {max(float(d.mean()) for d in diffs):.3f}, max {max(float(d.max()) for d in diffs):.0f}")
+    print(p.pixels, flush=True)
     t = p.timed(lambda: [decode.decode_batch(jpegs[a:a + B], sizes[a:a + B], pre, dev) for a in range(0, n, B)])
     p.row("b. decode + resize + crop", f"decode_batch, batch {B}", n, t)
     for k in (2, 4):
@@ -320,6 +333,12 @@ def end_to_end(p: Probe, bb, source, runs, repeats, forward_rate, tmp):
                 print(f"  {label}, {n} rows: {n / run[0]:,.0f} img/s (repeat {r + 1})", flush=True)
                 if label not in best or run[0] < best[label][0]:
                     best[label] = run
+        if best:
+            fast = min(best, key=lambda k: best[k][0])
+            level = max(best, key=lambda k: best[k][2] if best[k][2] == best[k][2] else 0.0)  # NaN: one batch
+            p.notes.append(f"over {n} rows: fastest end to end `{fast}` ({n / best[fast][0]:,.0f} img/s, "
+                           f"{forward_rate * best[fast][0] / n:.2f}x the forward); highest steady rate `{level}` "
+                           f"({best[level][2]:,.0f} img/s)")
         for label, feed, batch, workers, mode, every in runs:
             if label in best:
                 e, first, steady, tail = best[label]
