@@ -69,14 +69,15 @@ class ShardAssignment:
 @dataclass(frozen=True)
 class Feed:
     """How batches are decoded and handed to the model: speed only, the features are the same whatever is chosen
-    (bit-equal on the CPU, tests/test_decode.py). The defaults are the job as measured before these options;
-    benchmarks/bench_gpu_decode.py times each against them on a GPU.
+    (bit-equal on the CPU, tests/test_decode.py). benchmarks/bench_gpu_decode.py times each option on a GPU; the
+    defaults follow that measurement (BENCHMARKS.md, "featurize --decode device: where the time goes").
 
     Attributes
     ----------
-    ahead : int
+    ahead : int or None
         Batches a staging thread prepares on the device (copies, and with ``decode="device"`` decodes) before the
-        forward that needs them; 0 prepares each batch in the job's loop, between queuing forwards.
+        forward that needs them; 0 prepares each batch in the job's loop, between queuing forwards. None: 1 on
+        CUDA (nvJPEG blocks its calling thread, so a thread of its own keeps the forwards queued), 0 elsewhere.
     decode_threads : int
         ``decode="device"``: a batch's JPEGs decoded and resized in this many chunks, each by its own thread and
         CUDA stream (:func:`featurize.decode.decode_batch`), so that one chunk's resize overlaps the next one's
@@ -88,7 +89,7 @@ class Feed:
         Batches each DataLoader worker prepares ahead (its ``prefetch_factor``).
     """
 
-    ahead: int = 0
+    ahead: int | None = None
     decode_threads: int = 1
     pin_bytes: bool = False
     prefetch: int = 4
@@ -96,6 +97,8 @@ class Feed:
     def __post_init__(self):
         for name, low in (("ahead", 0), ("decode_threads", 1), ("prefetch", 1)):
             value = getattr(self, name)
+            if name == "ahead" and value is None:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ValueError(f"Feed.{name} must be an integer >= {low}, got {value!r}")
         if not isinstance(self.pin_bytes, bool):
@@ -496,7 +499,8 @@ def extract_splits(bb: Backbone, sources: list[ImageSplit], out, *, assignment: 
                 jobs[k].add(np.asarray([i for _, i in keys]), feats.numpy(), errors, pool)
 
             queued = None
-            with _staged(loader, stage, feed.ahead) as batches:
+            ahead = feed.ahead if feed.ahead is not None else int(device.type == "cuda")
+            with _staged(loader, stage, ahead) as batches:
                 for batch, staged in batches:
                     # on CUDA: batch n's forward is queued behind n-1's, then n-1's features are taken (the only
                     # wait), then n+1 is staged (copied/decoded on the side stream, in the staging thread if
