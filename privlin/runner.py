@@ -1,22 +1,24 @@
-"""The one runner: a plan's chain run on rows with a key — the chain's releases (row norm, re-centering, centering,
-scaling, curvature, and any added release: :mod:`privlin.releases`) → DP training.
+"""The one runner: what runs when a model is trained — :func:`fit_chain`, one walk of a plan's chain of releases
+(:mod:`privlin.releases`: row norm, re-centering, centering, scaling, curvature, any added release), then DP
+training — on rows through a driver.
 
-Two drivers of the same chain, built from the same pieces (:mod:`privlin.preprocess`, :mod:`privlin.scaling`,
-:mod:`privlin.train`) and the same key split (:func:`stage_keys`, :func:`release_key`):
+A release sees the rows only through its driver (:class:`privlin.releases.base.Driver`): ``total`` (an exact sum
+of a block function over all rows) and ``noisy`` (secure mode's host noise, or None).  Two drivers, and nothing
+else differs between the ways a fit runs:
 
-* :func:`train_rows` — pure and jittable, on rows in memory.  ``jax.vmap`` runs many plans that share their
-  compiled form (:meth:`Plan.static`) over one copy of the rows (the sweep), or one plan over many keys (the
-  audit).
-* :func:`run` — many plans on a :class:`privlin.data.Source`: rows that fit ``memory_limit`` are loaded once
-  and handed to :func:`train_rows` (vmapped per group of plans); larger ones are streamed block by block
-  (:func:`_stream`: one pass per statistic, two blocks in flight; one pass per step for ``sgd``/``minibatch``);
-  ``secure_mode`` releases every statistic on the host with the discrete Gaussian.  Rows are sharded over
-  ``jax.devices()`` (and over hosts under ``jax.distributed``); every noise draw is made once, on the global sum.
+* :class:`_InMemory` — rows in memory, traced: :func:`train_rows` is pure and jittable; ``jax.vmap`` runs many
+  plans that share their compiled form (:meth:`Plan.static`) over one copy of the rows (the sweep), or one plan
+  over many keys (the audit).  Its sgd/minibatch steps are :func:`privlin.train.fit_full_batch` /
+  :func:`~privlin.train.fit_minibatch`'s ``lax.scan`` over rows mapped once (:func:`_scan_steps`).
+* :class:`_Streamed` — a :class:`privlin.data.Source` block by block (:func:`_pass`: two blocks in flight,
+  page-locked buffers on a GPU); one pass per total, one per step for ``sgd``/``minibatch``
+  (:func:`_step_loop`); a total another plan of the same run already took is reused; ``secure_mode`` draws every
+  release on the host with the discrete Gaussian.
 
-The chain's head — the generic releases, whose exact sums read the rows as given (the row norm; added releases)
-— is one loop in both drivers (:func:`train_rows`, :func:`_head`).  The later releases each depend on the rows as
-the earlier ones left them and still have a streamed form of their own (:func:`_centering`, :func:`_scaling`,
-:func:`_curvature`); the equivalence tests keep the two drivers in step.
+:func:`run` runs many plans on a source: rows that fit ``memory_limit`` are loaded once and handed to
+:func:`train_rows` (vmapped per group of plans); the others, and secure mode, stream.  Rows are sharded over
+``jax.devices()`` (and over hosts under ``jax.distributed``); every noise draw is made once, on the global sum.
+Keys: :func:`stage_keys` and :func:`release_key` (one split of the fit's key, the same in both drivers).
 
 Rows whose label is not in the public class list, rows with a non-finite value, and a store's rows skipped at
 extraction (counted in N) are null rows: they contribute nothing (the zero-out relation), and nothing about

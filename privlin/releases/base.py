@@ -1,9 +1,10 @@
-"""What every private release of a fit is: one value, described once (:class:`Release`).
+"""What every private release of a fit is: one value, described once (:class:`Release`), and what it reads: a
+:class:`Driver` (exact sums over the rows, secure mode's noise) and a :class:`Context` (the values released before
+it, and the row map they define); the one key split of a fit (:func:`stage_keys`, :func:`release_key`).
 
-Why: a release used to be described in six places (a plan field, a compiled ratio, a secure-mode row, a ledger key,
-a report note, a model field); each new one touched them all.  Now the plan holds its chain of ``(release, σ)``
-and derives the event, the ε, the secure-mode table, the ledger entry and the report's notes from it
-(:mod:`privlin.plan`), and the runner walks it (:mod:`privlin.runner`).
+The plan holds its chain of ``(release, σ)`` and derives the event, the ε, the secure-mode table, the ledger entry
+and the report's notes from it (:mod:`privlin.plan`); the runner walks it once, whatever the driver
+(:func:`privlin.runner.fit_chain`).  Why: a new release is then one module and one entry in the chain.
 """
 from __future__ import annotations
 
