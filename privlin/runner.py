@@ -145,7 +145,7 @@ def _step_loop(driver, s: Static, ctx: Context, k: int, key, sigma, lr, intercep
         # full batch: the step key is the noise key, exactly as in train.fit_full_batch
         k_sample, k_noise = noise.split(step_key) if q < 1.0 else (None, step_key)
         zero = train.LinearParams(jnp.zeros((ctx.model_dim, k), jnp.float64), jnp.zeros((k,), jnp.float64))
-        g = driver.total(None, zero, _grad_sum, state.params, rows, ctx.n, labels=True,
+        g = driver.total(None, zero, _grad_sum, state.params, rows, ctx.n, labels=True, share=False,
                          sample=None if q >= 1.0 else (k_sample, q), clip=s.clip, normalize=s.normalize, loss=s.loss,
                          fit_intercept=s.fit_intercept)
         step_sigma, noisy = sigma, _released_gradient(driver, g, s.fit_intercept)
@@ -207,7 +207,7 @@ class _InMemory(NamedTuple):
     mask: jax.Array
     verbose: bool = False
 
-    def total(self, what, init, block_fn, *args, labels=False, sample=None, **static):
+    def total(self, what, init, block_fn, *args, labels=False, sample=None, share=True, **static):
         """The exact sum, chunk by chunk over all rows (:func:`privlin.sensitivity.chunked`); ``sample``:
         ``(key, q)`` of a Poisson-sampled step (:func:`privlin.train.poisson_mask` of the rows' positions)."""
         mask = self.mask if sample is None else self.mask * train.poisson_mask(*sample, 0, self.mask.shape[0])
@@ -579,11 +579,12 @@ class _Streamed:
     def __init__(self, rows: _Rows, plan: Plan, shared: dict):
         self.rows, self.plan, self.shared, self.verbose = rows, plan, shared, rows.verbose
 
-    def total(self, what, init, block_fn, *args, labels=False, sample=None, **static):
+    def total(self, what, init, block_fn, *args, labels=False, sample=None, share=True, **static):
         """One pass with ``block_fn`` compiled once per (function, static settings) (:func:`_compiled`), unless an
-        identical total was taken already; ``sample``: ``(key, q)`` of a Poisson-sampled step (never shared)."""
+        identical total was taken already (``share``; never for a step's gradient: its arguments are on the device
+        and never repeat); ``sample``: ``(key, q)`` of a Poisson-sampled step."""
         static = tuple(sorted(static.items()))
-        memo = None if sample is not None else (block_fn, labels, static, _fingerprint((init, args)))
+        memo = (block_fn, labels, static, _fingerprint((init, args))) if share and sample is None else None
         if memo is not None and memo in self.shared:
             return self.shared[memo]
         fn = _compiled(block_fn, labels, self.rows.k if labels else 0, static)
