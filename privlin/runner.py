@@ -145,7 +145,7 @@ def _step_loop(driver, s: Static, ctx: Context, k: int, key, sigma, lr, intercep
         # full batch: the step key is the noise key, exactly as in train.fit_full_batch
         k_sample, k_noise = noise.split(step_key) if q < 1.0 else (None, step_key)
         zero = train.LinearParams(jnp.zeros((ctx.model_dim, k), jnp.float64), jnp.zeros((k,), jnp.float64))
-        g = driver.total(None, zero, _grad_sum, state.params, rows, ctx.n, labels=True, share=False,
+        g = driver.total(None, zero, _grad_sum, state.params, rows, ctx.n, labels=True,
                          sample=None if q >= 1.0 else (k_sample, q), clip=s.clip, normalize=s.normalize, loss=s.loss,
                          fit_intercept=s.fit_intercept)
         step_sigma, noisy = sigma, _released_gradient(driver, g, s.fit_intercept)
@@ -207,7 +207,7 @@ class _InMemory(NamedTuple):
     mask: jax.Array
     verbose: bool = False
 
-    def total(self, what, init, block_fn, *args, labels=False, sample=None, share=True, **static):
+    def total(self, what, init, block_fn, *args, labels=False, sample=None, **static):
         """The exact sum, chunk by chunk over all rows (:func:`privlin.sensitivity.chunked`); ``sample``:
         ``(key, q)`` of a Poisson-sampled step (:func:`privlin.train.poisson_mask` of the rows' positions)."""
         mask = self.mask if sample is None else self.mask * train.poisson_mask(*sample, 0, self.mask.shape[0])
@@ -565,8 +565,9 @@ def _double_buffered(results):
 
 def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
     """Plans whose rows do not fit in memory, or in secure mode: :func:`fit_chain` with the streamed driver, one
-    plan after another; a total that an earlier plan already took (same function, same arguments: the row norm,
-    the first centering sum at the same clip and R, adam1's class sums of uncentered rows) is not taken again."""
+    plan after another; a total that an earlier plan already took (same function, same scalar arguments: the row
+    norm, the first centering sum at the same clip and R, adam1's class sums of uncentered rows) is not taken
+    again."""
     shared: dict = {}
     return [fit_chain(_Streamed(rows, p, shared), p.static(), p.chain, float(p.n), p.dim, rows.k, key, p.sigma,
                       p.learning_rate, p.learning_rate_ceiling) for p, key in zip(plans, keys)]
@@ -579,12 +580,16 @@ class _Streamed:
     def __init__(self, rows: _Rows, plan: Plan, shared: dict):
         self.rows, self.plan, self.shared, self.verbose = rows, plan, shared, rows.verbose
 
-    def total(self, what, init, block_fn, *args, labels=False, sample=None, share=True, **static):
+    def total(self, what, init, block_fn, *args, labels=False, sample=None, **static):
         """One pass with ``block_fn`` compiled once per (function, static settings) (:func:`_compiled`), unless an
-        identical total was taken already (``share``; never for a step's gradient: its arguments are on the device
-        and never repeat); ``sample``: ``(key, q)`` of a Poisson-sampled step."""
+        identical total was taken already; ``sample``: ``(key, q)`` of a Poisson-sampled step.
+
+        Only totals whose arguments are scalars (N, a released log₂ R: the row norm, the first centering sum,
+        uncentered adam1's class sums) are kept for later plans: one that reads a plan's own noisy vectors (a
+        mean, a scaling, the weights) never repeats, and keeping it would only hold device memory."""
         static = tuple(sorted(static.items()))
-        memo = (block_fn, labels, static, _fingerprint((init, args))) if share and sample is None else None
+        scalars = sample is None and all(np.ndim(leaf) == 0 for leaf in jax.tree.leaves(args))
+        memo = (block_fn, labels, static, _fingerprint((init, args))) if scalars else None
         if memo is not None and memo in self.shared:
             return self.shared[memo]
         fn = _compiled(block_fn, labels, self.rows.k if labels else 0, static)

@@ -58,14 +58,13 @@ class Driver(Protocol):
     secure mode.
     """
 
-    def total(self, what: str, init, block_fn: Callable, *args, labels: bool = False, sample=None,
-              share: bool = True, **static):
+    def total(self, what: str, init, block_fn: Callable, *args, labels: bool = False, sample=None, **static):
         """The exact sum over all rows: ``block_fn(acc, x, mask, *args, **static)`` (with ``labels``:
         ``block_fn(acc, x, y, mask, ...)``, ``y`` one-hot) over chunks of rows as given, from ``init``.
         ``block_fn`` must be a module-level function or a method of a hashable release (the streamed driver
         compiles it once per (function, ``static``)); ``static``: hashable settings; ``what``: a progress label.
-        ``sample``: ``(key, q)``: only the rows of that Poisson sample (:func:`privlin.train.poisson_mask`);
-        ``share``: an identical total (same function, settings, arguments) may be reused within a run."""
+        ``sample``: ``(key, q)``: only the rows of that Poisson sample (:func:`privlin.train.poisson_mask`).
+        A driver may reuse an identical total (same function, settings and arguments) within a run."""
 
     def noisy(self, name: str, value):
         """Secure mode's release of ``value`` (an exact sum, or a function returning it) by mechanism ``name``:
