@@ -126,10 +126,11 @@ def _class_sums(acc, X, Y, mask, rows: RowMap, n, *, clip, normalize, loss, bias
                                    row_norm=clip if normalize else None)
 
 
-def _grad_sum(acc, X, Y, mask, params, rows: RowMap, n, *, clip, normalize, loss, fit_intercept):
-    """``acc`` + the clipped gradient sum (:func:`privlin.train.clipped_grad_sum`) of a chunk of training rows."""
-    g = train.clipped_grad_sum(params, model_rows(X, rows, clip, normalize), Y, mask, clip, n, loss=loss,
-                               fit_intercept=fit_intercept, row_norm=clip if normalize else None)
+def _grad_sum(acc, Z, Y, mask, params, n, *, clip, normalize, loss, fit_intercept):
+    """``acc`` + the clipped gradient sum (:func:`privlin.train.clipped_grad_sum`) of a chunk of training rows
+    ``Z`` (mapped: :meth:`Driver.mapped`)."""
+    g = train.clipped_grad_sum(params, Z, Y, mask, clip, n, loss=loss, fit_intercept=fit_intercept,
+                               row_norm=clip if normalize else None)
     return jax.tree.map(jnp.add, acc, g)
 
 
@@ -140,14 +141,14 @@ def _step_loop(driver, s: Static, ctx: Context, k: int, key, sigma, lr, intercep
     q = s.sample_rate
     opt = train.make_optimizer(s.optimizer, lr, momentum=s.momentum)
     state = train.init_state(ctx.model_dim, k, opt, s.bias_init)
-    rows, denom = ctx.row_map(), q * ctx.n  # public: expected (q<1) or exact (q=1) batch size
+    rows, denom = driver.mapped(ctx.row_map(), s.clip, s.normalize), q * ctx.n  # public: expected (q<1) or exact
     for step_key in progress.bar(noise.split(key, s.steps), f"{s.method} steps", driver.verbose):
         # full batch: the step key is the noise key, exactly as in train.fit_full_batch
         k_sample, k_noise = noise.split(step_key) if q < 1.0 else (None, step_key)
         zero = train.LinearParams(jnp.zeros((ctx.model_dim, k), jnp.float64), jnp.zeros((k,), jnp.float64))
-        g = driver.total(None, zero, _grad_sum, state.params, rows, ctx.n, labels=True,
-                         sample=None if q >= 1.0 else (k_sample, q), clip=s.clip, normalize=s.normalize, loss=s.loss,
-                         fit_intercept=s.fit_intercept)
+        g = rows.total(None, zero, _grad_sum, state.params, ctx.n, labels=True,
+                       sample=None if q >= 1.0 else (k_sample, q), clip=s.clip, normalize=s.normalize, loss=s.loss,
+                       fit_intercept=s.fit_intercept)
         step_sigma, noisy = sigma, _released_gradient(driver, g, s.fit_intercept)
         if noisy is not None:  # released with the discrete Gaussian: nothing more to add in the update
             g, step_sigma = noisy, 0.0
@@ -159,7 +160,7 @@ def _step_loop(driver, s: Static, ctx: Context, k: int, key, sigma, lr, intercep
 def _scan_steps(driver: "_InMemory", s: Static, ctx: Context, key, sigma, lr, intercept_scale):
     """The in-memory form of :func:`_step_loop`: the rows mapped once, then the steps as one ``lax.scan``
     (:func:`privlin.train.fit_full_batch` / :func:`~privlin.train.fit_minibatch`)."""
-    Xp = model_rows(driver.X, ctx.row_map(), s.clip, s.normalize)
+    Xp = driver.mapped(ctx.row_map(), s.clip, s.normalize).X  # the curvature release's rows, if it read them
     kw = dict(steps=s.steps, clip=s.clip, loss=s.loss, optimizer=s.optimizer, momentum=s.momentum,
               fit_intercept=s.fit_intercept, bias_init=s.bias_init, row_norm=s.clip if s.normalize else None,
               intercept_scale=intercept_scale)
@@ -200,12 +201,26 @@ def _lifted_rates(ceiling, curvature, momentum, clip, fit_intercept):
 # ----------------------------------------------------------------------------- the in-memory driver
 
 class _InMemory(NamedTuple):
-    """The driver on rows in memory (traced: jittable, vmappable): X (m, d), Y (m, k) one-hot, mask (m,)."""
+    """The driver on rows in memory (traced: jittable, vmappable): X (m, d), Y (m, k) one-hot, mask (m,);
+    ``cache``: the mapped rows computed in this trace (:meth:`mapped`), or None to compute them each time."""
 
     X: jax.Array
     Y: Optional[jax.Array]
     mask: jax.Array
+    cache: Optional[dict] = None
     verbose: bool = False
+
+    def mapped(self, rows: RowMap, norm, normalize):
+        """A driver over ``model_rows(X, rows, norm, normalize)``, computed once per map in this trace (the same
+        released values, by identity: the curvature release and training read one copy)."""
+        leaves = jax.tree.leaves(rows)
+        key = (norm, normalize, tuple(map(id, leaves)))
+        if self.cache is not None and key in self.cache:
+            return self.cache[key][0]
+        view = self._replace(X=model_rows(self.X, rows, norm, normalize), cache=None)
+        if self.cache is not None:
+            self.cache[key] = (view, leaves)  # the leaves stay alive: their ids stay theirs
+        return view
 
     def total(self, what, init, block_fn, *args, labels=False, sample=None, **static):
         """The exact sum, chunk by chunk over all rows (:func:`privlin.sensitivity.chunked`); ``sample``:
@@ -244,7 +259,7 @@ def train_rows(static: Static, X, Y, mask, n, key, sigma, sigma_ref, learning_ra
     """
     X = jnp.asarray(X, jnp.float32)
     chain = [(r, sigma_ref * ratio) for r, ratio in static.chain]
-    return fit_chain(_InMemory(X, Y, mask), static, chain, n, X.shape[1], Y.shape[1], key, sigma, learning_rate,
+    return fit_chain(_InMemory(X, Y, mask, {}), static, chain, n, X.shape[1], Y.shape[1], key, sigma, learning_rate,
                      lr_ceiling)
 
 
@@ -598,6 +613,10 @@ class _Streamed:
             self.shared[memo] = total
         return total
 
+    def mapped(self, rows: RowMap, norm, normalize):
+        """A driver whose block functions see each block's rows mapped by ``rows`` (:func:`model_rows`)."""
+        return _StreamedView(self, rows, norm, normalize)
+
     def noisy(self, name, value):
         """Secure mode: ``value`` (or what the function ``value`` returns) released with the discrete Gaussian
         drawn on the host from ``os.urandom``, with the plan's table (:meth:`Plan.secure_table`).  The one place
@@ -607,6 +626,44 @@ class _Streamed:
         std, sens, bound = self.plan.secure_table()[name]
         value = value() if callable(value) else value
         return secure_noise.secure_gaussian_release(np.asarray(value, np.float64), std, sens, bound=bound)
+
+
+class _StreamedView(NamedTuple):
+    """:meth:`_Streamed.mapped`: totals of the parent driver with ``model_rows`` applied to each chunk first."""
+
+    parent: _Streamed
+    rows: RowMap
+    norm: float
+    normalize: bool
+
+    @property
+    def verbose(self):
+        return self.parent.verbose
+
+    def total(self, what, init, block_fn, *args, labels=False, sample=None, **static):
+        return self.parent.total(what, init, _OnMapped(block_fn, self.norm, self.normalize, labels), self.rows, *args,
+                                 labels=labels, sample=sample, **static)
+
+    def mapped(self, rows, norm, normalize):
+        raise NotImplementedError("map the driver's own rows, not mapped ones")
+
+    def noisy(self, name, value):
+        return self.parent.noisy(name, value)
+
+
+class _OnMapped(NamedTuple):
+    """``fn`` on a chunk's rows mapped by the :class:`RowMap` that comes first among its arguments (hashable: one
+    compiled block function per (fn, norm, normalize))."""
+
+    fn: object
+    norm: float
+    normalize: bool
+    labels: bool
+
+    def __call__(self, total, X, *rest, **static):
+        k = 2 if self.labels else 1  # (y, mask) or (mask)
+        data, rows, args = rest[:k], rest[k], rest[k + 1:]
+        return self.fn(total, model_rows(X, rows, self.norm, self.normalize), *data, *args, **static)
 
 
 def _fingerprint(tree):

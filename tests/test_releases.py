@@ -20,7 +20,7 @@ from privlin.accounting import relation
 from privlin.plan import make_plan
 from privlin.radius import RADIAL_CLIP
 from privlin.releases import Release
-from privlin.releases.base import model_rows, release_key
+from privlin.releases.base import release_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,9 +50,9 @@ class Count(Release):
 COUNT = Count()
 
 
-def _positive_side(total, X, mask, rows, *, clip, normalize):
-    """``total`` + how many rows of a chunk have a positive first coordinate as the earlier releases left them."""
-    Z = model_rows(X, rows, clip, normalize)
+def _positive_side(total, Z, mask):
+    """``total`` + how many rows of a chunk have a positive first coordinate (rows as the earlier releases left
+    them: the driver maps them)."""
     return total + jnp.sum((Z[:, 0] > 0) & (jnp.asarray(mask) > 0)).astype(jnp.int32)
 
 
@@ -68,8 +68,8 @@ class Side(Release):
         return 0.02
 
     def compute(self, driver, ctx, key, sigma):
-        total = driver.total(self.name, jnp.zeros((1,), jnp.int32), _positive_side, ctx.row_map(), clip=ctx.clip,
-                             normalize=ctx.normalize)
+        rows = driver.mapped(ctx.row_map(), ctx.clip, ctx.normalize)  # as the centering left them
+        total = rows.total(self.name, jnp.zeros((1,), jnp.int32), _positive_side)
         noisy = driver.noisy(self.name, total)
         if noisy is None:
             noisy = jnp.asarray(total, jnp.float64) + noise.gaussian(release_key(key, self.name), (1,), sigma,

@@ -66,6 +66,11 @@ class Driver(Protocol):
         ``sample``: ``(key, q)``: only the rows of that Poisson sample (:func:`privlin.train.poisson_mask`).
         A driver may reuse an identical total (same function, settings and arguments) within a run."""
 
+    def mapped(self, rows: "RowMap", norm: float, normalize: bool) -> "Driver":
+        """This driver over the rows as the released values ``rows`` map them (:func:`model_rows` at ``norm``):
+        its block functions see mapped rows.  In memory the mapped rows are computed once per map (training and
+        the curvature release read the same ones); streamed, block by block."""
+
     def noisy(self, name: str, value):
         """Secure mode's release of ``value`` (an exact sum, or a function returning it) by mechanism ``name``:
         the discrete Gaussian drawn on the host (:meth:`privlin.plan.Plan.secure_table`); None elsewhere, where
@@ -107,19 +112,11 @@ class Context(NamedTuple):
     normalize: bool
     log_scale: Any = None     # radius: rows gain their radial coordinate
     rounds: Any = None        # re-centering rounds' means (R, d'): subtracted first
-    center: Any = None        # the centering's mean (d',)
+    mean: Any = None          # the means subtracted so far, as privlin.preprocess.apply takes them: (d',) or (R, d')
     moments: Any = None       # the scaling stage's (shift, scale)
     rotate: Any = None        # the whitening map (d', d')
     curvature: Any = None     # the curvature bound: lifts W's learning rate
     extra: dict = {}          # {name: value} of added releases
-
-    @property
-    def mean(self):
-        """The released means as :func:`privlin.preprocess.apply` takes them: the centering's alone, or after
-        the re-centering rounds' (R + 1, d')."""
-        if self.center is None or self.rounds is None:
-            return self.center
-        return jnp.concatenate([self.rounds, self.center[None]])
 
     @property
     def scaling(self):

@@ -70,7 +70,8 @@ class Centering(StagedMean):
                                       sigma, self.stages, ctx.clip, ctx.model_dim)
 
     def use(self, ctx, value):
-        return ctx._replace(center=value)
+        """Later rows are centered by it, after the re-centering rounds' means (a chain (R + 1, d'))."""
+        return ctx._replace(mean=value if ctx.rounds is None else jnp.concatenate([ctx.rounds, value[None]]))
 
     def note(self, plan, sigma, value):
         if self.stages != 2:

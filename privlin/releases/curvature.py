@@ -8,14 +8,14 @@ import dataclasses
 import jax.numpy as jnp
 
 from .. import scaling
-from .base import Release, RowMap, model_rows, release_key
+from .base import Release, release_key
 
-__all__ = ["Curvature", "CURVATURE", "model_second_moment"]
+__all__ = ["Curvature", "CURVATURE", "second_moment"]
 
 
-def model_second_moment(total, X, mask, rows: RowMap, n, *, clip, normalize):
-    """``total`` + :func:`privlin.scaling.second_moment_sum` of a chunk of rows as the model sees them."""
-    return total + scaling.second_moment_sum(model_rows(X, rows, clip, normalize), mask, n)
+def second_moment(total, Z, mask, n):
+    """``total`` + :func:`privlin.scaling.second_moment_sum` of a chunk of (mapped) rows."""
+    return total + scaling.second_moment_sum(Z, mask, n)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,8 +27,8 @@ class Curvature(Release):
     def compute(self, driver, ctx, key, sigma):
         """:func:`privlin.scaling.release_curvature` of the training rows' second moment; secure mode noises its
         top eigenvalue on the host."""
-        M = driver.total("curvature", jnp.zeros((ctx.model_dim,) * 2, jnp.float64), model_second_moment,
-                         ctx.row_map(), ctx.n, clip=ctx.clip, normalize=ctx.normalize)
+        rows = driver.mapped(ctx.row_map(), ctx.clip, ctx.normalize)  # the training rows
+        M = rows.total("curvature", jnp.zeros((ctx.model_dim,) * 2, jnp.float64), second_moment, ctx.n)
         noisy = driver.noisy(self.name, lambda: [scaling.top_eigenvalue(M)])
         return scaling.release_curvature(M, ctx.n, release_key(key, self.name), sigma,
                                          None if noisy is None else noisy[0])

@@ -30,7 +30,7 @@ class Recentering(StagedMean):
                                       recenter_keys(key, self.rounds), sigma, self.rounds, ctx.clip)
 
     def use(self, ctx, value):
-        return ctx._replace(rounds=value)
+        return ctx._replace(rounds=value, mean=value)
 
     def note(self, plan, sigma, value):
         return (f"re-centered first in {self.rounds} rounds at σ {preprocess.stage_sigma(sigma, self.rounds):.4g} "
