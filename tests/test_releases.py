@@ -190,7 +190,8 @@ def test_a_toy_release_reads_the_rows_as_the_centering_left_them(monkeypatch, bl
     params = {**PARAMS, "epsilon": math.inf}
     got = {}
     for path, extra in (("memory", {}), ("streamed", {"memory_limit": 1, "block_rows": 64})):
-        est = DPLinearClassifier(**params, random_state=0, **extra).fit(X, y)
+        with pytest.warns(Warning, match="NON-PRIVATE"):
+            est = DPLinearClassifier(**params, random_state=0, **extra).fit(X, y)
         assert [r.name for r, _ in est.plan_.chain][:3] == ["radius", "center", "side"] and est.plan_.sigma_of("side") == 0
         got[path] = float(est.extra_["side"][0])
     norms = np.linalg.norm(X.astype(np.float64), axis=1)
