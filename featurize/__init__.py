@@ -13,11 +13,11 @@ from __future__ import annotations
 from backbones.lazy import lazy_exports
 
 #: Public name -> the module that defines it.
-_LAZY = {"extract": "job", "extract_split": "job", "default_out": "job", "ShardAssignment": "job",
+_LAZY = {"extract": "job", "extract_split": "job", "default_out": "job", "ShardAssignment": "job", "Feed": "job",
          "CorruptImageError": "job", "DatasetError": "datasets", "ImageSplit": "datasets",
          "dataset_splits": "datasets", "open_split": "datasets", "UnsafePickleError": "restricted_pickle",
          "restricted_load": "restricted_pickle"}
 
 __all__ = ["extract", "extract_split", "open_split", "dataset_splits", "default_out", "ImageSplit",
-           "ShardAssignment", "DatasetError", "CorruptImageError", "UnsafePickleError", "restricted_load"]
+           "ShardAssignment", "Feed", "DatasetError", "CorruptImageError", "UnsafePickleError", "restricted_load"]
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

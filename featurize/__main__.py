@@ -64,6 +64,13 @@ def build_parser():
     p.add_argument("--decode", default="auto", choices=DECODE_CHOICES,
                    help="draft: JPEGs at a reduced DCT scale (PIL); full: whole images; device: JPEGs decoded on "
                         "--device (nvJPEG on CUDA); auto: device on CUDA, else draft")
+    p.add_argument("--feed", default=None, metavar="NAME=VALUE,...",
+                   help="how batches are fed to the model (speed only, featurize.job.Feed): ahead=N batches "
+                        "staged by a thread, decode_threads=N chunks per batch on the device, pin_bytes=0|1, "
+                        "prefetch=N batches per worker (default ahead=0,decode_threads=1,pin_bytes=0,prefetch=4)")
+    p.add_argument("--worker-every", type=cli.Interval(int, 0), default=0, metavar="N",
+                   help="--decode device: every N-th row decoded by PIL in the workers beside the device "
+                        "(N >= 2; recorded in the store)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -75,13 +82,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args) -> int:
-    from .job import extract
+    from .job import Feed, extract
 
     result = extract(args.backbone, args.dataset, splits=args.split.split(",") if args.split else None,
                      out=args.out, head=args.head, data_dir=args.data_dir, weights=args.weights,
                      batch_size=args.batch_size, num_workers=args.num_workers, device=args.device,
                      dtype=args.dtype, shard=args.shard, shard_rows=args.shard_rows, skip_bad=args.skip_bad,
-                     decode_mode=args.decode, progress=not args.no_progress)
+                     decode_mode=args.decode, progress=not args.no_progress, feed=Feed.parse(args.feed),
+                     worker_every=args.worker_every)
     for s in result["splits"]:
         rate = s["rows"] / s["seconds"] if s["seconds"] > 0 else 0.0
         state = "complete" if s["complete"] else "waiting for other writers' shards"

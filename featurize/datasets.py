@@ -111,7 +111,9 @@ class ImageSplit:
     labels : int64 array (N,)
     classes : list of str or None
         ``classes[label]`` is the class name; None where the dataset publishes no class list.
-    images : FileImages or ArrayImages
+    images : FileImages, ArrayImages, TarImages or HFImages
+        ``read(i)`` decodes row ``i``; those holding encoded files also give them as ``raw(i)`` (bytes), which the
+        job's draft and device decode paths take.
     attrs : dict
         Where the data came from (root folder, split rule), recorded in the store.
     """
@@ -325,14 +327,18 @@ class TarImages:
         self.members = members
 
     def read(self, i: int) -> Image.Image:
+        with Image.open(io.BytesIO(self.raw(i))) as im:
+            return to_rgb(im)
+
+    def raw(self, i: int) -> bytes:
+        """Member ``i``'s bytes, for decoders that take them (JPEG draft mode, the device's decoder)."""
         path, offset, size = self.members[i]
         with open(path, "rb") as f:
             f.seek(offset)
             data = f.read(size)
         if len(data) != size:
             raise OSError(f"shard ends after {len(data)} of the image's {size} bytes (truncated)")
-        with Image.open(io.BytesIO(data)) as im:
-            return to_rgb(im)
+        return data
 
     def describe(self, i: int) -> str:
         path, offset, _ = self.members[i]
@@ -486,12 +492,20 @@ class HFImages:
         self.dataset, self.column, self.origin = dataset, column, origin
 
     def read(self, i: int) -> Image.Image:
+        with Image.open(io.BytesIO(self.raw(i))) as im:
+            return to_rgb(im)
+
+    def raw(self, i: int) -> bytes:
+        """Row ``i``'s encoded image: the bytes the dataset holds, else those of the file it names; for decoders
+        that take bytes (JPEG draft mode, the device's decoder)."""
         value = self.dataset[i][self.column]
         if value is None:
             raise ValueError("no image in this row")
         data, path = value.get("bytes"), value.get("path")
-        with Image.open(io.BytesIO(data) if data is not None else path) as im:
-            return to_rgb(im)
+        if data is not None:
+            return bytes(data)
+        with open(path, "rb") as f:
+            return f.read()
 
     def describe(self, i: int) -> str:
         return f"{self.origin} row {i}"

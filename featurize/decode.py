@@ -15,6 +15,7 @@ BENCHMARKS.md, bounded in tests/test_decode.py).
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import warnings
 
@@ -63,7 +64,7 @@ JPEG_EOI = b"\xff\xd9"
 #: ``device`` (baseline JPEGs by torchvision on the job's device: nvJPEG on CUDA), ``auto`` (``device`` on CUDA,
 #: else ``draft``).
 DECODE_MODES = ("auto", "draft", "full", "device")
-#: Pixels resized in one call by :func:`decode_batch` (x 3 channels x 4 bytes in float32: 768 MiB).
+#: Pixels resized in one call by :func:`resize_crop` (x 3 channels x 4 bytes in float32: 768 MiB).
 RESIZE_PIXELS = 64 * 2**20
 
 
@@ -80,6 +81,33 @@ def resolve_mode(mode: str, device: torch.device) -> str:
     if mode == "auto":
         return "device" if device.type == "cuda" else "draft"
     return mode
+
+
+def check_worker_every(worker_every: int, mode: str) -> None:
+    """Refuse a ``worker_every`` that means nothing: not an integer >= 2 (or 0: none), or set outside device mode.
+
+    Raises
+    ------
+    ValueError
+    """
+    if not isinstance(worker_every, int) or isinstance(worker_every, bool) or worker_every < 0 or worker_every == 1:
+        raise ValueError(f"worker_every must be 0 (none) or an integer >= 2 (every n-th row decoded by the workers; "
+                         f"all rows: --decode draft), got {worker_every!r}")
+    if worker_every and mode != "device":
+        raise ValueError(f"worker_every shares decoding between the device and the workers: it needs --decode "
+                         f"device, not {mode!r}")
+
+
+def on_device(row: int, worker_every: int) -> bool:
+    """Whether device mode offers row ``row`` of a split to the device decoder: all rows, or with ``worker_every
+    = n`` all but ``row % n == n - 1`` (decoded by PIL in the workers, so the CPUs decode beside the device). A
+    function of the row alone, so a resumed or sharded job decodes every row the way an uninterrupted one did."""
+    return not worker_every or row % worker_every != worker_every - 1
+
+
+def describe(mode: str, worker_every: int = 0) -> str:
+    """The decode path as a store records it (``decode``): the mode, and the rows left to the workers."""
+    return mode if not worker_every else f"{mode}, row % {worker_every} == {worker_every - 1} by PIL in the workers"
 
 
 def resized_size(width: int, height: int, resize: int) -> tuple[int, int]:
@@ -144,36 +172,99 @@ def device_jpeg_size(data: bytes) -> tuple[int, int] | None:
         return None
 
 
-def decode_batch(jpegs: list[torch.Tensor], sizes: list[tuple[int, int]], pre: Preprocessing,
-                 device: torch.device) -> list[torch.Tensor | None]:
-    """JPEG bytes -> ``uint8 (3, crop, crop)`` tensors on ``device``, decoded by ``torchvision.io.decode_jpeg``
-    there (nvJPEG on CUDA, libjpeg-turbo on the CPU), then resized and centre-cropped as the CPU path does.
+def decode_jpegs(jpegs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
+    """JPEG bytes (``uint8`` CPU tensors) -> ``uint8 (3, H, W)`` RGB images on ``device``, decoded by
+    ``torchvision.io.decode_jpeg`` there (nvJPEG on CUDA, libjpeg-turbo on the CPU); ``None`` for an image the
+    decoder refused.
 
-    ``None`` marks an image the device decoder refused or decoded to another size than its header (``sizes``,
-    from :func:`device_jpeg_size`): the caller decodes those with PIL, which decodes or names the fault.
-    torchvision deprecates its decoders for TorchCodec's; the warning is silenced here, where they are used.
+    On CUDA the call returns once the images are decoded (torchvision's nvJPEG wrapper waits for its own stream,
+    holding a process-wide lock) and the current stream is made to wait for them; the GIL is released meanwhile.
     """
-    from torchvision.io import ImageReadMode, decode_jpeg
+    with _quiet():
+        return _decode_jpegs(jpegs, device)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """torchvision deprecates its decoders for TorchCodec's; the warning is silenced where they are used. The
+    filter is process-wide while it lasts (``warnings.catch_warnings``), so threads that decode are covered by
+    their caller's (each entering its own would restore another's filters under it)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torchvision\.io")
-        try:
-            images = decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
-        except RuntimeError:  # one bad image fails the whole batch: decode one by one to find it
-            images = []
-            for data in jpegs:
-                try:
-                    images.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
-                except RuntimeError:
-                    images.append(None)
-    same_size: dict[tuple[int, int], list[int]] = {}  # images of one size are resized together: fewer launches
+        yield
+
+
+def _decode_jpegs(jpegs: list[torch.Tensor], device: torch.device) -> list[torch.Tensor | None]:
+    from torchvision.io import ImageReadMode, decode_jpeg
+    try:
+        return decode_jpeg(jpegs, mode=ImageReadMode.RGB, device=device)
+    except RuntimeError:  # one bad image fails the whole batch: decode one by one to find it
+        images = []
+        for data in jpegs:
+            try:
+                images.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=device))
+            except RuntimeError:
+                images.append(None)
+        return images
+
+
+def resize_crop(images: list[torch.Tensor | None], sizes: list[tuple[int, int]],
+                pre: Preprocessing) -> list[torch.Tensor | None]:
+    """Decoded ``uint8 (3, H, W)`` images -> ``uint8 (3, crop, crop)``: resized and centre-cropped as the CPU path
+    does, images of one size in one call (fewer kernel launches). ``None`` for a missing image or one whose shape
+    is not its header's ``sizes[j] = (width, height)``: the caller decodes those with PIL."""
+    same_size: dict[tuple[int, int], list[int]] = {}
     for j, (image, (width, height)) in enumerate(zip(images, sizes)):
         if image is not None and tuple(image.shape) == (3, height, width):
             same_size.setdefault((width, height), []).append(j)
-    out: list[torch.Tensor | None] = [None] * len(jpegs)
+    out: list[torch.Tensor | None] = [None] * len(images)
     for (width, height), js in same_size.items():
         step = max(1, RESIZE_PIXELS // (width * height))  # the resize works in float32: bound its memory
         for chunk in (js[a:a + step] for a in range(0, len(js), step)):
             batch = resize_to(torch.stack([images[j] for j in chunk]), resized_size(width, height, pre.resize), pre)
             for j, crop in zip(chunk, F.center_crop(batch, [pre.crop, pre.crop])):
                 out[j] = crop
+    return out
+
+
+def decode_batch(jpegs: list[torch.Tensor], sizes: list[tuple[int, int]], pre: Preprocessing,
+                 device: torch.device, *, streams: list | None = None) -> list[torch.Tensor | None]:
+    """JPEG bytes -> ``uint8 (3, crop, crop)`` tensors on ``device``: :func:`decode_jpegs` then :func:`resize_crop`.
+
+    ``None`` marks an image the device decoder refused or decoded to another size than its header (``sizes``,
+    from :func:`device_jpeg_size`): the caller decodes those with PIL, which decodes or names the fault.
+
+    ``streams``: split the batch into ``len(streams)`` consecutive chunks, each decoded and resized by its own
+    thread (on its own CUDA stream; ``None`` entries off CUDA), so that one chunk's resize overlaps the next
+    one's decoding. The pixels are the same as in one piece (each image is decoded and resized alone or with
+    same-size images, which the kernels treat independently). The caller's current stream waits for every
+    chunk's work.
+    """
+    if not streams or len(streams) == 1 or len(jpegs) < 2:
+        return resize_crop(decode_jpegs(jpegs, device), sizes, pre)
+    from concurrent.futures import ThreadPoolExecutor
+    k = min(len(streams), len(jpegs))
+    bounds = [len(jpegs) * c // k for c in range(k + 1)]
+    caller = torch.cuda.current_stream(device) if device.type == "cuda" else None
+
+    def chunk(c):
+        a, b = bounds[c], bounds[c + 1]
+        stream = streams[c]
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            if stream is not None:
+                stream.wait_stream(caller)  # inputs the caller queued before (none today) come first
+            crops = resize_crop(_decode_jpegs(jpegs[a:b], device), sizes[a:b], pre)
+            event = stream.record_event() if stream is not None else None
+        return crops, event
+
+    with _quiet(), ThreadPoolExecutor(k, thread_name_prefix="decode-chunk") as pool:
+        results = list(pool.map(chunk, range(k)))
+    out: list[torch.Tensor | None] = []
+    for crops, event in results:
+        if event is not None:  # the caller's stream uses these crops: wait for them, and keep their memory alive
+            caller.wait_event(event)
+            for crop in crops:
+                if crop is not None:
+                    crop.record_stream(caller)
+        out.extend(crops)
     return out

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import re
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
@@ -64,6 +66,71 @@ class ShardAssignment:
         return f"{self.rank}/{self.world}"
 
 
+@dataclass(frozen=True)
+class Feed:
+    """How batches are decoded and handed to the model: speed only, the features are the same whatever is chosen
+    (bit-equal on the CPU, tests/test_decode.py). benchmarks/bench_gpu_decode.py times each option on a GPU; the
+    defaults follow that measurement (BENCHMARKS.md, "featurize --decode device: where the time goes").
+
+    Attributes
+    ----------
+    ahead : int or None
+        Batches a staging thread prepares on the device (copies, and with ``decode="device"`` decodes) before the
+        forward that needs them; 0 prepares each batch in the job's loop, between queuing forwards. None: 1 on
+        CUDA (nvJPEG blocks its calling thread, so a thread of its own keeps the forwards queued), 0 elsewhere.
+    decode_threads : int
+        ``decode="device"``: a batch's JPEGs decoded and resized in this many chunks, each by its own thread and
+        CUDA stream (:func:`featurize.decode.decode_batch`), so that one chunk's resize overlaps the next one's
+        decoding.
+    pin_bytes : bool
+        On CUDA, the loader's pin-memory thread page-locks the batch's JPEG bytes too (the device decoder copies
+        them to the GPU), not only its decoded images.
+    prefetch : int
+        Batches each DataLoader worker prepares ahead (its ``prefetch_factor``).
+    """
+
+    ahead: int | None = None
+    decode_threads: int = 1
+    pin_bytes: bool = False
+    prefetch: int = 4
+
+    def __post_init__(self):
+        for name, low in (("ahead", 0), ("decode_threads", 1), ("prefetch", 1)):
+            value = getattr(self, name)
+            if name == "ahead" and value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"Feed.{name} must be an integer >= {low}, got {value!r}")
+        if not isinstance(self.pin_bytes, bool):
+            raise ValueError(f"Feed.pin_bytes must be True or False, got {self.pin_bytes!r}")
+
+    @classmethod
+    def parse(cls, text: str | None) -> "Feed":
+        """``--feed``: comma-separated ``NAME=VALUE`` items (any subset of the fields, integers; ``pin_bytes`` 0
+        or 1), e.g. ``ahead=1,pin_bytes=1``; empty or None: the defaults.
+
+        Raises
+        ------
+        ValueError
+            An unknown name, an item without ``=``, a value that is not an integer, or one out of range.
+        """
+        names = [f.name for f in fields(cls)]
+        kw = {}
+        for item in filter(None, (text or "").replace(" ", "").split(",")):
+            name, eq, value = item.partition("=")
+            if name not in names or not eq:
+                raise ValueError(f"--feed takes NAME=VALUE items with NAME among {', '.join(names)}; got {item!r}")
+            try:
+                kw[name] = int(value)
+            except ValueError:
+                raise ValueError(f"--feed {name}: {value!r} is not an integer") from None
+            if name == "pin_bytes":
+                if kw[name] not in (0, 1):
+                    raise ValueError(f"--feed pin_bytes is 0 or 1, got {value!r}")
+                kw[name] = bool(kw[name])
+        return cls(**kw)
+
+
 def worker_context():
     """How decoding workers start: forked (cheapest) unless this process has initialized CUDA, then from a fork
     server.  A worker forked from a CUDA process aborts the job the first time it frees an inherited CUDA tensor
@@ -82,10 +149,13 @@ class _Rows(Dataset):
     ``kind`` is ``"image"`` (payload: the ``uint8 (3, crop, crop)`` tensor), ``"jpeg"`` (payload: the file's bytes
     as a ``uint8`` tensor and its ``(width, height)``, left to the device; ``decode="device"`` only) or
     ``"error"`` (payload: the decoder's message).  Sources without file bytes (arrays) decode through ``read``.
+    With ``worker_every = n``, device mode leaves row ``i`` of a split to the workers (PIL, draft) where
+    ``i % n == n - 1`` (:func:`decode.on_device`).
     """
 
-    def __init__(self, sources: list[ImageSplit], transform, pre, mode: str):
+    def __init__(self, sources: list[ImageSplit], transform, pre, mode: str, worker_every: int = 0):
         self.sources, self.transform, self.pre, self.mode = sources, transform, pre, mode
+        self.worker_every = worker_every
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.sources)
@@ -98,7 +168,7 @@ class _Rows(Dataset):
             if self.mode == "full" or raw is None:
                 return k, i, "image", self.transform(source.read(i))
             data = raw(i)
-            if self.mode == "device":
+            if self.mode == "device" and decode.on_device(i, self.worker_every):
                 size = decode.device_jpeg_size(data)
                 if size is not None:
                     return k, i, "jpeg", (torch.frombuffer(bytearray(data), dtype=torch.uint8), size)
@@ -115,7 +185,8 @@ class _Batch:
     positions to messages.
     """
 
-    def __init__(self, items, crop: int):
+    def __init__(self, items, crop: int, pin_bytes: bool = False):
+        self.pin_bytes = pin_bytes
         self.keys = [(k, i) for k, i, _, _ in items]
         self.cpu_pos, images, self.jpeg_pos, jpegs, self.sizes, self.errors = [], [], [], [], [], {}
         for p, (_, _, kind, payload) in enumerate(items):
@@ -136,23 +207,27 @@ class _Batch:
         return [self.buffer[a:b] for a, b in zip(self.offsets[:-1], self.offsets[1:])]
 
     def pin_memory(self) -> "_Batch":
+        """Called by the DataLoader's pin-memory thread (on CUDA): page-locked images, and bytes if asked."""
         self.images = self.images.pin_memory()
+        if self.pin_bytes and len(self.buffer):
+            self.buffer = self.buffer.pin_memory()
         return self
 
 
 class _Collate:
-    def __init__(self, crop: int):
-        self.crop = crop
+    def __init__(self, crop: int, pin_bytes: bool = False):
+        self.crop, self.pin_bytes = crop, pin_bytes
 
     def __call__(self, items) -> _Batch:
-        return _Batch(items, self.crop)
+        return _Batch(items, self.crop, self.pin_bytes)
 
 
-def _stage(batch: _Batch, device: torch.device, pre, transform, stream) -> tuple[torch.Tensor, dict, object]:
+def _stage(batch: _Batch, device: torch.device, pre, transform, stream,
+           decode_streams: list | None = None) -> tuple[torch.Tensor, dict, object]:
     """The batch as one ``uint8 (B, 3, crop, crop)`` tensor on ``device``: the workers' images copied, the JPEGs
-    decoded there (:func:`decode.decode_batch`), those the device refused decoded by PIL here.  On CUDA the work
-    is queued on ``stream`` (beside the previous batch's forward); returns ``(images, errors, event)``, ``event``
-    marking the end of that work (None off CUDA)."""
+    decoded there (:func:`decode.decode_batch`, in chunks on ``decode_streams`` if given), those the device
+    refused decoded by PIL here.  On CUDA the work is queued on ``stream`` (beside the previous batch's forward);
+    returns ``(images, errors, event)``, ``event`` marking the end of that work (None off CUDA)."""
     errors = dict(batch.errors)
     n = len(batch.keys)
     if device.type == "cpu" and len(batch.cpu_pos) == n:
@@ -167,7 +242,8 @@ def _stage(batch: _Batch, device: torch.device, pre, transform, stream) -> tuple
             if batch.jpeg_pos:
                 jpegs = batch.jpegs()
                 done, crops = [], []
-                for p, data, crop in zip(batch.jpeg_pos, jpegs, decode.decode_batch(jpegs, batch.sizes, pre, device)):
+                decoded = decode.decode_batch(jpegs, batch.sizes, pre, device, streams=decode_streams)
+                for p, data, crop in zip(batch.jpeg_pos, jpegs, decoded):
                     if crop is None:  # the device decoder refused it: PIL decodes it or names the fault
                         try:
                             crop = transform(decode.open_rgb(data.numpy().tobytes(), pre)).to(device)
@@ -180,6 +256,63 @@ def _stage(batch: _Batch, device: torch.device, pre, transform, stream) -> tuple
                     x[done] = torch.stack(crops)
         event = stream.record_event() if stream is not None else None
     return x, errors, event
+
+
+class _Failed:
+    """An exception raised in the staging thread, handed to the job's loop to raise there."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+@contextlib.contextmanager
+def _staged(loader, stage, ahead: int):
+    """``(batch, stage(batch))`` for every batch of ``loader``, in order: staged in the caller's thread
+    (``ahead=0``) or by a thread that keeps up to ``ahead`` staged batches ready (plus the one it is staging).
+
+    A failure in the thread (a worker's, the device decoder's) is raised in the caller's loop; leaving the context
+    early (the caller failed) stops the thread before returning, so no batch is staged after the job ended.
+    """
+    if ahead == 0:
+        yield ((batch, stage(batch)) for batch in loader)
+        return
+    ready: queue.Queue = queue.Queue(maxsize=ahead)
+    stop, end = threading.Event(), object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run():
+        try:
+            for batch in loader:
+                if not put((batch, stage(batch))):
+                    return
+            put(end)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the job's loop
+            put(_Failed(e))
+
+    def items():
+        while True:
+            item = ready.get()
+            if item is end:
+                return
+            if isinstance(item, _Failed):
+                raise item.error
+            yield item
+
+    thread = threading.Thread(target=run, name="featurize-stage", daemon=True)
+    thread.start()
+    try:
+        yield items()
+    finally:
+        stop.set()
+        thread.join()
 
 
 def shard_batches(bounds: list[tuple[int, int]], batch_size: int) -> list[list[int]]:
@@ -214,11 +347,22 @@ def resolve_device(device: str | None) -> torch.device:
     return dev
 
 
-def default_out(backbone: str, head: str, dataset: str) -> str:
-    """``features/<backbone>_<head>_<dataset>.zarr``; ``imagefolder:PATH`` contributes PATH's folder name."""
+def default_out(backbone: str, head: str, dataset: str, data_dir=None) -> str:
+    """``features/<backbone>_<head>_<name>.zarr``, ``name`` the dataset's: ``imagefolder:PATH`` and ``webdataset``
+    (its ``data_dir``) add their folder's name, ``hf:PATH_OR_NAME`` a local folder's name or the hub name (and
+    its ``#`` options), so that stores of two folders do not default to one path."""
+    def folder(path) -> str:
+        return os.path.basename(os.path.normpath(os.path.expanduser(str(path)))) or "root"
+
     name = dataset
     if dataset.startswith("imagefolder:"):
-        name = "imagefolder-" + (os.path.basename(os.path.normpath(dataset.split(":", 1)[1])) or "root")
+        name = "imagefolder-" + folder(dataset.split(":", 1)[1])
+    elif dataset == "webdataset" and data_dir is not None:
+        name = "webdataset-" + folder(data_dir)
+    elif dataset.startswith("hf:"):
+        spec, _, options = dataset[len("hf:"):].partition("#")
+        local = os.path.isdir(os.path.expanduser(spec))
+        name = "hf-" + (folder(spec) if local else spec) + (f"-{options}" if options else "")
     return os.path.join("features", f"{backbone}_{head}_{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}.zarr")
 
 
@@ -301,33 +445,50 @@ class _SplitJob:
 def extract_splits(bb: Backbone, sources: list[ImageSplit], out, *, assignment: ShardAssignment = ShardAssignment(),
                    device: torch.device = torch.device("cpu"), dtype: str = "float16", batch_size: int = 256,
                    num_workers: int = 0, shard_rows: int | None = None, skip_bad: bool = False,
-                   decode_mode: str = "auto", root_attrs: dict | None = None, progress: bool = True) -> list[dict]:
+                   decode_mode: str = "auto", root_attrs: dict | None = None, progress: bool = True,
+                   feed: Feed = Feed(), worker_every: int = 0) -> list[dict]:
     """Fill this writer's pending shards of every split in ``sources``, in order; one summary per split.
 
     One DataLoader serves every split, so decoding workers start once per job and decode the next split's first
     batches while the last one's finish. Parameters are those of :func:`extract_split`.
     """
     mode = decode.resolve_mode(decode_mode, device)
+    decode.check_worker_every(worker_every, mode)
     jobs = [_SplitJob(bb, src, out, assignment=assignment, device=device, dtype=dtype, shard_rows=shard_rows,
                       skip_bad=skip_bad, root_attrs=root_attrs, progress=progress) for src in sources]
     keys = [[(k, i) for i in rows] for k, job in enumerate(jobs) for rows in shard_batches(job.bounds, batch_size)]
     pre = bb.config.preprocessing
     if keys:
-        loader = DataLoader(_Rows(sources, bb.transform, pre, mode), batch_sampler=keys, collate_fn=_Collate(pre.crop),
-                            num_workers=num_workers, pin_memory=device.type == "cuda",
-                            prefetch_factor=4 if num_workers else None,
+        cuda = device.type == "cuda"
+        loader = DataLoader(_Rows(sources, bb.transform, pre, mode, worker_every), batch_sampler=keys,
+                            collate_fn=_Collate(pre.crop, feed.pin_bytes), num_workers=num_workers, pin_memory=cuda,
+                            prefetch_factor=feed.prefetch if num_workers else None,
                             multiprocessing_context=worker_context() if num_workers else None)
         began = [time.perf_counter()]  # when the split now starting began: the job's start, then each split's end
-        stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        stream = torch.cuda.Stream(device) if cuda else None
+        chunks = None
+        if feed.decode_threads > 1:  # one CUDA stream per decoding thread (None off CUDA: threads only)
+            chunks = [torch.cuda.Stream(device) if cuda else None for _ in range(feed.decode_threads)]
+
+        def stage(batch):
+            return _stage(batch, device, pre, bb.transform, stream, chunks)
+
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer") as pool:
             def launch(batch, staged):
+                """Queue the batch's forward and the copy of its features to the host; on CUDA nothing waits."""
                 images, errors, event = staged
                 if event is not None:  # the forward waits for this batch's copy/decode on the side stream
                     torch.cuda.current_stream(device).wait_event(event)
                     images.record_stream(torch.cuda.current_stream(device))
-                return batch.keys, _forward(bb.model, images, device), errors
+                feats = _forward(bb.model, images, device).float()
+                if not cuda:
+                    return batch.keys, feats, errors, None
+                host = feats.to("cpu", non_blocking=True)  # page-locked, copied once the forward is done
+                return batch.keys, host, errors, torch.cuda.current_stream(device).record_event()
 
-            def finish(keys, feats, errors):
+            def finish(keys, feats, errors, done):
+                if done is not None:
+                    done.synchronize()  # this batch's features are on the host; later forwards may still run
                 k = keys[0][0]  # a batch never straddles a shard, so never a split
                 for job in jobs[:k]:
                     if not job.finished:
@@ -335,28 +496,32 @@ def extract_splits(bb: Backbone, sources: list[ImageSplit], out, *, assignment: 
                         began[0] = time.perf_counter()
                 if jobs[k].t0 is None:
                     jobs[k].start(began[0])
-                jobs[k].add(np.asarray([i for _, i in keys]), feats.float().cpu().numpy(), errors, pool)
+                jobs[k].add(np.asarray([i for _, i in keys]), feats.numpy(), errors, pool)
 
             queued = None
-            for batch in loader:
-                # on CUDA: batch n is copied/decoded on the side stream while batch n-1's forward, queued before,
-                # runs; then n-1's features are fetched (the wait) and n's forward is queued
-                staged = _stage(batch, device, pre, bb.transform, stream)
+            ahead = feed.ahead if feed.ahead is not None else int(device.type == "cuda")
+            with _staged(loader, stage, ahead) as batches:
+                for batch, staged in batches:
+                    # on CUDA: batch n's forward is queued behind n-1's, then n-1's features are taken (the only
+                    # wait), then n+1 is staged (copied/decoded on the side stream, in the staging thread if
+                    # ``feed.ahead``) while the GPU runs n
+                    current = launch(batch, staged)
+                    if queued is not None:
+                        finish(*queued)
+                    queued = current
+                    if not cuda:  # off CUDA the forward ran in launch: nothing to overlap, no batch held back
+                        finish(*queued)
+                        queued = None
                 if queued is not None:
                     finish(*queued)
-                queued = launch(batch, staged)
-                if stream is None:  # off CUDA everything above ran synchronously: no batch is held back
-                    finish(*queued)
-                    queued = None
-            if queued is not None:
-                finish(*queued)
     return [job.summary if job.finished else job.finish() for job in jobs]
 
 
 def extract_split(bb: Backbone, source: ImageSplit, out, *, assignment: ShardAssignment = ShardAssignment(),
                   device: torch.device = torch.device("cpu"), dtype: str = "float16", batch_size: int = 256,
                   num_workers: int = 0, shard_rows: int | None = None, skip_bad: bool = False,
-                  decode_mode: str = "auto", root_attrs: dict | None = None, progress: bool = True) -> dict:
+                  decode_mode: str = "auto", root_attrs: dict | None = None, progress: bool = True,
+                  feed: Feed = Feed(), worker_every: int = 0) -> dict:
     """Fill this writer's pending shards of one split; returns a summary.
 
     Parameters
@@ -371,6 +536,11 @@ def extract_split(bb: Backbone, source: ImageSplit, out, *, assignment: ShardAss
         Stored feature dtype.
     decode_mode : {"auto", "draft", "full", "device"}
         How images are decoded (:data:`featurize.decode.DECODE_MODES`).
+    feed : Feed
+        How batches are prepared and handed to the model (speed only).
+    worker_every : int
+        ``decode_mode="device"``: every ``n``-th row of a split (``row % n == n - 1``) is decoded by PIL in the
+        workers, beside the device decoder, instead of by it; 0: none (:func:`featurize.decode.on_device`).
 
     Returns
     -------
@@ -379,14 +549,15 @@ def extract_split(bb: Backbone, source: ImageSplit, out, *, assignment: ShardAss
     """
     return extract_splits(bb, [source], out, assignment=assignment, device=device, dtype=dtype,
                           batch_size=batch_size, num_workers=num_workers, shard_rows=shard_rows, skip_bad=skip_bad,
-                          decode_mode=decode_mode, root_attrs=root_attrs, progress=progress)[0]
+                          decode_mode=decode_mode, root_attrs=root_attrs, progress=progress, feed=feed,
+                          worker_every=worker_every)[0]
 
 
 def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None, head: str | None = None,
             data_dir=None, weights=None, batch_size: int = 256, num_workers: int | None = None,
             device: str | None = "auto", dtype: str = "float16", shard: str | None = None,
             shard_rows: int | None = None, skip_bad: bool = False, decode_mode: str = "auto",
-            progress: bool = True) -> dict:
+            progress: bool = True, feed: Feed = Feed(), worker_every: int = 0) -> dict:
     """Featurize ``dataset`` with ``backbone`` into the feature store ``out``; what ``featurize`` runs.
 
     Parameters
@@ -394,11 +565,12 @@ def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None
     backbone : str or backbones.BackboneConfig
         Registry name (``backbones.list_backbones()``) or a config.
     dataset : str
-        ``imagenet``, ``cifar10``, ``cifar100``, ``digits`` or ``imagefolder:PATH``.
+        ``imagenet``, ``cifar10``, ``cifar100``, ``digits``, ``imagefolder:PATH``, ``webdataset`` (shards under
+        ``data_dir``) or ``hf:PATH_OR_NAME`` (:func:`featurize.open_split`).
     splits : list of str, optional
         Default: every split the dataset has.
     out : path or fsspec URL, optional
-        Default ``features/<backbone>_<head>_<dataset>.zarr``.
+        Default :func:`default_out`: ``features/<backbone>_<head>_<dataset>.zarr``.
     head : str, optional
         Default: the backbone's first head.
     weights : path, optional
@@ -421,6 +593,12 @@ def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None
         ``draft``: JPEGs decoded by PIL at the smallest DCT scale covering the resize target; ``full``: whole
         images; ``device``: baseline JPEGs decoded and resized in batches on ``device`` (nvJPEG on CUDA), others by
         PIL; ``auto``: ``device`` on CUDA, else ``draft``. Recorded in the store (``decode``).
+    feed : Feed
+        How batches are prepared and handed to the model (staging thread, decoding threads, pinned bytes,
+        workers' prefetch): speed only, not recorded (the features do not depend on it).
+    worker_every : int
+        ``decode_mode="device"``: every ``n``-th row decoded by PIL in the workers beside the device decoder (adds
+        the CPUs' decoding to the device's); recorded with the decode path (the two decoders' pixels differ).
 
     Returns
     -------
@@ -436,11 +614,13 @@ def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None
     splits = list(splits) if splits else dataset_splits(dataset, data_dir)
     sources = [open_split(dataset, s, data_dir) for s in splits]  # fail on bad data before loading a model
     bb = load_backbone(backbone, head=head, weights=weights)
-    out = out or default_out(bb.config.name, bb.head, dataset)
+    out = out or default_out(bb.config.name, bb.head, dataset, data_dir)
     mode = decode.resolve_mode(decode_mode, dev)
+    decode.check_worker_every(worker_every, mode)
     # the decode path is provenance: draft, device and full decoding give slightly different features, which
     # one store must not mix (a resume with another path is refused like one with another backbone)
-    root_attrs = {**bb.provenance(), "dataset": sources[0].dataset, "classes": sources[0].classes, "decode": mode}
+    root_attrs = {**bb.provenance(), "dataset": sources[0].dataset, "classes": sources[0].classes,
+                  "decode": decode.describe(mode, worker_every)}
     for src in sources:  # every split's layout and the store's provenance checked before anything is written
         stores.check_split(out, src.split, n_rows=len(src), dim=bb.dim, dtype=dtype, shard_rows=shard_rows,
                            root_attrs=root_attrs)
@@ -448,5 +628,6 @@ def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None
     workers = min(8, os.cpu_count() or 1) if num_workers is None else num_workers
     summaries = extract_splits(bb, sources, out, assignment=assignment, device=dev, dtype=dtype,
                                batch_size=batch_size, num_workers=workers, shard_rows=shard_rows, skip_bad=skip_bad,
-                               decode_mode=mode, root_attrs=root_attrs, progress=progress)
+                               decode_mode=mode, root_attrs=root_attrs, progress=progress, feed=feed,
+                               worker_every=worker_every)
     return {"out": str(out), "splits": summaries}

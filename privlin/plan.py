@@ -421,7 +421,9 @@ def _build(s, shares, sigma, sig) -> Plan:
         made["center"] = releases.Centering(1 if s.secure else preprocess.center_stages(sig["center"], s.n, s.mdim,
                                                                                           s.clip))
     made.update({r.name: r for r in s.added})
-    order = ["radius", *(r.name for r in s.added), *releases.ORDER[1:]]
+    if bad := [r.name for r in s.added if r.after not in releases.ORDER]:
+        raise ValueError(f"added releases {bad} must run after a built-in release {releases.ORDER}")
+    order = [x for name in releases.ORDER for x in (name, *(r.name for r in s.added if r.after == name))]
     chain = tuple((made[name], float(sig[name])) for name in order if name in sig)
     plan = Plan(method=s.method, epsilon=math.inf, delta=s.delta, neighbouring=s.relation,
                 accountant="none" if sigma == 0 else s.acct, n=s.n, dim=s.dim, n_classes=s.k, steps=s.steps,

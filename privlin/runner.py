@@ -1,22 +1,24 @@
-"""The one runner: a plan's chain run on rows with a key — the chain's releases (row norm, re-centering, centering,
-scaling, curvature, and any added release: :mod:`privlin.releases`) → DP training.
+"""The one runner: what runs when a model is trained — :func:`fit_chain`, one walk of a plan's chain of releases
+(:mod:`privlin.releases`: row norm, re-centering, centering, scaling, curvature, any added release), then DP
+training — on rows through a driver.
 
-Two drivers of the same chain, built from the same pieces (:mod:`privlin.preprocess`, :mod:`privlin.scaling`,
-:mod:`privlin.train`) and the same key split (:func:`stage_keys`, :func:`release_key`):
+A release sees the rows only through its driver (:class:`privlin.releases.base.Driver`): ``total`` (an exact sum
+of a block function over all rows) and ``noisy`` (secure mode's host noise, or None).  Two drivers, and nothing
+else differs between the ways a fit runs:
 
-* :func:`train_rows` — pure and jittable, on rows in memory.  ``jax.vmap`` runs many plans that share their
-  compiled form (:meth:`Plan.static`) over one copy of the rows (the sweep), or one plan over many keys (the
-  audit).
-* :func:`run` — many plans on a :class:`privlin.data.Source`: rows that fit ``memory_limit`` are loaded once
-  and handed to :func:`train_rows` (vmapped per group of plans); larger ones are streamed block by block
-  (:func:`_stream`: one pass per statistic, two blocks in flight; one pass per step for ``sgd``/``minibatch``);
-  ``secure_mode`` releases every statistic on the host with the discrete Gaussian.  Rows are sharded over
-  ``jax.devices()`` (and over hosts under ``jax.distributed``); every noise draw is made once, on the global sum.
+* :class:`_InMemory` — rows in memory, traced: :func:`train_rows` is pure and jittable; ``jax.vmap`` runs many
+  plans that share their compiled form (:meth:`Plan.static`) over one copy of the rows (the sweep), or one plan
+  over many keys (the audit).  Its sgd/minibatch steps are :func:`privlin.train.fit_full_batch` /
+  :func:`~privlin.train.fit_minibatch`'s ``lax.scan`` over rows mapped once (:func:`_scan_steps`).
+* :class:`_Streamed` — a :class:`privlin.data.Source` block by block (:func:`_pass`: two blocks in flight,
+  page-locked buffers on a GPU); one pass per total, one per step for ``sgd``/``minibatch``
+  (:func:`_step_loop`); a total another plan of the same run already took is reused; ``secure_mode`` draws every
+  release on the host with the discrete Gaussian.
 
-The chain's head — the generic releases, whose exact sums read the rows as given (the row norm; added releases)
-— is one loop in both drivers (:func:`train_rows`, :func:`_head`).  The later releases each depend on the rows as
-the earlier ones left them and still have a streamed form of their own (:func:`_centering`, :func:`_scaling`,
-:func:`_curvature`); the equivalence tests keep the two drivers in step.
+:func:`run` runs many plans on a source: rows that fit ``memory_limit`` are loaded once and handed to
+:func:`train_rows` (vmapped per group of plans); the others, and secure mode, stream.  Rows are sharded over
+``jax.devices()`` (and over hosts under ``jax.distributed``); every noise draw is made once, on the global sum.
+Keys: :func:`stage_keys` and :func:`release_key` (one split of the fit's key, the same in both drivers).
 
 Rows whose label is not in the public class list, rows with a non-finite value, and a store's rows skipped at
 extraction (counted in N) are null rows: they contribute nothing (the zero-out relation), and nothing about
@@ -27,18 +29,18 @@ from __future__ import annotations
 import functools
 import queue
 import threading
-import zlib
 from typing import Iterator, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import compilation, noise, preprocess, progress, radius, scaling, secure_noise, sensitivity, train
+from . import compilation, noise, progress, scaling, secure_noise, sensitivity, train
 from .data import Source, label_index
 from .plan import Plan, Static, learning_rates
+from .releases.base import Context, Driver, RowMap, model_rows, release_key, stage_keys
 
-__all__ = ["Released", "train_rows", "run", "stage_keys", "TAIL_ROWS"]
+__all__ = ["Released", "fit_chain", "train_rows", "run", "stage_keys", "release_key", "TAIL_ROWS"]
 
 #: A short last block is padded to a multiple of this many rows (not to a full block): a few compiled shapes
 #: instead of up to one block of zero rows computed for nothing.  A multiple of CHUNK_ROWS.
@@ -66,35 +68,180 @@ class Released(NamedTuple):
     extra: Optional[dict] = None  # {name: value} of the added releases (privlin.releases.ADDED)
 
 
-def stage_keys(key) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(centering key, scaling key, training key) of a fit's key: the one key split of privlin."""
-    keys = noise.split_named(key, "center", "train", "scale")
-    return keys["center"], keys["scale"], keys["train"]
+# ----------------------------------------------------------------------------- one model: the chain, then training
+
+def fit_chain(driver: Driver, settings: Static, chain: Sequence, n, dim: int, k: int, key, sigma, learning_rate,
+              lr_ceiling) -> Released:
+    """What runs when one model is trained: the plan's chain of releases in order, then DP training.
+
+    Each release computes its value from the rows through ``driver`` (:class:`privlin.releases.base.Driver`: its
+    exact sums, and where secure mode draws noise) and the values released before it; :meth:`Release.use` says
+    how later rows use the value (the :class:`~privlin.releases.base.Context`'s row map).  Training is the last
+    step, on the rows as the chain left them (:func:`_train`).  Both drivers run exactly this.
+
+    Parameters
+    ----------
+    driver : :class:`_InMemory` (traced) or :class:`_Streamed`
+    settings : privlin.plan.Static
+        The plan's training settings (its ``chain`` field is not read: ``chain`` carries the σ's).
+    chain : sequence of (Release, σ)
+    n : the public N; dim : the rows' dimension; k : the number of classes
+    key : the fit's key (:func:`stage_keys`, :func:`release_key`)
+    sigma, learning_rate, lr_ceiling : the steps' σ, the learning rate, ``Plan.learning_rate_ceiling``
+    """
+    ctx = Context(n, dim, dim + sum(r.adds_dims for r, _ in chain), settings.clip, settings.normalize)
+    for release, release_sigma in chain:
+        ctx = release.use(ctx, release.compute(driver, ctx, key, release_sigma))
+    params = _train(driver, settings, ctx, k, stage_keys(key)[2], sigma, learning_rate, lr_ceiling)
+    return Released(params.W, params.b, ctx.mean, ctx.scaling, ctx.curvature, ctx.log_scale, ctx.extra)
 
 
-_KEYED = ("center", "train", "scale", "curvature", "radius", "center-refine", "recenter", "added")
+def _train(driver, s: Static, ctx: Context, k: int, key, sigma, lr, ceiling) -> train.LinearParams:
+    """DP training on the rows as the chain left them: ``adam1`` is one class-sum total and
+    :func:`privlin.train.adam1_step`; ``sgd``/``minibatch`` one clipped-gradient total per step
+    (:func:`_step_loop`; in memory the same steps as :func:`privlin.train.fit_full_batch` /
+    :func:`~privlin.train.fit_minibatch`'s scan over the rows prepared once, :func:`_scan_steps`)."""
+    intercept_scale = 1.0
+    if ctx.curvature is not None:  # lifts W's rate (sgd optimizer only: never adam1)
+        lr, intercept_scale = _lifted_rates(ceiling, ctx.curvature, s.momentum, s.clip, s.fit_intercept)
+    if s.method == "adam1":
+        sums = driver.total("adam1 pass", train.class_sums_init(ctx.model_dim, k), _class_sums, ctx.row_map(), ctx.n,
+                            labels=True, clip=s.clip, normalize=s.normalize, loss=s.loss, bias_init=s.bias_init,
+                            fit_intercept=s.fit_intercept)
+        noisy = _released_gradient(driver, train.adam1_gradient(sums, loss=s.loss, bias_init=s.bias_init),
+                                   s.fit_intercept)
+        if noisy is not None:
+            return train.adam1_update(noisy, ctx.n, lr, bias_init=s.bias_init, fit_intercept=s.fit_intercept)
+        return train.adam1_step(sums, ctx.n, key, sigma, lr, clip=s.clip, loss=s.loss, bias_init=s.bias_init,
+                                fit_intercept=s.fit_intercept)
+    if isinstance(driver, _InMemory):
+        return _scan_steps(driver, s, ctx, key, sigma, lr, intercept_scale)
+    return _step_loop(driver, s, ctx, k, key, sigma, lr, intercept_scale)
 
 
-def release_key(key, name: str) -> jax.Array:
-    """The key of a later release (``"curvature"``, ``"radius"``, ``"center-refine"``, ``"recenter"``) of a fit's
-    key: the 4th to 7th of the same split (JAX's partitionable threefry makes a split's first keys independent of
-    how many follow, so :func:`stage_keys` and the earlier releases' keys are unchanged by them).  An added
-    release's key is its name's CRC-32 folded into the 8th."""
-    if name in _KEYED:
-        return noise.split_named(key, *_KEYED)[name]
-    return noise.fold_in(noise.split_named(key, *_KEYED)["added"], zlib.crc32(name.encode()) & 0x7FFFFFFF)
+def _class_sums(acc, X, Y, mask, rows: RowMap, n, *, clip, normalize, loss, bias_init, fit_intercept):
+    """``acc`` + adam1's class sums (:func:`privlin.train.class_sums_update`) of a chunk of training rows."""
+    return train.class_sums_update(acc, model_rows(X, rows, clip, normalize), Y, mask, clip, n, loss=loss,
+                                   bias_init=bias_init, fit_intercept=fit_intercept,
+                                   row_norm=clip if normalize else None)
 
 
-def _recenter_keys(key, rounds: int) -> jax.Array:
-    """One key per re-centering round (:func:`privlin.preprocess.round_means`), from the fit's key."""
-    return noise.split(release_key(key, "recenter"), rounds)
+def _grad_sum(acc, Z, Y, mask, params, n, *, clip, normalize, loss, fit_intercept):
+    """``acc`` + the clipped gradient sum (:func:`privlin.train.clipped_grad_sum`) of a chunk of training rows
+    ``Z`` (mapped: :meth:`Driver.mapped`)."""
+    g = train.clipped_grad_sum(params, Z, Y, mask, clip, n, loss=loss, fit_intercept=fit_intercept,
+                               row_norm=clip if normalize else None)
+    return jax.tree.map(jnp.add, acc, g)
+
+
+def _step_loop(driver, s: Static, ctx: Context, k: int, key, sigma, lr, intercept_scale) -> train.LinearParams:
+    """``sgd`` / ``minibatch``: one clipped-gradient total per step (a pass over a store), noised (secure mode: on
+    the host), divided by the public batch size q·N, one optimizer step; the same keys and sample as
+    :func:`privlin.train.fit_full_batch` / :func:`~privlin.train.fit_minibatch`."""
+    q = s.sample_rate
+    opt = train.make_optimizer(s.optimizer, lr, momentum=s.momentum)
+    state = train.init_state(ctx.model_dim, k, opt, s.bias_init)
+    rows, denom = driver.mapped(ctx.row_map(), s.clip, s.normalize), q * ctx.n  # public: expected (q<1) or exact
+    for step_key in progress.bar(noise.split(key, s.steps), f"{s.method} steps", driver.verbose):
+        # full batch: the step key is the noise key, exactly as in train.fit_full_batch
+        k_sample, k_noise = noise.split(step_key) if q < 1.0 else (None, step_key)
+        zero = train.LinearParams(jnp.zeros((ctx.model_dim, k), jnp.float64), jnp.zeros((k,), jnp.float64))
+        g = rows.total(None, zero, _grad_sum, state.params, ctx.n, labels=True,
+                       sample=None if q >= 1.0 else (k_sample, q), clip=s.clip, normalize=s.normalize, loss=s.loss,
+                       fit_intercept=s.fit_intercept)
+        step_sigma, noisy = sigma, _released_gradient(driver, g, s.fit_intercept)
+        if noisy is not None:  # released with the discrete Gaussian: nothing more to add in the update
+            g, step_sigma = noisy, 0.0
+        state = _noisy_step(state, g, k_noise, step_sigma, denom, lr, s.momentum, s.clip, intercept_scale,
+                            optimizer=s.optimizer, fit_intercept=s.fit_intercept)
+    return state.params
+
+
+def _scan_steps(driver: "_InMemory", s: Static, ctx: Context, key, sigma, lr, intercept_scale):
+    """The in-memory form of :func:`_step_loop`: the rows mapped once, then the steps as one ``lax.scan``
+    (:func:`privlin.train.fit_full_batch` / :func:`~privlin.train.fit_minibatch`)."""
+    Xp = driver.mapped(ctx.row_map(), s.clip, s.normalize).X  # the curvature release's rows, if it read them
+    kw = dict(steps=s.steps, clip=s.clip, loss=s.loss, optimizer=s.optimizer, momentum=s.momentum,
+              fit_intercept=s.fit_intercept, bias_init=s.bias_init, row_norm=s.clip if s.normalize else None,
+              intercept_scale=intercept_scale)
+    if s.method == "sgd":
+        return train.fit_full_batch(Xp, driver.Y, driver.mask, ctx.n, key, sigma, lr, **kw)
+    return train.fit_minibatch(Xp, driver.Y, driver.mask, ctx.n, key, sigma, lr, sample_rate=s.sample_rate, **kw)
+
+
+def _released_gradient(driver, g: train.LinearParams, fit_intercept: bool):
+    """Secure mode's host release of a clipped gradient sum (W and b as one vector when b is trained), or None
+    (the update adds its own Gaussian noise)."""
+    def flat():
+        W, b = np.asarray(g.W, np.float64), np.asarray(g.b, np.float64)
+        return np.concatenate([W.ravel(), b]) if fit_intercept else W.ravel()
+
+    noisy = driver.noisy("step", flat)
+    if noisy is None:
+        return None
+    size = int(np.prod(g.W.shape))
+    return train.LinearParams(jnp.asarray(noisy[:size].reshape(g.W.shape), jnp.float32),
+                              jnp.asarray(noisy[size:], jnp.float32) if fit_intercept else g.b)
+
+
+@functools.partial(jax.jit, static_argnames=("optimizer", "fit_intercept"))
+def _noisy_step(state, grad_sum, key, sigma, denom, lr, momentum, clip, intercept_scale, *, optimizer, fit_intercept):
+    opt = train.make_optimizer(optimizer, lr, momentum=momentum)
+    return train.noisy_update(state, grad_sum, key, sigma, denom, opt, clip=clip, fit_intercept=fit_intercept,
+                              intercept_scale=intercept_scale)
+
+
+def _lifted_rates(ceiling, curvature, momentum, clip, fit_intercept):
+    """(W's rate, intercept's rate / W's) from a released curvature bound (:func:`privlin.plan.learning_rates`);
+    the intercept's rate is applied by scaling its gradient (:func:`privlin.train.noisy_update`)."""
+    lr_w, lr_b = learning_rates(ceiling, curvature, momentum=momentum, clip=clip, fit_intercept=fit_intercept)
+    return lr_w, lr_b / lr_w
+
+
+# ----------------------------------------------------------------------------- the in-memory driver
+
+class _InMemory(NamedTuple):
+    """The driver on rows in memory (traced: jittable, vmappable): X (m, d), Y (m, k) one-hot, mask (m,);
+    ``cache``: the mapped rows computed in this trace (:meth:`mapped`), or None to compute them each time."""
+
+    X: jax.Array
+    Y: Optional[jax.Array]
+    mask: jax.Array
+    cache: Optional[dict] = None
+    verbose: bool = False
+
+    def mapped(self, rows: RowMap, norm, normalize):
+        """A driver over ``model_rows(X, rows, norm, normalize)``, computed once per map in this trace (the same
+        released values, by identity: the curvature release and training read one copy)."""
+        leaves = jax.tree.leaves(rows)
+        key = (norm, normalize, tuple(map(id, leaves)))
+        if self.cache is not None and key in self.cache:
+            return self.cache[key][0]
+        view = self._replace(X=model_rows(self.X, rows, norm, normalize), cache=None)
+        if self.cache is not None:
+            self.cache[key] = (view, leaves)  # the leaves stay alive: their ids stay theirs
+        return view
+
+    def total(self, what, init, block_fn, *args, labels=False, sample=None, **static):
+        """The exact sum, chunk by chunk over all rows (:func:`privlin.sensitivity.chunked`); ``sample``:
+        ``(key, q)`` of a Poisson-sampled step (:func:`privlin.train.poisson_mask` of the rows' positions)."""
+        mask = self.mask if sample is None else self.mask * train.poisson_mask(*sample, 0, self.mask.shape[0])
+        if labels:
+            return sensitivity.chunked(lambda t, x, y, m: block_fn(t, x, y, m, *args, **static), init, self.X,
+                                       self.Y, mask)
+        return sensitivity.chunked(lambda t, x, m: block_fn(t, x, m, *args, **static), init, self.X, mask)
+
+    def noisy(self, name, value):
+        """None: every release draws its Gaussian noise from its key (secure mode always streams)."""
+        return None
 
 
 # ----------------------------------------------------------------------------- the pure core
 
 def train_rows(static: Static, X, Y, mask, n, key, sigma, sigma_ref, learning_rate,
                lr_ceiling=float("nan")) -> Released:
-    """Run one plan on in-memory rows; pure, jittable, vmappable over (key, σ, σ_ref, lr, lr ceiling).
+    """Run one plan on in-memory rows (:func:`fit_chain` with the in-memory driver); pure, jittable, vmappable
+    over (key, σ, σ_ref, lr, lr ceiling).
 
     Parameters
     ----------
@@ -110,97 +257,10 @@ def train_rows(static: Static, X, Y, mask, n, key, sigma, sigma_ref, learning_ra
     lr_ceiling : scalar
         ``Plan.learning_rate_ceiling``: with the curvature release, the most W's rate may be lifted to.
     """
-    method, steps, q, clip, normalize = static.method, static.steps, static.sample_rate, static.clip, static.normalize
-    loss, bias_init, fit_intercept = static.loss, static.bias_init, static.fit_intercept
-    optimizer, momentum = static.optimizer, static.momentum
-
-    def sigma_of(name):  # the release's σ, or None where it is not made
-        got = static.release(name)
-        return None if got is None else sigma_ref * got[1]
-
-    k_center, k_scale, k_train = stage_keys(key)
     X = jnp.asarray(X, jnp.float32)
-    dim = X.shape[1] + sum(r.adds_dims for r, _ in static.chain)  # the model's inputs (Plan.model_dim)
-    mean = scl = None
-    values = {}
-    for r, ratio in static.chain:  # ---- the chain's head: releases whose sum reads the rows as given
-        if r.generic:
-            total = sensitivity.chunked(lambda t, x, m, r=r: r.block_sum(t, x, m, n), r.init(X.shape[1]), X, mask)
-            values[r.name] = r.release(total, n, release_key(key, r.name), sigma_ref * ratio)
-    log_scale = values.pop("radius", None)  # the rows gain their radial coordinate (privlin.radius)
-    centered = static.centered
-    if centered:
-        def sum_of(rounds):
-            return sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n, log_scale, rounds),
-                                       jnp.zeros(dim, jnp.float64), X, mask)
-
-        rounds = None
-        if static.release("recenter") is not None:  # ---- the re-centering rounds (privlin.preprocess.round_means)
-            count = static.release("recenter")[0].rounds
-            rounds = preprocess.round_means(sum_of, n, _recenter_keys(key, count), sigma_of("recenter"), count, clip)
-
-        def offsets_of(first, r):
-            return sensitivity.chunked(
-                lambda t, x, m: t + preprocess.offset_sum(x, m, first, r, n, clip, log_scale, rounds),
-                jnp.zeros(dim, jnp.float64), X, mask)
-
-        mean = preprocess.staged_mean(sum_of(rounds), offsets_of, n, (k_center, release_key(key, "center-refine")),
-                                      sigma_of("center"), static.release("center")[0].stages, clip, dim)
-        mean = _chain(rounds, mean)
-    if static.release("scale") is not None:  # ---- the scaling stage (privlin.scaling), on the centered rows
-        scl = _scaling_in_memory(X, mask, n, k_scale, mean, normalize, sigma_of("scale"), sigma_of("whiten"),
-                                 log_scale, dim)
-    curv, intercept_scale = None, 1.0
-    Xp = None if method == "adam1" else _prep(X, clip, normalize, mean, scl, log_scale)  # adam1: chunk by chunk
-    if static.release("curvature") is not None:  # ---- lifts W's rate (sgd optimizer only: never adam1)
-        curv = scaling.release_curvature(
-            sensitivity.chunked(lambda t, x, m: t + scaling.second_moment_sum(x, m, n),
-                                jnp.zeros((dim, dim), jnp.float64), Xp, mask),
-            n, release_key(key, "curvature"), sigma_of("curvature"))
-        learning_rate, intercept_scale = _lifted_rates(lr_ceiling, curv, momentum, clip, fit_intercept)
-    if method == "adam1":
-        def add(acc, x, y, m):
-            return train.class_sums_update(acc, _prep(x, clip, normalize, mean, scl, log_scale), y, m, clip, n,
-                                           loss=loss,
-                                           bias_init=bias_init, fit_intercept=fit_intercept, row_norm=clip if normalize else None)
-        sums = sensitivity.chunked(add, train.class_sums_init(dim, Y.shape[1]), X, Y, mask)
-        params = train.adam1_step(sums, n, k_train, sigma, learning_rate, clip=clip, loss=loss, bias_init=bias_init,
-                                  fit_intercept=fit_intercept)
-    elif method == "sgd":
-        params = train.fit_full_batch(Xp, Y, mask, n, k_train, sigma, learning_rate, steps=steps, clip=clip,
-                                      loss=loss, optimizer=optimizer, momentum=momentum,
-                                      fit_intercept=fit_intercept, bias_init=bias_init, row_norm=clip if normalize else None,
-                                      intercept_scale=intercept_scale)
-    else:
-        params = train.fit_minibatch(Xp, Y, mask, n, k_train, sigma, learning_rate, steps=steps, sample_rate=q,
-                                     clip=clip, loss=loss, optimizer=optimizer, momentum=momentum,
-                                     fit_intercept=fit_intercept, bias_init=bias_init, row_norm=clip if normalize else None,
-                                     intercept_scale=intercept_scale)
-    return Released(params.W, params.b, mean, scl, curv, log_scale, values)
-
-
-def _chain(rounds, mean):
-    """The released means as :func:`privlin.preprocess.apply` takes them: the centering's alone, or after the
-    re-centering rounds' (R + 1, d')."""
-    return mean if rounds is None else jnp.concatenate([rounds, mean[None]])
-
-
-def _lifted_rates(ceiling, curvature, momentum, clip, fit_intercept):
-    """(W's rate, intercept's rate / W's) from a released curvature bound (:func:`privlin.plan.learning_rates`);
-    the intercept's rate is applied by scaling its gradient (:func:`privlin.train.noisy_update`)."""
-    lr_w, lr_b = learning_rates(ceiling, curvature, momentum=momentum, clip=clip, fit_intercept=fit_intercept)
-    return lr_w, lr_b / lr_w
-
-
-def _prep(X, clip, normalize, mean, scl=None, log_scale=None):
-    """Rows as the model sees them: normalized to ``clip`` (with a released ``log_scale``: with their radial
-    coordinate, :func:`privlin.radius.embed`), centered by the released mean and normalized again, then (with a
-    released scaling) standardized and whitened, at norm ``clip``."""
-    if not normalize:
-        return jnp.asarray(X, jnp.float32)
-    if scl is None:
-        return preprocess.apply(X, preprocess.RowMap(clip, mean, log_scale))
-    return scaling.apply(preprocess.apply(X, preprocess.RowMap(1.0, mean, log_scale)), scl, clip)
+    chain = [(r, sigma_ref * ratio) for r, ratio in static.chain]
+    return fit_chain(_InMemory(X, Y, mask, {}), static, chain, n, X.shape[1], Y.shape[1], key, sigma, learning_rate,
+                     lr_ceiling)
 
 
 def preprocess_rows(plan: Plan, X, mean, scl=None, log_scale=None) -> jax.Array:
@@ -208,11 +268,12 @@ def preprocess_rows(plan: Plan, X, mean, scl=None, log_scale=None) -> jax.Array:
     radial plan (its rows gain their radial coordinate first)."""
     if plan.radial and log_scale is None:
         raise ValueError("this plan's rows carry a radial coordinate: pass the released log2 row norm")
-    return _prep_jit(jnp.asarray(X), plan.clip, plan.normalize, None if mean is None else jnp.asarray(mean), scl,
-                     None if log_scale is None or not plan.radial else jnp.float32(log_scale))
+    rows = RowMap(None if mean is None else jnp.asarray(mean), scl,
+                  None if log_scale is None or not plan.radial else jnp.float32(log_scale))
+    return _model_rows_jit(jnp.asarray(X), rows, plan.clip, plan.normalize)
 
 
-_prep_jit = jax.jit(_prep, static_argnames=("clip", "normalize"))
+_model_rows_jit = jax.jit(model_rows, static_argnames=("norm", "normalize"))
 
 
 @functools.partial(jax.jit, static_argnames=("static", "k"))
@@ -515,315 +576,134 @@ def _double_buffered(results):
     return last
 
 
-# ----------------------------------------------------------------------------- streaming
+# ----------------------------------------------------------------------------- the streamed driver
 
-def _pass(rows: "_Rows", what: str, block_fn, total, *args, **kwargs):
-    """One pass over the rows (progress label ``what``): ``total = block_fn(total, X, mask, *args, **kwargs)``
-    block by block, double-buffered (:func:`_double_buffered`); every streamed statistic is one of these."""
-    def sums(total=total):
-        for X, _, mask in rows.device_blocks(what):
-            total = block_fn(total, X, mask, *args, **kwargs)
-            yield total
-    return _double_buffered(sums())
-
-
-@functools.partial(jax.jit, static_argnames=("clip",))
-def _row_sum_block(total, X, mask, clip, n, log_scale=None, rounds=None):
-    return sensitivity.chunked(lambda t, x, m: t + preprocess.row_sum(x, m, clip, n, log_scale, rounds), total, X,
-                               mask)
+def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
+    """Plans whose rows do not fit in memory, or in secure mode: :func:`fit_chain` with the streamed driver, one
+    plan after another; a total that an earlier plan already took (same function, same scalar arguments: the row
+    norm, the first centering sum at the same clip and R, adam1's class sums of uncentered rows) is not taken
+    again."""
+    shared: dict = {}
+    return [fit_chain(_Streamed(rows, p, shared), p.static(), p.chain, float(p.n), p.dim, rows.k, key, p.sigma,
+                      p.learning_rate, p.learning_rate_ceiling) for p, key in zip(plans, keys)]
 
 
-@functools.partial(jax.jit, static_argnames=("clip",))
-def _offset_sum_block(total, X, mask, first, r, n, clip, log_scale=None, rounds=None):
-    return sensitivity.chunked(lambda t, x, m: t + preprocess.offset_sum(x, m, first, r, n, clip, log_scale, rounds),
-                               total, X, mask)
+class _Streamed:
+    """The driver on a source's rows, block by block (:func:`_pass`: two blocks in flight); ``shared``: the
+    totals already taken in this run, by (block function, static settings, arguments)."""
+
+    def __init__(self, rows: _Rows, plan: Plan, shared: dict):
+        self.rows, self.plan, self.shared, self.verbose = rows, plan, shared, rows.verbose
+
+    def total(self, what, init, block_fn, *args, labels=False, sample=None, **static):
+        """One pass with ``block_fn`` compiled once per (function, static settings) (:func:`_compiled`), unless an
+        identical total was taken already; ``sample``: ``(key, q)`` of a Poisson-sampled step.
+
+        Only totals whose arguments are scalars (N, a released log₂ R: the row norm, the first centering sum,
+        uncentered adam1's class sums) are kept for later plans: one that reads a plan's own noisy vectors (a
+        mean, a scaling, the weights) never repeats, and keeping it would only hold device memory."""
+        static = tuple(sorted(static.items()))
+        scalars = sample is None and all(np.ndim(leaf) == 0 for leaf in jax.tree.leaves(args))
+        memo = (block_fn, labels, static, _fingerprint((init, args))) if scalars else None
+        if memo is not None and memo in self.shared:
+            return self.shared[memo]
+        fn = _compiled(block_fn, labels, self.rows.k if labels else 0, static)
+        total = _pass(self.rows, what, fn, init, *args, labels=labels, sample=sample)
+        if memo is not None:
+            self.shared[memo] = total
+        return total
+
+    def mapped(self, rows: RowMap, norm, normalize):
+        """A driver whose block functions see each block's rows mapped by ``rows`` (:func:`model_rows`)."""
+        return _StreamedView(self, rows, norm, normalize)
+
+    def noisy(self, name, value):
+        """Secure mode: ``value`` (or what the function ``value`` returns) released with the discrete Gaussian
+        drawn on the host from ``os.urandom``, with the plan's table (:meth:`Plan.secure_table`).  The one place
+        where the streamed driver's noise differs."""
+        if not self.plan.secure_mode:
+            return None
+        std, sens, bound = self.plan.secure_table()[name]
+        value = value() if callable(value) else value
+        return secure_noise.secure_gaussian_release(np.asarray(value, np.float64), std, sens, bound=bound)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "bias_init", "fit_intercept"))
-def _class_sums_block(acc, X, idx, mask, mean, scl, log_scale, n, *, k, clip, normalize, loss, bias_init,
-                      fit_intercept):
-    def update(a, x, i, m):
-        return train.class_sums_update(a, _prep(x, clip, normalize, mean, scl, log_scale), jax.nn.one_hot(i, k), m,
-                                       clip, n,
-                                       loss=loss, bias_init=bias_init, fit_intercept=fit_intercept,
-                                       row_norm=clip if normalize else None)
-    return sensitivity.chunked(update, acc, X, idx, mask)
+class _StreamedView(NamedTuple):
+    """:meth:`_Streamed.mapped`: totals of the parent driver with ``model_rows`` applied to each chunk first."""
+
+    parent: _Streamed
+    rows: RowMap
+    norm: float
+    normalize: bool
+
+    @property
+    def verbose(self):
+        return self.parent.verbose
+
+    def total(self, what, init, block_fn, *args, labels=False, sample=None, **static):
+        return self.parent.total(what, init, _OnMapped(block_fn, self.norm, self.normalize, labels), self.rows, *args,
+                                 labels=labels, sample=sample, **static)
+
+    def mapped(self, rows, norm, normalize):
+        raise NotImplementedError("map the driver's own rows, not mapped ones")
+
+    def noisy(self, name, value):
+        return self.parent.noisy(name, value)
 
 
-@functools.partial(jax.jit, static_argnames=("k", "clip", "normalize", "loss", "fit_intercept"))
-def _grad_block(acc, params, X, idx, mask, mean, scl, log_scale, n, *, k, clip, normalize, loss, fit_intercept):
-    def update(a, x, i, m):
-        g = train.clipped_grad_sum(params, _prep(x, clip, normalize, mean, scl, log_scale), jax.nn.one_hot(i, k), m,
-                                   clip, n,
-                                   loss=loss, fit_intercept=fit_intercept, row_norm=clip if normalize else None)
-        return jax.tree.map(jnp.add, a, g)
-    return sensitivity.chunked(update, acc, X, idx, mask)
+class _OnMapped(NamedTuple):
+    """``fn`` on a chunk's rows mapped by the :class:`RowMap` that comes first among its arguments (hashable: one
+    compiled block function per (fn, norm, normalize))."""
+
+    fn: object
+    norm: float
+    normalize: bool
+    labels: bool
+
+    def __call__(self, total, X, *rest, **static):
+        k = 2 if self.labels else 1  # (y, mask) or (mask)
+        data, rows, args = rest[:k], rest[k], rest[k + 1:]
+        return self.fn(total, model_rows(X, rows, self.norm, self.normalize), *data, *args, **static)
 
 
-@functools.partial(jax.jit, static_argnames=("loss", "bias_init", "fit_intercept"))
-def _adam1_release_many(sums, n, keys, sigmas, lrs, clip, *, loss, bias_init, fit_intercept):
-    """adam1's data-free stage for S plans sharing one class-sum pass (vmapped over key, σ, lr)."""
-    def one(key, sigma, lr):
-        k_train = stage_keys(key)[-1]
-        return train.adam1_step(sums, n, k_train, sigma, lr, clip=clip, loss=loss, bias_init=bias_init,
-                                fit_intercept=fit_intercept)
-    return jax.vmap(one)(keys, sigmas, lrs)
+def _fingerprint(tree):
+    """A hashable key of a pytree's structure and values (arrays by dtype, shape and bytes)."""
+    leaves, treedef = jax.tree.flatten(tree)
+    out = []
+    for leaf in leaves:
+        if isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
+            a = np.asarray(leaf)
+            out.append((a.dtype.str, a.shape, a.tobytes()))
+        else:
+            out.append((type(leaf).__name__, leaf))
+    return treedef, tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(block_fn, labels: bool, k: int, static: tuple):
+    """``block_fn`` over one device block, chunk by chunk, jitted (labels: class indices made one-hot)."""
+    kw = dict(static)
+    if labels:
+        def block(total, X, idx, mask, *args):
+            return sensitivity.chunked(lambda t, x, i, m: block_fn(t, x, jax.nn.one_hot(i, k), m, *args, **kw),
+                                       total, X, idx, mask)
+    else:
+        def block(total, X, mask, *args):
+            return sensitivity.chunked(lambda t, x, m: block_fn(t, x, m, *args, **kw), total, X, mask)
+    return jax.jit(block)
 
 
 _sample = jax.jit(train.poisson_mask, static_argnames=("length", "sample_rate"))  # q: the accountant's float
 
 
-@functools.partial(jax.jit, static_argnames=("optimizer", "fit_intercept"))
-def _noisy_step(state, grad_sum, key, sigma, denom, lr, momentum, clip, intercept_scale, *, optimizer, fit_intercept):
-    opt = train.make_optimizer(optimizer, lr, momentum=momentum)
-    return train.noisy_update(state, grad_sum, key, sigma, denom, opt, clip=clip, fit_intercept=fit_intercept,
-                              intercept_scale=intercept_scale)
-
-
-def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
-    """Plans whose rows do not fit in memory, or in secure mode: block by block."""
-    out: list[Optional[Released]] = [None] * len(plans)
-    heads = _head(rows, plans, keys)
-    logs = [h.pop("radius", None) for h in heads]
-    means = _centering(rows, plans, keys, logs)
-    scls = _scaling(rows, plans, keys, means, logs)
-    curvs = _curvature(rows, plans, keys, means, scls, logs)
-    # adam1 without centering: one class-sum pass for every plan of the same static form
-    shared: dict[tuple, list[int]] = {}
-    for i, p in enumerate(plans):
-        if p.method == "adam1" and not p.chain and not p.secure_mode:
-            shared.setdefault(p.static(), []).append(i)
-    for idx in shared.values():
-        p = plans[idx[0]]
-        sums = _class_sums(rows, p, None)
-        got = _adam1_release_many(sums, float(p.n), jnp.stack([keys[i] for i in idx]),
-                                  jnp.asarray([plans[i].sigma for i in idx], jnp.float32),
-                                  jnp.asarray([plans[i].learning_rate for i in idx], jnp.float32), p.clip,
-                                  loss=p.loss, bias_init=p.bias_init, fit_intercept=p.fit_intercept)
-        for j, i in enumerate(idx):
-            out[i] = Released(got.W[j], got.b[j], None, extra={})
-    for i, p in enumerate(plans):
-        if out[i] is not None:
-            continue
-        k_train = stage_keys(keys[i])[-1]
-        if p.method == "adam1":
-            sums = _class_sums(rows, p, means[i], scls[i], logs[i])
-            if p.secure_mode:
-                g = _secure_release(train.adam1_gradient(sums, loss=p.loss, bias_init=p.bias_init), p)
-                params = train.adam1_update(g, p.n, p.learning_rate, bias_init=p.bias_init,
-                                            fit_intercept=p.fit_intercept)
-            else:
-                params = train.adam1_step(sums, p.n, k_train, p.sigma, p.learning_rate, clip=p.clip, loss=p.loss,
-                                          bias_init=p.bias_init, fit_intercept=p.fit_intercept)
-        else:
-            params = _stream_steps(rows, p, k_train, means[i], scls[i], curvs[i], logs[i])
-        out[i] = Released(params.W, params.b, means[i], scls[i], curvs[i], logs[i], heads[i])
-    return out
-
-
-@functools.lru_cache(maxsize=None)
-def _head_block(release):
-    """A generic release's block sum, compiled once per release value."""
-    return jax.jit(lambda total, X, mask, n: sensitivity.chunked(
-        lambda t, x, m: release.block_sum(t, x, m, n), total, X, mask))
-
-
-def _head(rows: _Rows, plans: list[Plan], keys: list) -> list[dict]:
-    """``{name: released value}`` of every plan's generic releases (the chain's head: their sums read the rows as
-    given, so one pass per release value serves every plan); the same releases :func:`train_rows` makes, with the
-    same keys; in secure mode drawn on the host with the discrete Gaussian."""
-    out: list[dict] = [{} for _ in plans]
-    totals: dict = {}
-    for i, p in enumerate(plans):
-        for r, sigma in p.chain:
-            if not r.generic:
-                continue
-            if r not in totals:
-                totals[r] = _pass(rows, r.name, _head_block(r), r.init(p.dim), float(p.n))
-            out[i][r.name] = r.release(totals[r], float(p.n), release_key(keys[i], r.name), sigma,
-                                       _host_noise(p, r.name, totals[r]))
-    return out
-
-
-def _centering(rows: _Rows, plans: list[Plan], keys: list, logs: list) -> list:
-    """The released mean (or chain of means, :func:`_chain`) of every centered plan; one row-sum pass per clip norm
-    (and released R), and one per re-centering round of each plan that makes them (its rows depend on its own
-    earlier rounds)."""
-    means: list = [None] * len(plans)
-    totals: dict[tuple, jax.Array] = {}
-    for i, p in enumerate(plans):
-        if not p.centered:
-            continue
-
-        def sum_of(rounds, p=p, log_scale=logs[i], what="centering"):
-            return _pass(rows, what, _row_sum_block, jnp.zeros(p.model_dim, jnp.float64), p.clip, float(p.n),
-                         log_scale, rounds)
-
-        rounds = None
-        if p.recentered:  # never in secure mode (make_plan)
-            rounds = preprocess.round_means(functools.partial(sum_of, what="re-centering"), p.n,
-                                            _recenter_keys(keys[i], p.recenter_rounds), p.sigma_recenter,
-                                            p.recenter_rounds, p.clip)
-            total = sum_of(rounds)
-        else:
-            group = (p.clip, None if logs[i] is None else float(logs[i]))
-            if group not in totals:
-                totals[group] = sum_of(None)
-            total = totals[group]
-        if p.secure_mode:  # one stage (make_plan)
-            means[i] = preprocess.private_mean(total, p.n, None, p.sigma_center, p.clip,
-                                               noisy=_host_noise(p, "center", total))
-            continue
-
-        def offsets_of(first, r, p=p, log_scale=logs[i], rounds=rounds):  # the refining stage: a pass of its own
-            return _pass(rows, "centering, refined", _offset_sum_block, jnp.zeros(p.model_dim, jnp.float64), first,
-                         r, float(p.n), p.clip, log_scale, rounds)
-
-        means[i] = _chain(rounds, preprocess.staged_mean(total, offsets_of, p.n, (stage_keys(keys[i])[0],
-                                          release_key(keys[i], "center-refine")), p.sigma_center, p.center_stages,
-                                          p.clip, p.model_dim))
-    return means
-
-
-# ---- the scaling stage (privlin.scaling): one pass for the moments, one for the whitening sum
-
-def _moments_add(total, X, mask, mean, log_scale, n, normalize):
-    return total + scaling.moment_sums(_prep(X, 1.0, normalize, mean, None, log_scale), mask, n)
-
-
-def _second_moment_add(total, X, mask, mean, log_scale, shift, scale, n, normalize):
-    return total + scaling.second_moment_sum(
-        scaling.standardized(_prep(X, 1.0, normalize, mean, None, log_scale), shift, scale), mask, n)
-
-
-_moments_block = jax.jit(_moments_add, static_argnames=("normalize",))
-_second_moment_block = jax.jit(_second_moment_add, static_argnames=("normalize",))
-
-
-def _host_noise(p: Plan, name: str, value):
-    """Secure mode's release of ``value`` (an exact sum) by mechanism ``name``: the discrete Gaussian drawn on the
-    host from ``os.urandom`` with the plan's table (:meth:`Plan.secure_table`); None outside secure mode, where the
-    release draws its own noise from its key.  The one place the streamed driver's noise differs."""
-    if not p.secure_mode:
-        return None
-    std, sens, bound = p.secure_table()[name]
-    return secure_noise.secure_gaussian_release(np.asarray(value, np.float64), std, sens, bound=bound)
-
-
-def _scaling_in_memory(X, mask, n, key, mean, normalize, sigma_m, sigma_w, log_scale, dim):
-    """The stage's releases on in-memory rows (traced inside :func:`train_rows`; 4096-row chunks); ``dim``: the
-    model's inputs, as :func:`train_rows` derived them."""
-    k_moments, k_rotate = noise.split(key)
-    sums = sensitivity.chunked(lambda t, x, m: _moments_add(t, x, m, mean, log_scale, n, normalize),
-                               jnp.zeros((2, dim), jnp.float64), X, mask)
-    shift, scale = scaling.release_moments(sums, n, k_moments, sigma_m)
-    rotate = None
-    if sigma_w is not None:
-        M = sensitivity.chunked(lambda t, x, m: _second_moment_add(t, x, m, mean, log_scale, shift, scale, n,
-                                                                   normalize),
-                                jnp.zeros((dim, dim), jnp.float64), X, mask)
-        rotate = scaling.release_rotation(M, n, k_rotate, sigma_w)
-    return scaling.Scaling(shift, scale, rotate)
-
-
-def _scaling(rows: _Rows, plans: list[Plan], keys: list, means: list, logs: list) -> list:
-    """The released scaling map of every scaled plan, streamed (two passes each: its rows depend on its own noisy
-    mean); the same releases as :func:`_scaling_in_memory`, with the same key split."""
-    out: list = [None] * len(plans)
-    for i, p in enumerate(plans):
-        if not p.scaled:
-            continue
-        k_moments, k_rotate = noise.split(stage_keys(keys[i])[1])
-        n = float(p.n)
-        sums = _pass(rows, "scaling", _moments_block, jnp.zeros((2, p.model_dim), jnp.float64), means[i], logs[i], n,
-                     normalize=p.normalize)
-        shift, scale = scaling.release_moments(sums, n, k_moments, p.sigma_scale, _host_noise(p, "scale", sums))
-        rotate = None
-        if p.whitened:
-            M = _pass(rows, "scaling", _second_moment_block, jnp.zeros((p.model_dim,) * 2, jnp.float64), means[i],
-                      logs[i], shift, scale, n, normalize=p.normalize)
-            rotate = scaling.release_rotation(M, n, k_rotate, p.sigma_whiten, _host_noise(p, "whiten", scaling.upper(M)))
-        out[i] = scaling.Scaling(shift, scale, rotate)
-    return out
-
-
-def _curvature_add(total, X, mask, mean, scl, log_scale, n, *, clip, normalize):
-    return total + scaling.second_moment_sum(_prep(X, clip, normalize, mean, scl, log_scale), mask, n)
-
-
-_curvature_block = jax.jit(_curvature_add, static_argnames=("clip", "normalize"))
-
-
-def _curvature(rows: _Rows, plans: list[Plan], keys: list, means: list, scls: list, logs: list) -> list:
-    """The released curvature bound of every plan that buys it (one pass each, over its own training rows); the
-    same release as :func:`train_rows` makes, with the same key."""
-    out: list = [None] * len(plans)
-    for i, p in enumerate(plans):
-        if not p.curved:
-            continue
-        n = float(p.n)
-
-        M = _pass(rows, "curvature", _curvature_block, jnp.zeros((p.model_dim,) * 2, jnp.float64), means[i], scls[i],
-                  logs[i], n, clip=p.clip, normalize=p.normalize)
-        noisy = _host_noise(p, "curvature", [scaling.top_eigenvalue(M)]) if p.secure_mode else None
-        out[i] = scaling.release_curvature(M, n, release_key(keys[i], "curvature"), p.sigma_curvature,
-                                           None if noisy is None else noisy[0])
-    return out
-
-
-def _class_sums(rows: _Rows, p: Plan, mean, scl=None, log_scale=None):
-    acc = train.class_sums_init(p.model_dim, p.n_classes)
-
-    def sums():
-        nonlocal acc
-        for X, idx, mask in rows.device_blocks("adam1 pass"):
-            acc = _class_sums_block(acc, X, idx, mask, mean, scl, log_scale, float(p.n), k=p.n_classes, clip=p.clip,
-                                    normalize=p.normalize, loss=p.loss, bias_init=p.bias_init,
-                                    fit_intercept=p.fit_intercept)
-            yield acc
-
-    _double_buffered(sums())
-    return acc
-
-
-def _stream_steps(rows: _Rows, p: Plan, key, mean, scl=None, curv=None, log_scale=None):
-    """sgd / minibatch one pass over the rows per step (the streamed form of train.fit_full_batch/fit_minibatch)."""
-    q = p.sample_rate
-    lr, intercept_scale = p.learning_rate, 1.0
-    if curv is not None:
-        lr, intercept_scale = _lifted_rates(p.learning_rate_ceiling, curv, p.momentum, p.clip, p.fit_intercept)
-    opt = train.make_optimizer(p.optimizer, lr, momentum=p.momentum)
-    state = train.init_state(p.model_dim, p.n_classes, opt, p.bias_init)
-    denom = q * p.n  # public: expected (q<1) or exact (q=1) batch size
-    for step_key in progress.bar(noise.split(key, p.steps), f"{p.method} steps", rows.verbose):
-        # full batch: the step key is the noise key, exactly as in train.fit_full_batch
-        k_sample, k_noise = noise.split(step_key) if q < 1.0 else (None, step_key)
-        g = train.LinearParams(jnp.zeros((p.model_dim, p.n_classes), jnp.float64),
-                               jnp.zeros((p.n_classes,), jnp.float64))
-
-        def grad_sums():
-            nonlocal g
-            for X, idx, mask, start in rows.device_blocks(None, with_counts=True):
-                if q < 1.0:  # the same sample as train.fit_minibatch: a function of the row's global position
-                    mask = mask * _sample(k_sample, q, start, mask.shape[0])
-                g = _grad_block(g, state.params, X, idx, mask, mean, scl, log_scale, float(p.n), k=p.n_classes,
-                                clip=p.clip,
-                                normalize=p.normalize, loss=p.loss, fit_intercept=p.fit_intercept)
-                yield g
-
-        _double_buffered(grad_sums())
-        sigma = p.sigma
-        if p.secure_mode:  # released here with the discrete Gaussian; nothing more to add in the update
-            g, sigma = _secure_release(g, p), 0.0
-        state = _noisy_step(state, g, k_noise, sigma, denom, lr, p.momentum, p.clip, intercept_scale,
-                            optimizer=p.optimizer, fit_intercept=p.fit_intercept)
-    return state.params
-
-
-def _secure_release(g: train.LinearParams, p: Plan) -> train.LinearParams:
-    """A clipped gradient sum released with the discrete Gaussian (W and b as one vector when b is trained)."""
-    W, b = np.asarray(g.W, np.float64), np.asarray(g.b, np.float64)
-    flat = np.concatenate([W.ravel(), b]) if p.fit_intercept else W.ravel()
-    noisy = _host_noise(p, "step", flat)
-    return train.LinearParams(jnp.asarray(noisy[:W.size].reshape(W.shape), jnp.float32),
-                              jnp.asarray(noisy[W.size:], jnp.float32) if p.fit_intercept else g.b)
+def _pass(rows: "_Rows", what, block_fn, total, *args, labels=False, sample=None):
+    """One pass over the rows (progress label ``what``): ``total = block_fn(total, X[, idx], mask, *args)`` block
+    by block, double-buffered (:func:`_double_buffered`); ``sample``: ``(key, q)``: each block's mask times the
+    Poisson sample of its rows' global positions (the same sample as in memory)."""
+    def sums(total=total):
+        for X, idx, mask, start in rows.device_blocks(what, with_counts=True):
+            if sample is not None:
+                mask = mask * _sample(sample[0], sample[1], start, mask.shape[0])
+            total = block_fn(total, X, idx, mask, *args) if labels else block_fn(total, X, mask, *args)
+            yield total
+    return _double_buffered(sums())

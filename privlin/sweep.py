@@ -78,6 +78,10 @@ class SweepResult:
         record: the released log₂ row norm, :mod:`privlin.radius`).
     intercept : ndarray (S, K)
     classes : ndarray (K,)
+        The public class list the labels were matched against (a store's: indices 0..K-1).
+    class_names : ndarray (K,) or None
+        A store's published names for ``classes`` where the class list came from the store: what :meth:`predict`
+        returns, as a fitted model's ``classes_`` (:meth:`model`).
     means : list of (ndarray (D,) or None)
         The released noisy mean of each privately centered setting (public: part of its model).
     scalings : list of (privlin.scaling.Scaling or None)
@@ -103,6 +107,7 @@ class SweepResult:
     scalings: list = field(default=None, repr=False)
     keys: list | None = field(default=None, repr=False)
     fits: list | None = field(default=None, repr=False)  # privlin.workflow.Fitted per setting
+    class_names: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self):
         if self.means is None:
@@ -121,10 +126,16 @@ class SweepResult:
         return self.table()
 
     def predict(self, i: int, X: np.ndarray) -> np.ndarray:
-        """Labels (n,) predicted by setting ``i`` on features X (n, D) (preprocessed as in training)."""
+        """Labels (n,) predicted by setting ``i`` on features X (n, D) (preprocessed as in training): the store's
+        class names where it published them (as :meth:`model`'s ``classes_``), else ``classes``."""
+        labels = self.classes if self.class_names is None else self.class_names
+        return labels[self._argmax(i, X)]
+
+    def _argmax(self, i: int, X: np.ndarray) -> np.ndarray:
+        """Index (n,) into ``classes`` of setting ``i``'s prediction on X."""
         rec = self.records[i]
         Xp = np.asarray(runner.preprocess_rows(rec["plan"], X, self.means[i], self.scalings[i], rec.get("radius")))
-        return self.classes[np.argmax(Xp @ self.coef[i] + self.intercept[i], axis=1)]
+        return np.argmax(Xp @ self.coef[i] + self.intercept[i], axis=1)
 
     def model(self, i: int) -> DPLinearClassifier:
         """Setting ``i`` as a fitted :class:`DPLinearClassifier` (predict, score, ``privacy_``)."""
@@ -191,7 +202,7 @@ def correct_counts(result: SweepResult, source: data.Source, block_rows: int = 6
         finite = np.isfinite(X).all(axis=1)  # a non-finite row is a null row: never correct, never an error
         X = np.where(finite[:, None], np.asarray(X, np.float32), 0.0)
         for s in range(len(result)):
-            correct[s] += int(((result.predict(s, X) == np.asarray(y)) & finite).sum())
+            correct[s] += int(((result.classes[result._argmax(s, X)] == np.asarray(y)) & finite).sum())
     return correct
 
 
@@ -288,7 +299,8 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     total_eps, total_delta = _total(plans), max(p.delta for p in plans)
     result = SweepResult([], [np.asarray(f.coef.T, np.float32) for f in fits],
                          np.stack([np.asarray(f.intercept, np.float32) for f in fits]), fits[0].classes, total_eps,
-                         total_delta, eval_public, [f.mean for f in fits], [f.scaling for f in fits], fits=fits)
+                         total_delta, eval_public, [f.mean for f in fits], [f.scaling for f in fits], fits=fits,
+                         class_names=fits[0].class_names)
     if return_keys:
         result.keys = list(noise.key_data(keys))
     for i, (f, s) in enumerate(zip(fits, settings)):

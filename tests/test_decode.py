@@ -22,6 +22,7 @@ import stores
 from backbones.preprocessing import geometry_transform
 from backbones.registry import Preprocessing
 from featurize import CorruptImageError, decode, extract, job, open_split
+from hubcache import offline_hub  # noqa: F401 - a fixture
 
 TOY = Preprocessing(resize=32, crop=32, interpolation="bicubic")
 BASE = Preprocessing(resize=256, crop=224, interpolation="bicubic")  # vip_base / MAE geometry
@@ -177,7 +178,8 @@ def test_device_path_on_the_cpu_decodes_jpegs_there_and_sends_the_rest_to_pil(mi
     ids = list(source.ids)
     on_device = []
     real = decode.decode_batch
-    monkeypatch.setattr(decode, "decode_batch", lambda j, s, p, dev: on_device.extend(s) or real(j, s, p, dev))
+    monkeypatch.setattr(decode, "decode_batch",
+                        lambda j, s, p, dev, **kw: on_device.extend(s) or real(j, s, p, dev, **kw))
     with pytest.raises(CorruptImageError, match="flipped.jpg"):
         job.extract_split(bb, source, tmp_path / "err.zarr", num_workers=0, decode_mode="device", progress=False)
     on_device.clear()
@@ -207,7 +209,7 @@ def test_a_jpeg_the_device_refuses_is_decoded_by_pil(mixed, tmp_path, monkeypatc
     bb = toy()
     source = open_split(f"imagefolder:{mixed}", "train")
     real = decode.decode_batch
-    monkeypatch.setattr(decode, "decode_batch", lambda j, s, p, dev: [None] + real(j, s, p, dev)[1:])
+    monkeypatch.setattr(decode, "decode_batch", lambda j, s, p, dev, **kw: [None] + real(j, s, p, dev, **kw)[1:])
     job.extract_split(bb, source, tmp_path / "dev.zarr", num_workers=0, dtype="float32", skip_bad=True,
                       batch_size=64, decode_mode="device", progress=False)
     monkeypatch.setattr(decode, "decode_batch", real)
@@ -230,6 +232,195 @@ def test_decode_batch_bounds_its_resize_memory_without_changing_pixels(monkeypat
     chunked = decode.decode_batch(jpegs, sizes, TOY, torch.device("cpu"))
     assert all(a.shape == (3, 32, 32) and torch.equal(a, b) for a, b in zip(whole, chunked))
     assert (whole[-1].float() - crop_of(datas[-1], TOY, False).float()).abs().mean() <= 1.5
+
+
+def test_decode_batch_in_chunks_on_threads_gives_the_same_pixels():
+    """``streams=``: the batch decoded and resized in chunks, one thread each (CUDA streams on a GPU, ``None``
+    here), gives the pixels of one piece, in order, a refused image still ``None`` in its place."""
+    datas = [jpeg_bytes(photo(320 + 8 * (i % 3), 240, seed=i)) for i in range(7)]
+    jpegs = [torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas]
+    sizes = [decode.device_jpeg_size(d) for d in datas]
+    jpegs.insert(3, torch.frombuffer(bytearray(b"\xff\xd8\xff\xe0 not a JPEG after all \xff\xd9"), dtype=torch.uint8))
+    sizes.insert(3, (10, 10))
+    whole = decode.decode_batch(jpegs, sizes, TOY, torch.device("cpu"))
+    assert whole[3] is None and all(w.shape == (3, 32, 32) for j, w in enumerate(whole) if j != 3)
+    for k in (2, 3, 8, 12):
+        got = decode.decode_batch(jpegs, sizes, TOY, torch.device("cpu"), streams=[None] * k)
+        assert len(got) == len(whole) and got[3] is None
+        assert all(torch.equal(a, b) for j, (a, b) in enumerate(zip(got, whole)) if j != 3), k
+
+
+@pytest.mark.parametrize("mode", ["device", "draft"])
+def test_feed_options_leave_the_store_bit_equal(mixed, tmp_path, mode):
+    """Feed options change how batches are prepared (a staging thread, decoding threads, the workers' prefetch),
+    not what: the same features, validity and skipped ids bit for bit, PIL fallbacks and bad files included."""
+    bb = toy()
+    source = open_split(f"imagefolder:{mixed}", "train")
+
+    def run(name, feed, workers):
+        res = job.extract_split(bb, source, tmp_path / f"{name}.zarr", num_workers=workers, dtype="float32",
+                                skip_bad=True, batch_size=4, decode_mode=mode, progress=False, feed=feed)
+        split = stores.open(tmp_path / f"{name}.zarr")["train"]
+        return res["skipped"], split.features[:], split.valid_mask()
+
+    skipped, feats, valid = run("default", job.Feed(), 0)
+    assert sorted(skipped) == ["b/flipped.jpg", "b/truncated.jpg"] and valid.sum() == len(source) - 2
+    variants = [("ahead1", job.Feed(ahead=1), 0)]
+    if mode == "device":  # decoding threads and worker processes matter where the job decodes JPEGs itself
+        variants += [("ahead2_threads3", job.Feed(ahead=2, decode_threads=3, prefetch=1), 2),
+                     ("threads2", job.Feed(decode_threads=2), 0)]
+    for name, feed, workers in variants:
+        got = run(name, feed, workers)
+        assert got[0] == skipped, name
+        np.testing.assert_array_equal(got[1], feats, err_msg=name)
+        np.testing.assert_array_equal(got[2], valid, err_msg=name)
+
+
+def test_a_failure_while_staging_ahead_is_raised_by_the_job_and_stops_the_thread(mixed, tmp_path, monkeypatch):
+    import threading
+
+    def stagers():
+        return [t for t in threading.enumerate() if t.name == "featurize-stage"]
+
+    bb = toy()
+    source = open_split(f"imagefolder:{mixed}", "train")
+    kw = dict(num_workers=0, batch_size=4, decode_mode="device", progress=False, feed=job.Feed(ahead=2))
+    with pytest.raises(CorruptImageError, match="flipped.jpg"):  # raised in the job's loop, staging went on
+        job.extract_split(bb, source, tmp_path / "bad.zarr", **kw)
+    assert not stagers()
+
+    def broken(*a, **k):
+        raise RuntimeError("the device decoder failed")
+    monkeypatch.setattr(decode, "decode_batch", broken)  # raised in the staging thread itself
+    with pytest.raises(RuntimeError, match="the device decoder failed"):
+        job.extract_split(bb, source, tmp_path / "broken.zarr", **kw)
+    assert not stagers()
+    assert not stores.open(tmp_path / "broken.zarr")["train"].done_mask().any()  # no shard marked done
+
+
+def test_worker_every_leaves_every_nth_row_to_pil_in_the_workers(mixed, tmp_path):
+    """``worker_every=3``: rows 2, 5, 8... are decoded by PIL in the workers (the draft path's features bit for
+    bit), the others by the device decoder (the device path's), whatever the batches."""
+    bb = toy()
+    source = open_split(f"imagefolder:{mixed}", "train")
+    feats = {}
+    for name, mode, every in (("device", "device", 0), ("draft", "draft", 0), ("shared", "device", 3)):
+        job.extract_split(bb, source, tmp_path / f"{name}.zarr", num_workers=0, dtype="float32", skip_bad=True,
+                          batch_size=4, decode_mode=mode, worker_every=every, progress=False)
+        feats[name] = stores.open(tmp_path / f"{name}.zarr")["train"].features[:]
+    pil = [i for i in range(len(source)) if i % 3 == 2]
+    dev = [i for i in range(len(source)) if i % 3 != 2]
+    np.testing.assert_array_equal(feats["shared"][pil], feats["draft"][pil])
+    np.testing.assert_array_equal(feats["shared"][dev], feats["device"][dev])
+    assert any(not np.array_equal(feats["device"][i], feats["draft"][i]) for i in pil)  # a path did change
+
+
+def test_worker_every_is_recorded_with_the_decode_path_and_refused_where_it_means_nothing(tmp_path):
+    digits_as_jpegs(tmp_path / "jpg", "train", 8, side=64)
+    kw = dict(out=tmp_path / "s.zarr", num_workers=0, progress=False, device="cpu")
+    extract("vip_toy", f"imagefolder:{tmp_path / 'jpg'}", decode_mode="device", worker_every=2, **kw)
+    assert stores.open(kw["out"]).attrs["decode"] == "device, row % 2 == 1 by PIL in the workers"
+    with pytest.raises(ValueError, match='decode: store has "device, row % 2'):  # a resume may not mix paths
+        extract("vip_toy", f"imagefolder:{tmp_path / 'jpg'}", decode_mode="device", **kw)
+    for every, mode in ((1, "device"), (-2, "device"), (2.0, "device"), (2, "draft"), (3, "auto")):
+        with pytest.raises(ValueError, match="worker_every"):
+            extract("vip_toy", f"imagefolder:{tmp_path / 'jpg'}", decode_mode=mode, worker_every=every,
+                    **{**kw, "out": tmp_path / "refused.zarr"})
+    assert not (tmp_path / "refused.zarr").exists()
+
+
+def test_webdataset_and_hf_sources_hand_their_jpeg_bytes_to_draft_and_device_decoding(request, tmp_path,
+                                                                                      monkeypatch):
+    """Tar shards and a Hugging Face dataset holding the image folder's JPEG files give their bytes (``raw``) to
+    the draft and device paths: draft decodes them at a reduced scale, the device decoder gets every row, and the
+    features equal the folder's row for row."""
+    import tarfile
+
+    datasets = pytest.importorskip("datasets")
+    request.getfixturevalue("offline_hub")  # HF_HUB_OFFLINE and a cache of the test's own
+    from datasources import add, digit_rows
+
+    rows = []
+    for name, label, png in digit_rows("test"):
+        rows.append((name, label, jpeg_bytes(Image.open(io.BytesIO(png)).convert("RGB").resize((128, 128)))))
+    for name, label, data in rows:
+        (tmp_path / "folder" / "test" / str(label)).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "folder" / "test" / str(label) / f"{name}.jpg").write_bytes(data)
+    (tmp_path / "wds").mkdir()
+    with tarfile.open(tmp_path / "wds" / "test-000.tar", "w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, label, data in rows:
+            add(tf, f"{name}.jpg", data)
+            add(tf, f"{name}.cls", str(label).encode())
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(num_classes=10)})
+    hf = datasets.Dataset.from_dict({"image": [{"bytes": d, "path": None} for _, _, d in rows],
+                                     "label": [lab for _, lab, _ in rows]}, features=features)
+    datasets.DatasetDict({"test": hf}).save_to_disk(str(tmp_path / "hf"))
+    sources = {"folder": open_split(f"imagefolder:{tmp_path / 'folder'}", "test"),
+               "webdataset": open_split("webdataset", "test", tmp_path / "wds"),
+               "hf": open_split(f"hf:{tmp_path / 'hf'}", "test")}
+    names = {"folder": lambda i: i.rsplit("/", 1)[1][:-4], "webdataset": lambda i: i.rsplit(":", 1)[1],
+             "hf": lambda i: rows[int(i.rsplit(":", 1)[1])][0]}
+    drafted, on_device = [], []
+    real_draft, real_batch = decode.decode_draft, decode.decode_batch
+    monkeypatch.setattr(decode, "decode_draft", lambda d, r: drafted.append(real_draft(d, r)[0].size) or
+                        real_draft(d, r))
+    monkeypatch.setattr(decode, "decode_batch", lambda j, sz, p, dev, **kw: on_device.extend(sz) or
+                        real_batch(j, sz, p, dev, **kw))
+    bb = toy()
+    for mode in ("draft", "device"):
+        feats = {}
+        for kind, source in sources.items():
+            drafted.clear(), on_device.clear()
+            out = tmp_path / f"{kind}-{mode}.zarr"
+            job.extract_split(bb, source, out, num_workers=0, dtype="float32", decode_mode=mode, progress=False)
+            if mode == "draft":
+                assert drafted == [(32, 32)] * len(rows), kind  # 128 px decoded at 1/4
+            else:
+                assert on_device == [(128, 128)] * len(rows), kind
+            split = stores.open(out)["test"]
+            feats[kind] = dict(zip(map(names[kind], split.ids[:]), split.features[:]))
+        assert sorted(feats["folder"]) == sorted(name for name, _, _ in rows)
+        for kind in ("webdataset", "hf"):
+            for name in feats["folder"]:
+                np.testing.assert_array_equal(feats[kind][name], feats["folder"][name], err_msg=f"{kind} {name}")
+
+
+def test_feed_refuses_values_that_mean_nothing_and_parses_the_cli_flag(tmp_path, capsys):
+    for bad in (dict(ahead=-1), dict(decode_threads=0), dict(prefetch=0), dict(ahead=1.5), dict(ahead=True),
+                dict(pin_bytes=1)):
+        with pytest.raises(ValueError, match="Feed"):
+            job.Feed(**bad)
+    assert job.Feed.parse("ahead=1, pin_bytes=1,prefetch=2") == job.Feed(ahead=1, pin_bytes=True, prefetch=2)
+    assert job.Feed.parse(None) == job.Feed.parse("") == job.Feed()
+    for bad in ("ahead", "speed=3", "ahead=x", "pin_bytes=2", "ahead=-1"):
+        with pytest.raises(ValueError, match="feed|Feed"):
+            job.Feed.parse(bad)
+    digits_as_jpegs(tmp_path / "jpg", "train", 8, side=64)
+    from featurize.__main__ import main
+    cli = ["--backbone", "vip_toy", "--dataset", f"imagefolder:{tmp_path / 'jpg'}", "--device", "cpu",
+           "--decode", "device", "--num-workers", "0", "--no-progress", "--out"]
+    assert main(cli + [str(tmp_path / "a.zarr"), "--feed", "ahead=2,decode_threads=2", "--worker-every", "3"]) == 0
+    assert stores.open(tmp_path / "a.zarr").attrs["decode"] == "device, row % 3 == 2 by PIL in the workers"
+    capsys.readouterr()
+    assert main(cli + [str(tmp_path / "b.zarr"), "--feed", "speed=3"]) == 2
+    assert "--feed takes NAME=VALUE" in capsys.readouterr().err
+    assert main(cli + [str(tmp_path / "b.zarr"), "--worker-every", "1"]) == 2
+    assert "worker_every must be 0" in capsys.readouterr().err
+
+
+def test_pin_bytes_asks_the_pin_memory_thread_for_the_jpeg_bytes_too(monkeypatch):
+    """Page-locking needs CUDA; here the wiring is checked: which tensors ``_Batch.pin_memory`` (what the loader's
+    pin-memory thread calls) asks torch to page-lock, with and without ``pin_bytes``."""
+    asked = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: asked.append(t.shape) or t)
+    data = jpeg_bytes(photo(64, 48))
+    items = [(0, 0, "jpeg", (torch.frombuffer(bytearray(data), dtype=torch.uint8), (64, 48))),
+             (0, 1, "image", torch.zeros((3, 8, 8), dtype=torch.uint8))]
+    job._Collate(8)(items).pin_memory()
+    assert asked == [(1, 3, 8, 8)]
+    asked.clear()
+    job._Collate(8, pin_bytes=True)(items).pin_memory()
+    assert asked == [(1, 3, 8, 8), (len(data),)]
 
 
 def test_one_worker_pool_serves_every_split(tmp_path, monkeypatch):
@@ -289,6 +480,29 @@ def test_nvjpeg_batch_matches_the_cpu_decode_within_tolerance(mixed, tmp_path):
     res = job.extract_split(bb, source, tmp_path / "gpu.zarr", device=torch.device("cuda"), num_workers=2,
                             skip_bad=True, decode_mode="device", progress=False)
     assert sorted(res["skipped"]) == ["b/flipped.jpg", "b/truncated.jpg"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (nvJPEG through torchvision)")
+def test_feed_options_on_cuda_give_the_default_store(mixed, tmp_path):
+    """On the GPU the staging thread, decoding in chunks on several streams and page-locked bytes change when work
+    runs, not what it computes: the default Feed's store bit for bit (same batches, same kernels)."""
+    bb = toy()
+    bb.model.cuda()
+    source = open_split(f"imagefolder:{mixed}", "train")
+
+    def run(name, feed):
+        job.extract_split(bb, source, tmp_path / f"{name}.zarr", device=torch.device("cuda"), num_workers=2,
+                          dtype="float32", skip_bad=True, batch_size=4, decode_mode="device", progress=False,
+                          feed=feed)
+        split = stores.open(tmp_path / f"{name}.zarr")["train"]
+        return split.features[:], split.valid_mask()
+
+    feats, valid = run("default", job.Feed())
+    for name, feed in (("ahead1", job.Feed(ahead=1)),
+                       ("all", job.Feed(ahead=2, decode_threads=2, pin_bytes=True, prefetch=1))):
+        got = run(name, feed)
+        np.testing.assert_array_equal(got[0], feats, err_msg=name)
+        np.testing.assert_array_equal(got[1], valid, err_msg=name)
 
 
 def test_cli_decode_choices_are_the_decode_modes():

@@ -17,8 +17,9 @@ from dp_accounting.pld import pld_privacy_accountant
 from scipy import optimize
 from scipy.stats import norm
 
-from privlin import DPLinearClassifier, noise, runner, scaling, sensitivity
+from privlin import DPLinearClassifier, noise, releases, runner, scaling, sensitivity
 from privlin.plan import make_plan
+from privlin.releases.base import Context
 from privlin.sweep import sweep
 
 
@@ -156,9 +157,12 @@ def test_without_noise_the_map_whitens_above_the_sampling_edge():
     A = rng.normal(size=(6, 6)) * np.array([5.0, 1.0, 0.2, 1.0, 3.0, 0.5])
     Z = (rng.normal(size=(4000, 6)) @ A).astype(np.float32)
     Z /= np.linalg.norm(Z, axis=1, keepdims=True)
-    with sensitivity.x64():
-        s = runner._scaling_in_memory(jnp.asarray(Z), jnp.ones(len(Z)), len(Z), jax.random.split(jax.random.key(0)), None, True,
-                                      0.0, 0.0, None, Z.shape[1])
+    with sensitivity.x64():  # the stage's two releases at σ = 0, through the in-memory driver
+        ctx = Context(len(Z), Z.shape[1], Z.shape[1], 1.0, True)
+        rows = runner._InMemory(jnp.asarray(Z), None, jnp.ones(len(Z)))
+        for r in (releases.MOMENTS, releases.WHITEN):
+            ctx = r.use(ctx, r.compute(rows, ctx, jax.random.split(jax.random.key(0)), 0.0))
+        s = ctx.scaling
     assert np.allclose(np.linalg.norm(np.asarray(scaling.apply(Z, s)), axis=1), 1.0, atol=1e-5)
     S = np.asarray(scaling.standardized(Z, s.shift, s.scale), np.float64)
     W = S @ np.asarray(s.rotate, np.float64)

@@ -214,3 +214,17 @@ def test_two_ranks_fill_one_store_equal_to_single_run(data, tmp_path):
     assert_same_store(out, clean_store)
     sp = stores.open(out)["train"]
     assert sp.attrs["complete"] and len(sp) == 2 * N_PER_CLASS
+
+
+def test_default_out_names_the_folder_of_every_dataset_kind(tmp_path):
+    from featurize import default_out
+
+    (tmp_path / "my shards").mkdir()
+    (tmp_path / "saved").mkdir()
+    got = [default_out("vip_toy", "cls", d, data) for d, data in (
+        ("digits", None), ("imagenet", "/data/imagenet"), (f"imagefolder:{tmp_path / 'pets'}/", None),
+        ("webdataset", tmp_path / "my shards"), ("webdataset", None), (f"hf:{tmp_path / 'saved'}", None),
+        ("hf:org/name#label=fine", None))]
+    assert got == [os.path.join("features", f"vip_toy_cls_{name}.zarr") for name in (
+        "digits", "imagenet", "imagefolder-pets", "webdataset-my-shards", "webdataset", "hf-saved",
+        "hf-org-name-label-fine")]

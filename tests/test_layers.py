@@ -1,5 +1,5 @@
-"""privlin's layering: no import cycle inside the package (lazy imports included), and the accounting layer
-loads neither JAX nor scikit-learn (DP-MAE's torch trainer imports it)."""
+"""privlin's layering: each module imports only its own layer and those below it (lazy imports included, so no
+import cycle), and the accounting layer loads neither JAX nor scikit-learn (DP-MAE's torch trainer imports it)."""
 import ast
 import os
 import subprocess
@@ -76,6 +76,40 @@ def _cycle(graph):
 def test_the_checker_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+#: The layers, bottom up (../shared/DESIGN.md, "privlin"): a module may import its own layer and those below.
+#: ``report`` and ``ledger`` sit under the fit workflow, which writes a fit's report and charges its ledger.
+LAYERS = (
+    ("primitives", ("defaults", "sensitivity", "noise", "secure_noise", "accounting", "events", "compilation",
+                    "progress")),
+    ("releases", ("releases", "preprocess", "scaling", "radius", "train")),
+    ("policy", ("plan",)),
+    ("execution", ("data", "report", "ledger", "evaluation", "runner", "workflow")),
+    ("surfaces", ("estimator", "sweep", "model_selection", "selection", "knn", "audit")),
+)
+
+
+def _layer(module):
+    for level, (_, names) in enumerate(LAYERS):
+        for name in names:
+            if module == f"privlin.{name}" or module.startswith(f"privlin.{name}."):
+                return level
+    return None
+
+
+def test_every_module_has_a_layer_and_imports_none_above_it():
+    graph = _graph()
+    unplaced = sorted(m for m in graph if m != "privlin" and _layer(m) is None)
+    assert not unplaced, f"modules with no layer in LAYERS: {unplaced}"
+    upward = [f"{m} ({LAYERS[_layer(m)][0]}) imports {d} ({LAYERS[_layer(d)][0]})"
+              for m, deps in sorted(graph.items()) if m != "privlin" for d in sorted(deps) if _layer(d) > _layer(m)]
+    assert not upward, upward
+
+
+def test_the_layer_check_sees_an_upward_import():
+    assert _layer("privlin.releases.center") == 1 and _layer("privlin.estimator") == 4
+    assert _layer("privlin.plan") > _layer("privlin.train")
 
 
 def test_privlin_has_no_import_cycle():

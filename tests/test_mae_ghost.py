@@ -163,7 +163,8 @@ def _contributions(model, imgs, noise, clip, monkeypatch, **kw):
     for i in range(imgs.shape[0]):
         monkeypatch.setattr(ghost, "clip_factors",
                             lambda n, c, i=i: real(n, c) * (torch.arange(len(n)) == i).to(n.dtype))
-        summed, _, _ = ghost_clip_and_sum(model, imgs, noise, clip, autocast_dtype=torch.bfloat16, **kw)
+        summed, _, _ = ghost_clip_and_sum(model, imgs, noise, clip, autocast_dtype=torch.bfloat16,
+                                          low_precision_norms=True, **kw)
         out.append(float(torch.cat([v.flatten().double() for v in summed.values()]).norm()))
     monkeypatch.setattr(ghost, "clip_factors", real)
     return torch.tensor(out, dtype=torch.float64)
@@ -171,15 +172,15 @@ def _contributions(model, imgs, noise, clip, monkeypatch, **kw):
 
 @pytest.mark.parametrize("plan", ["mixed", "ghost", "instantiate"])
 def test_bf16_norms_never_under_estimate_and_every_contribution_stays_at_most_C(plan, monkeypatch):
-    # under bf16 autocast the norms run in bf16 (Gram matrices, instantiated per-example weights); the ghost ones
-    # inflated by low_precision_gram_bound. Reference: the same pass with float32 norms of the very tensors summed.
+    # with low_precision_norms the norms run in bf16 (Gram matrices, instantiated per-example weights); the ghost
+    # ones inflated by low_precision_gram_bound. Reference: the same pass with float32 norms (the default).
     if plan != "mixed":
         monkeypatch.setattr(ghost, "layer_plan", lambda t, d_in, d_out: plan)
     torch.manual_seed(0)
     model = build_mae("vip_toy")
     imgs, noise = _batch(model.cfg, 6)
-    _, n32, _ = ghost_clip_and_sum(model, imgs, noise, 1.0, autocast_dtype=torch.bfloat16, low_precision_norms=False)
-    _, n16, _ = ghost_clip_and_sum(model, imgs, noise, 1.0, autocast_dtype=torch.bfloat16)
+    _, n32, _ = ghost_clip_and_sum(model, imgs, noise, 1.0, autocast_dtype=torch.bfloat16)
+    _, n16, _ = ghost_clip_and_sum(model, imgs, noise, 1.0, autocast_dtype=torch.bfloat16, low_precision_norms=True)
     ratio = n16 / n32
     # stated tolerance: never below (an instantiated bf16 gradient is itself what gets summed: its norm may sit a
     # bf16 rounding below the float32 one), and within 3 % above (bf16 ghost norms' bound: gamma = 0.023)
@@ -239,3 +240,128 @@ def test_only_weight_matrices_trainable_equals_vmap(which, monkeypatch):
     _assert_equals_reference(model, imgs, noise, *_reference(model, imgs, noise))
     monkeypatch.setattr(ghost, "layer_plan", lambda t, d_in, d_out: "ghost")
     _assert_equals_reference(model, imgs, noise, *_reference(model, imgs, noise))
+
+
+def test_bench_profile_mode_times_every_part_and_restores_what_it_wrapped(tmp_path, monkeypatch):
+    # benchmarks/bench_mae.py --profile (what the lead runs on a GPU): on the CPU at toy size, every part present
+    # and within the step, and the functions it wrapped for timing are the originals again after
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "bench_mae.py")
+    monkeypatch.syspath_prepend(os.path.dirname(path))
+    spec = importlib.util.spec_from_file_location("bench_mae_under_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    before = (ghost.functional_call, torch.autograd.grad, ghost._Layer.process, ghost._Layer.ghost_sq_norms,
+              ghost._Layer.ghost_weight_sum)
+    parts = bench.profile_steps("toy", 4, None, None, torch.device("cpu"), None, 2, ["nonprivate", "ghost"])
+    after = (ghost.functional_call, torch.autograd.grad, ghost._Layer.process, ghost._Layer.ghost_sq_norms,
+             ghost._Layer.ghost_weight_sum)
+    assert all(a is b for a, b in zip(before, after))
+    assert set(parts["nonprivate"]) == {"forward", "backward (weight grads included)", "step"}
+    g = parts["ghost"]
+    for key in (bench._FORWARD, bench._BACKWARD, bench._GRAMS, bench._SUMS, bench._REST, "backward without the hooks"):
+        assert 0 <= g[key][0] <= g["step"][0], key  # nested in the step, derived parts per run (never negative)
+    assert any(k.startswith(bench._HOOKS) for k in g)
+    out = tmp_path / "prof.md"
+    bench.main(["--profile", "--size", "toy", "--batch", "4", "--repeats", "1", "--methods", "ghost",
+                "--out", str(out)])
+    text = out.read_text()
+    assert "bench_mae profile toy" in text and "| nonprivate | **whole step** |" in text and "| ghost |" in text
+
+
+def test_bf16_output_grads_are_kept_as_produced_not_copied_to_float32(monkeypatch):
+    # under bf16 autocast every linear output grad is bf16: the ghost pieces keep them so (half the memory held
+    # through the backward); norms and sums still run in float32 from those exact values
+    seen = []
+    real = ghost._Layer.ghost_sq_norms
+
+    def record(self):
+        seen.extend(g.dtype for _, g in self.pieces)
+        return real(self)
+    monkeypatch.setattr(ghost._Layer, "ghost_sq_norms", record)
+    torch.manual_seed(0)
+    model = build_mae("vip_toy")
+    imgs, noise = _batch(model.cfg, 4)
+    summed, norms, _ = ghost_clip_and_sum(model, imgs, noise, 0.05, autocast_dtype=torch.bfloat16)
+    assert seen and set(seen) == {torch.bfloat16}
+    assert norms.dtype == torch.float32 and all(v.dtype == torch.float32 for v in summed.values())
+    # the same pass with every piece copied to float32 first (what the path did before): same numbers
+    monkeypatch.setattr(ghost, "_linear_io", lambda *a, _real=ghost._linear_io: tuple(x.float() for x in _real(*a)))
+    ref, ref_norms, _ = ghost_clip_and_sum(model, imgs, noise, 0.05, autocast_dtype=torch.bfloat16)
+    torch.testing.assert_close(norms, ref_norms, rtol=1e-6, atol=0)
+    for k in ref:
+        torch.testing.assert_close(summed[k], ref[k], rtol=1e-6, atol=1e-9, msg=k)
+
+
+def _tf32(x):
+    """x rounded to TF32 by truncation (10 of float32's 23 significand bits kept): the worst case of the bound."""
+    return (x.float().contiguous().view(torch.int32) & -8192).view(torch.float32)
+
+
+def _emulated_tf32_mm(x, y, tf32):
+    # what a TF32 tensor core computes: rounded inputs, exact products (11 x 11 significand bits), float32 sums
+    return _tf32(x).t() @ _tf32(y) if tf32 else x.t() @ y
+
+
+@pytest.mark.parametrize("case", ["random", "cancelling"])
+def test_tf32_book_keeping_bound_against_float64(case):
+    # one ghost layer, pieces built to stress the bound: each example's TF32 contribution at scale c stays within
+    # c (||G|| + gamma S) of nothing more, ||G|| exact in float64
+    g_ = torch.Generator().manual_seed(1)
+    b, t, d_in, d_out = 6, 40, 96, 160
+    a = torch.randn(b, t, d_in, generator=g_)
+    g = torch.randn(b, t, d_out, generator=g_)
+    if case == "cancelling":  # token pairs that almost cancel: ||G|| far below S
+        a[:, 1::2] = a[:, 0::2] * (1 + 1e-4 * torch.randn(b, t // 2, d_in, generator=g_))
+        g[:, 1::2] = -g[:, 0::2]
+    layer = ghost._Layer("x", nn.Linear(d_in, d_out, bias=False))
+    layer.pieces = [(a, g)]
+    s = layer.token_norm_products()
+    exact_s = (a.double().norm(dim=2) * g.double().norm(dim=2)).sum(1)
+    assert bool((s >= exact_s).all()) and bool((s <= exact_s * (1 + 1e-4)).all())  # its float32 margin: 4e-5
+    exact = torch.bmm(g.double().transpose(1, 2), a.double()).flatten(1).norm(dim=1)
+    gamma = ghost.tf32_sum_bound()
+    assert 0.00195 < gamma < 0.00196  # ~2 x 2^-10
+    c = 1.0 / (exact + gamma * s)  # the clip factor for C = 1 with the inflated norm
+    over = []
+    for i in range(b):
+        scale = (torch.arange(b) == i).float() * float(c[i])
+        one = layer.ghost_weight_sum(scale, None, tf32=False)  # float32 reference of the same example
+        gi, ai = (g * scale.view(-1, 1, 1)).reshape(-1, d_out), a.reshape(-1, d_in)
+        contrib = float(_emulated_tf32_mm(gi, ai, True).double().norm())
+        assert contrib <= 1.0 + 1e-5, (case, i, contrib)
+        assert float(one.double().norm()) <= 1.0 + 1e-5
+        over.append(contrib / (float(c[i]) * float(exact[i])))
+    if case == "cancelling":  # the rounding alone moves a contribution past c ||G||: the inflation is load-bearing
+        assert max(over) > 1.0 + 1e-3, over
+
+
+@pytest.mark.parametrize("plan", ["mixed", "ghost"])
+def test_tf32_sums_every_contribution_stays_at_most_C(plan, monkeypatch):
+    # tf32_sums on the real model, the TF32 GEMM emulated on the CPU (the CUDA path rounds the same inputs)
+    if plan != "mixed":
+        monkeypatch.setattr(ghost, "layer_plan", lambda t, d_in, d_out: plan)
+    monkeypatch.setattr(ghost, "_book_keeping_mm", _emulated_tf32_mm)
+    torch.manual_seed(0)
+    model = build_mae("vip_toy")
+    imgs, noise = _batch(model.cfg, 6)
+    _, n32, _ = ghost_clip_and_sum(model, imgs, noise, 1.0)
+    _, ntf, _ = ghost_clip_and_sum(model, imgs, noise, 1.0, tf32_sums=True)
+    assert bool((ntf >= n32).all()) and bool((ntf <= n32 * 1.01).all()), ntf / n32  # inflated, a little
+    for clip in (0.5 * float(n32.min()), float(n32.median())):
+        real = ghost.clip_factors
+        contrib = []
+        for i in range(imgs.shape[0]):
+            monkeypatch.setattr(ghost, "clip_factors",
+                                lambda n, c, f=None, i=i: real(n, c, f) * (torch.arange(len(n)) == i).to(n.dtype))
+            summed, _, _ = ghost_clip_and_sum(model, imgs, noise, clip, tf32_sums=True)
+            contrib.append(float(torch.cat([v.flatten().double() for v in summed.values()]).norm()))
+        monkeypatch.setattr(ghost, "clip_factors", real)
+        assert max(contrib) <= clip * (1 + 1e-5), [x / clip for x in contrib]
+        ref, _, _ = ghost_clip_and_sum(model, imgs, noise, clip)
+        got, _, _ = ghost_clip_and_sum(model, imgs, noise, clip, tf32_sums=True)
+        flat, flat_ref = (torch.cat([d[k].flatten() for k in sorted(ref)]) for d in (got, ref))
+        # truncated TF32 inputs (the worst case; tensor cores round) and norms 0.06-0.3 % larger: close to float32
+        assert float((flat - flat_ref).norm() / flat_ref.norm()) < 5e-3

@@ -1,8 +1,10 @@
-"""Releases as values (issue 35): the chain a plan holds, what it derives, and a release added from outside.
+"""Releases as values (issue 35): the chain a plan holds, what it derives, and releases added from outside.
 
-The toy release below (a private row count) is defined here, not in privlin: adding it is one class and one entry
-in ``privlin.releases.ADDED``.  It must then appear, with no other change to privlin, in the plan's event and ε,
-the report, the ledger entry and the secure-mode table, and run the same streamed as in memory.
+The toy releases below are defined here, not in privlin: adding one is one class and one entry in
+``privlin.releases.ADDED``.  A private row count reads the rows as given; a private count of the rows on one side
+of the first axis once centered reads the rows as the centering left them (it runs right after it, through the
+same driver calls as the built-in releases).  Each must then appear, with no other change to privlin, in the
+plan's event and ε, the report, the ledger entry and the secure-mode table, and run the same streamed as in memory.
 """
 import dataclasses
 import math
@@ -16,7 +18,9 @@ from dp_accounting.pld import pld_privacy_accountant
 from privlin import noise, releases
 from privlin.accounting import relation
 from privlin.plan import make_plan
+from privlin.radius import RADIAL_CLIP
 from privlin.releases import Release
+from privlin.releases.base import release_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +28,6 @@ class Count(Release):
     """The number of non-null rows, with Gaussian noise: one row moves it by 1 (sensitivity 1)."""
 
     name = "count"
-    generic = True
 
     def share(self, facts):
         return 0.02
@@ -45,6 +48,39 @@ class Count(Release):
 
 
 COUNT = Count()
+
+
+def _positive_side(total, Z, mask):
+    """``total`` + how many rows of a chunk have a positive first coordinate (rows as the earlier releases left
+    them: the driver maps them)."""
+    return total + jnp.sum((Z[:, 0] > 0) & (jnp.asarray(mask) > 0)).astype(jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Side(Release):
+    """The number of centered rows on the positive side of the first axis, with Gaussian noise (a count:
+    sensitivity 1).  It reads the rows through the context's row map, so it runs after the centering."""
+
+    name = "side"
+    after = "center"
+
+    def share(self, facts):
+        return 0.02
+
+    def compute(self, driver, ctx, key, sigma):
+        rows = driver.mapped(ctx.row_map(), ctx.clip, ctx.normalize)  # as the centering left them
+        total = rows.total(self.name, jnp.zeros((1,), jnp.int32), _positive_side)
+        noisy = driver.noisy(self.name, total)
+        if noisy is None:
+            noisy = jnp.asarray(total, jnp.float64) + noise.gaussian(release_key(key, self.name), (1,), sigma,
+                                                                     jnp.float64)
+        return jnp.asarray(noisy, jnp.float32)
+
+    def note(self, plan, sigma, value):
+        return None if value is None else f"centered rows on the positive side {float(value[0]):.1f}"
+
+
+SIDE = Side()
 PARAMS = {"method": "sgd", "epsilon": 2.0, "steps": 10, "classes": [0, 1, 2]}
 
 
@@ -99,16 +135,21 @@ def test_a_toy_release_appears_everywhere_and_streams_as_in_memory(monkeypatch, 
 
     X, y = _data(blobs)
     base = make_plan(PARAMS, n=len(y), dim=X.shape[1], n_classes=3)
-    monkeypatch.setattr(releases, "ADDED", (COUNT,))
+    monkeypatch.setattr(releases, "ADDED", (COUNT, SIDE))
     plan = make_plan(PARAMS, n=len(y), dim=X.shape[1], n_classes=3)
 
-    # the plan: its chain, event and ε (same target, so the steps get less of the budget)
-    sigma_count = plan.sigma_of("count")
+    # the plan: its chain (the side count right after the centering), event and ε (same target, so the steps get
+    # less of the budget)
+    names = [r.name for r, _ in plan.chain]
+    assert names == ["radius", "count", "center", "side", "scale", "whiten"]
+    assert names[:1] + names[2:3] + names[4:] == [r.name for r, _ in base.chain]
+    sigma_count, sigma_side = plan.sigma_of("count"), plan.sigma_of("side")
     assert math.isfinite(sigma_count) and not math.isfinite(base.sigma_of("count"))
     assert plan.sigma > base.sigma and plan.epsilon == pytest.approx(2.0, rel=1e-6)
     assert plan.epsilon == pytest.approx(_independent_epsilon(plan), rel=2e-3)
-    assert plan.budget_shares()["count"] == pytest.approx(0.02, rel=1e-6)  # GDP, full batch: exact
-    assert plan.secure_table()["count"] == (sigma_count, 1.0, float(len(y)))
+    for name in ("count", "side"):
+        assert plan.budget_shares()[name] == pytest.approx(0.02, rel=1e-6)  # GDP, full batch: exact
+        assert plan.secure_table()[name] == (plan.sigma_of(name), 1.0, float(len(y)))
     assert plan.static() != base.static()
 
     # the fit: report, ledger entry, released value; in memory and streamed
@@ -119,12 +160,15 @@ def test_a_toy_release_appears_everywhere_and_streams_as_in_memory(monkeypatch, 
         fits[path] = est
         rep = est.privacy_
         assert rep.noise_multipliers["count"] == sigma_count and "private row count" in rep.notes
+        assert rep.noise_multipliers["side"] == sigma_side and "centered rows on the positive side" in rep.notes
         assert est.plan_ == plan
     entries = led.entries
     assert len(entries) == 2 and all(e.params["sigma_count"] == sigma_count for e in entries)
+    assert all(e.params["sigma_side"] == sigma_side for e in entries)
     assert entries[0].epsilon == pytest.approx(plan.epsilon)
     mem, streamed = fits["memory"], fits["streamed"]
-    np.testing.assert_array_equal(mem.extra_["count"], streamed.extra_["count"])
+    for name in ("count", "side"):
+        np.testing.assert_array_equal(mem.extra_[name], streamed.extra_[name])
     assert abs(float(mem.extra_["count"][0]) - len(y)) < 6 * sigma_count
     np.testing.assert_allclose(mem.coef_transformed_, streamed.coef_transformed_, rtol=1e-5, atol=1e-6)
 
@@ -132,3 +176,27 @@ def test_a_toy_release_appears_everywhere_and_streams_as_in_memory(monkeypatch, 
     sec = DPLinearClassifier(**PARAMS, secure_mode=True, memory_limit=1).fit(X, y)
     assert sec.privacy_.noise_multipliers["count"] == sigma_count
     assert abs(float(sec.extra_["count"][0]) - len(y)) < 6 * sigma_count
+    assert "side" in sec.extra_ and sec.privacy_.noise_multipliers["side"] == sec.plan_.sigma_of("side")
+
+
+def test_a_toy_release_reads_the_rows_as_the_centering_left_them(monkeypatch, blobs):
+    """Without noise (ε = ∞) the side count is exact: numpy's count of the rows, given their radial coordinate
+    and centered by the released mean, with a positive first coordinate; in memory and streamed alike.  Before
+    centering most rows are on the positive side (the data's offset), so a count of the rows as given would fail."""
+    from privlin import DPLinearClassifier
+
+    X, y = _data(blobs)
+    monkeypatch.setattr(releases, "ADDED", (SIDE,))
+    params = {**PARAMS, "epsilon": math.inf}
+    got = {}
+    for path, extra in (("memory", {}), ("streamed", {"memory_limit": 1, "block_rows": 64})):
+        with pytest.warns(Warning, match="NON-PRIVATE"):
+            est = DPLinearClassifier(**params, random_state=0, **extra).fit(X, y)
+        assert [r.name for r, _ in est.plan_.chain][:3] == ["radius", "center", "side"] and est.plan_.sigma_of("side") == 0
+        got[path] = float(est.extra_["side"][0])
+    norms = np.linalg.norm(X.astype(np.float64), axis=1)
+    r = np.clip(np.log(norms / 2.0 ** float(est.radius_)), -RADIAL_CLIP, RADIAL_CLIP)
+    first = X[:, 0] / norms / np.sqrt(1.0 + r * r) * est.plan_.clip - np.asarray(est.mean_, np.float64)[0]
+    near = int((abs(first) < 1e-4).sum())  # rows within float32 rounding of the side may fall either way
+    assert got["memory"] == got["streamed"] and abs(got["memory"] - (first > 0).sum()) <= near <= 2
+    assert abs((first > 0).sum() - (X[:, 0] > 0).sum()) > 20  # the rows as given would give another count

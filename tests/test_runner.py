@@ -314,3 +314,41 @@ def test_an_epsilon_grid_with_the_same_releases_compiles_one_program(blobs):
         for e in eps[1:]:
             DPLinearClassifier(**params, epsilon=e, classes=[0, 1, 2], random_state=0).fit(X, y)
     assert (runner._train_many._cache_size(), compilation.STATS["built"] + compilation.STATS["loaded"]) == before
+
+
+def test_streamed_plans_take_one_pass_per_total_and_share_identical_ones(rows, monkeypatch):
+    """The streamed driver reads the rows once per release sum (twice for a two-stage centering, once per
+    re-centering round), once per step, and never more; a total another plan of the run already took (same
+    function, same scalar arguments) is reused: two plans with one key share the row-norm pass and the first
+    re-centering round's (the sums of the rows as given) and give equal models; three uncentered adam1 plans share
+    their one class-sum pass."""
+    from privlin import data, runner
+    from privlin.plan import make_plan
+
+    (X, y), _ = rows
+    source = data.ArraySource(X, y)
+    passes = []
+    read = source.fit_blocks
+    monkeypatch.setattr(source, "fit_blocks", lambda *a, **kw: passes.append(1) or read(*a, **kw))
+
+    def run(plans, keys):
+        passes.clear()
+        got = runner.run(plans, source, keys, np.arange(K), memory_limit=0, block_rows=256)
+        return got, len(passes)
+
+    sgd = make_plan(dict(method="sgd", epsilon=2.0, steps=3, recenter=True), n=len(y), dim=X.shape[1], n_classes=K)
+    per_release = {"recenter": sgd.recenter_rounds, "center": sgd.center_stages}
+    chain = sum(per_release.get(r.name, 1) for r, _ in sgd.chain)
+    assert {"recenter", "center", "scale"} <= {r.name for r, _ in sgd.chain} and chain >= 5
+    key = make_key(5).key
+    (one,), alone = run([sgd], [key])
+    (a, b), pair = run([sgd, sgd], [key, key])
+    assert alone == chain + sgd.steps and pair == 2 * alone - 2
+    for got in (a, b):
+        np.testing.assert_array_equal(got.W, one.W)
+        np.testing.assert_array_equal(got.mean, one.mean)
+
+    adam1 = [make_plan(dict(method="adam1", epsilon=e, center=False), n=len(y), dim=X.shape[1], n_classes=K)
+             for e in (1.0, 2.0, 4.0)]
+    got, count = run(adam1, [make_key(i).key for i in range(3)])
+    assert count == 1 and len({np.asarray(r.W).tobytes() for r in got}) == 3  # one pass, three noisy releases

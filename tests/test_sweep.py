@@ -180,3 +180,15 @@ def test_classes_read_from_labels_warn_and_bad_settings_are_clear_errors(data):
         sweep((X, y), normalize=False, classes=CLASSES)
     with pytest.raises(ValueError, match="same classes"):
         sweep((X, y), settings=[{"classes": [0, 1]}, {"classes": [0, 1, 2]}])
+
+
+def test_a_store_sweep_predicts_the_store_class_names_as_its_models_do(make_store, blobs):
+    X, y = blobs(240, d=12, seed=0)
+    names = ["ant", "bee", "cat", "dog"]
+    st = make_store({"train": (X[:180], y[:180]), "test": (X[180:], y[180:])}, attrs={"classes": names})
+    res = sweep(st, epsilon=[2.0, 8.0], random_state=0, eval_public=True)
+    got = res.predict(1, X[180:])
+    assert set(got) <= set(names) and got.dtype.kind == "U"
+    np.testing.assert_array_equal(got, res.model(1).predict(X[180:]))
+    np.testing.assert_array_equal(res.model(1).classes_, names)
+    assert res.records[1]["accuracy"] == np.mean(got == np.asarray(names)[y[180:]])

@@ -17,7 +17,11 @@ Privacy guarantee of :func:`backbones.mae.train.train` with ``dp=True``:
   rate q, each image's gradient clipped to L2 norm C (after its own random
   mask), Gaussian noise N(0, sigma^2 C^2 I) added ONCE to the sum of the
   logical batch, however many physical batches it was accumulated from; an
-  empty sample is a valid step (noise only);
+  empty sample is a valid step (noise only). An image whose loss or
+  gradient norm is not finite (NaN, inf, overflow) gets clip factor 0 and
+  contributes exactly nothing, as a null image: no per-example value can
+  stop the run; only the public noisy update and the new weights are
+  checked (a non-finite one stops it);
 * accountant: ``privlin.accounting`` (PLD by default, RDP on request), which
   also calibrates sigma to the target (epsilon, delta);
 * secret randomness: the Poisson sample and the noise each come from a

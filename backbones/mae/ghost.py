@@ -31,13 +31,15 @@ parameter that this file does not know is refused with an error naming it:
 use the vmap path there. Sums are computed in float32 from the tensors the
 pass produced, so each example's clipped contribution is at most C in the
 arithmetic actually used for the sum, up to float32 rounding. Norms are
-float32 (float64 for the accumulation); under bf16 autocast they run in bf16
-(the Gram matrices, and the instantiated per-example weight gradients, which
-are then normed and summed as that same bf16 tensor), and each bf16 ghost
-norm is inflated by a rigorous bound on its rounding error
-(:func:`low_precision_gram_bound`), so it never under-estimates the norm of
-what is summed and the clip stays conservative (an over-estimate costs that
-fraction of C, never more than C).
+float32 (float64 for the accumulation), also under bf16 autocast: measured
+on an H100, bf16 norms were slower and less exact than float32 ones
+(BENCHMARKS.md, "DP-MAE ... cuda bf16"). On request
+(``low_precision_norms=True``) they run in bf16 (the Gram matrices, and the
+instantiated per-example weight gradients, which are then normed and summed
+as that same bf16 tensor), and each bf16 ghost norm is inflated by a rigorous
+bound on its rounding error (:func:`low_precision_gram_bound`), so it never
+under-estimates the norm of what is summed and the clip stays conservative
+(an over-estimate costs that fraction of C, never more than C).
 """
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
-from .per_example import clip_factors
+from .per_example import clip_factors, dropped, weighted_sum, zero_rows
 
 __all__ = ["ghost_clip_and_sum", "check_supported", "UnsupportedModuleError", "layer_plan", "low_precision_gram_bound"]
 
@@ -113,19 +115,22 @@ def layer_plan(t: int, d_in: int, d_out: int) -> str:
     return "ghost" if t * (d_in + d_out) < d_in * d_out else "instantiate"
 
 
-def _as_tokens(x: torch.Tensor, b: int, name: str) -> torch.Tensor:
+def _as_tokens(x: torch.Tensor, b: int, name: str, float32: bool = True) -> torch.Tensor:
     if x.shape[0] != b:
         raise UnsupportedModuleError(f"{name!r} was called on a tensor whose first dimension {x.shape[0]} is not "
                                      f"the batch {b}; use per_example='vmap'")
-    return x.reshape(b, -1, x.shape[-1]).float()
+    x = x.reshape(b, -1, x.shape[-1])
+    return x.float() if float32 else x
 
 
 def _linear_io(module, a, g, b, name):
-    """(B, T, d_in) inputs and (B, T, d_out) output gradients of a linear map (Conv2d: its patches)."""
+    """(B, T, d_in) inputs and (B, T, d_out) output gradients of a linear map (Conv2d: its patches), in the dtypes
+    the pass produced them (bf16 under autocast: kept so, not copied to float32; every use below computes in
+    float32 from these exact values)."""
     if isinstance(module, nn.Conv2d):
         a = F.unfold(a.float(), module.kernel_size, module.dilation, module.padding, module.stride)
-        return a.transpose(1, 2), g.float().flatten(2).transpose(1, 2)
-    return _as_tokens(a, b, name), _as_tokens(g, b, name)
+        return a.transpose(1, 2), g.flatten(2).transpose(1, 2)
+    return _as_tokens(a, b, name, float32=False), _as_tokens(g, b, name, float32=False)
 
 
 def _layernorm_xhat(module: nn.LayerNorm, x: torch.Tensor) -> torch.Tensor:
@@ -175,14 +180,47 @@ def _ghost_bound(a: torch.Tensor, g: torch.Tensor, gram_a: torch.Tensor, gram_g:
 
 
 def _gram(x: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
-    """``x x^T`` per example, float32 (in ``dtype`` when given, float32 accumulation, as bounded above)."""
-    if dtype is None:
-        return torch.bmm(x, x.transpose(1, 2))
-    x = x.to(dtype)
-    if x.is_cuda:  # cuBLAS: low-precision inputs, float32 accumulation and output (torch >= 2.8)
+    """``x x^T`` per example, float32 accumulation and result.
+
+    ``dtype`` None: from ``x``'s own values (float32, or the bf16 an autocast produced, whose products are exact in
+    float32). ``dtype`` given (low-precision norms): from ``x`` rounded to it, as bounded above.
+    """
+    if dtype is not None:
+        x = x.to(dtype)
+    if x.dtype != torch.float32 and x.is_cuda:  # cuBLAS: low-precision inputs, float32 accumulation and output
         with contextlib.suppress(TypeError, NotImplementedError):
             return torch.bmm(x, x.transpose(1, 2), out_dtype=torch.float32)
+    if dtype is None:
+        x = x.float()
     return torch.bmm(x, x.transpose(1, 2)).float()
+
+
+#: Relative error bound of an operand rounded to TF32 (10 explicit significand bits): 2^-10 covers truncation as
+#: well as rounding to nearest (and cuBLAS' bf16x3 splitting, which is more exact).
+_U_TF32 = 2.0 ** -10
+
+
+def tf32_sum_bound() -> float:
+    """``gamma``: a book-keeping GEMM on TF32 inputs moves each example's contribution by at most ``gamma c_i S_i``.
+
+    Each of the two operands (the scaled ``c_i g_it``, itself rounded to float32, and ``a_it``) is rounded to TF32,
+    so each token's ``x' y'^T`` is within ``((1 + u)^2 (1 + u32) - 1) |x| |y|`` of ``c_i g_it a_it^T`` (the
+    products of TF32 values are exact in float32); summed over tokens, ``S_i = sum_t ||g_it|| ||a_it||``. The float32
+    accumulation is the sum's own rounding, as in the float32 GEMM.
+    """
+    return (1 + _U_TF32) ** 2 * (1 + _U32) - 1
+
+
+def _book_keeping_mm(x: torch.Tensor, y: torch.Tensor, tf32: bool) -> torch.Tensor:
+    """``x^T y`` in float32; with ``tf32`` on CUDA, on TF32 tensor cores (inputs rounded, :func:`tf32_sum_bound`)."""
+    if not (tf32 and x.is_cuda):
+        return x.t() @ y
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        return x.t() @ y
+    finally:
+        torch.set_float32_matmul_precision(before)
 
 
 def _sq(x: torch.Tensor) -> torch.Tensor:
@@ -199,7 +237,7 @@ class _Layer:
         self.tokens: list = []  # per call: T (positions per example) of its output
         self.pending = 0  # calls whose output grad has not been processed yet
         self._plan = None
-        self.pieces: list = []  # ghost: (a, g) per call, float32 (B, T, d)
+        self.pieces: list = []  # ghost: (a, g) per call, (B, T, d), in the dtypes the pass produced
         self.per_example: dict = {}  # parameter name -> per-example gradients (B, *shape), summed over calls
 
     def trainable(self, kind: str) -> bool:
@@ -232,16 +270,17 @@ class _Layer:
                 if self.plan == "ghost":
                     self.pieces.append((a, g))
                 elif self.norm_dtype is None:  # instantiate: (B, d_out, d_in), never larger than the (a, g) it replaces
-                    self.add("weight", torch.bmm(g.transpose(1, 2), a))
+                    self.add("weight", torch.bmm(g.transpose(1, 2).float(), a.float()))
                 else:  # the same in the norm dtype: its norm and its clipped sum are of this very tensor
                     self.add("weight", torch.bmm(g.transpose(1, 2).to(self.norm_dtype), a.to(self.norm_dtype)))
         if self.trainable("bias"):
-            self.add("bias", g.sum(1))
+            self.add("bias", g.sum(1, dtype=torch.float32))
 
     def ghost_sq_norms(self) -> torch.Tensor | None:
         """Squared per-example norms of the weight gradient from the ghost pieces (None when not ghost).
 
-        In float32, exact to float32 rounding. In ``norm_dtype`` (bf16), the Gram matrices run in it and the
+        In float32 (from the pieces' own values, exact in float32 also where an autocast made them bf16), exact
+        to float32 rounding. In ``norm_dtype`` (bf16), the Gram matrices run in it and the
         result is inflated by its error bound (:func:`_ghost_bound`): never below the squared norm of the gradient
         that :meth:`ghost_weight_sum` sums (in float32), so clipping with it stays conservative.
         """
@@ -250,26 +289,45 @@ class _Layer:
         a = torch.cat([x for x, _ in self.pieces], 1) if len(self.pieces) > 1 else self.pieces[0][0]
         g = torch.cat([y for _, y in self.pieces], 1) if len(self.pieces) > 1 else self.pieces[0][1]
         if self.norm_dtype is None:
-            gram_a, gram_g = torch.bmm(a, a.transpose(1, 2)), torch.bmm(g, g.transpose(1, 2))
+            gram_a, gram_g = _gram(a, None), _gram(g, None)
             return torch.linalg.vecdot(gram_a.flatten(1), gram_g.flatten(1)).double()
+        a, g = a.float(), g.float()  # the bound's row norms in float32
         gram_a, gram_g = _gram(a, self.norm_dtype), _gram(g, self.norm_dtype)
         ghost = torch.linalg.vecdot(gram_a.flatten(1).double(), gram_g.flatten(1).double())
         return ghost + _ghost_bound(a, g, gram_a, gram_g, self.norm_dtype)
 
-    def ghost_weight_sum(self, scale: torch.Tensor) -> torch.Tensor:
-        """Book-keeping: ``sum_i c_i G_i`` as one GEMM per call with output grads scaled by ``c_i``."""
+    def token_norm_products(self) -> torch.Tensor | None:
+        """``S_i = sum_t ||g_it|| ||a_it||`` over every call (None when not ghost): (B,), float64, never below the
+        exact value (float32 row norms, each at least ``1 - eta`` of the exact one, as in :func:`_ghost_bound`)."""
+        if not self.pieces:
+            return None
         out = 0
         for a, g in self.pieces:
-            if a.shape[2] < g.shape[2]:  # scale the narrower of the two
+            t, d_in, d_out = a.shape[1], a.shape[2], g.shape[2]
+            na = torch.linalg.vector_norm(a.float(), dim=2).double()
+            ng = torch.linalg.vector_norm(g.float(), dim=2).double()
+            out = out + (na * ng).sum(1) / (1 - (d_in + d_out + t + 4) * _U32) ** 2
+        return out
+
+    def ghost_weight_sum(self, scale: torch.Tensor, rows: torch.Tensor | None = None,
+                         tf32: bool = False) -> torch.Tensor:
+        """Book-keeping: ``sum_i c_i G_i`` as one GEMM per call with output grads scaled by ``c_i``; the examples
+        in ``rows`` (dropped: non-finite) zeroed in both factors first, so that none of their values reaches the
+        sum (``0 * nan`` would)."""
+        out = 0
+        for a, g in self.pieces:
+            a, g = zero_rows(a, rows), zero_rows(g, rows)
+            if a.shape[2] < g.shape[2]:  # scale the narrower of the two (float32: bf16 times float32 promotes)
                 a = a * scale.view(-1, 1, 1)
             else:
                 g = g * scale.view(-1, 1, 1)
-            out = out + g.reshape(-1, g.shape[2]).t() @ a.reshape(-1, a.shape[2])
+            out = out + _book_keeping_mm(g.reshape(-1, g.shape[2]).float(), a.reshape(-1, a.shape[2]).float(), tf32)
         return out.reshape(self.module.weight.shape)
 
 
 def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.Tensor, clip: float, *,
-                       autocast_dtype: torch.dtype | None = None, low_precision_norms: bool | None = None):
+                       autocast_dtype: torch.dtype | None = None, low_precision_norms: bool = False,
+                       tf32_sums: bool = False):
     """Clipped per-example gradient sum of the MAE loss by mixed ghost norms + book-keeping.
 
     Parameters
@@ -283,23 +341,30 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
         C > 0.
     autocast_dtype : torch.dtype or None
         Run the forward under ``torch.autocast`` with this dtype (e.g. bfloat16 on CUDA).
-    low_precision_norms : bool or None
-        Compute the norms in bfloat16 (Gram matrices and instantiated per-example weight gradients): None
-        (default) does so under bfloat16 autocast. Ghost norms are then inflated by a stated bound
-        (``_ghost_bound``) so that they never under-estimate; an instantiated gradient is
-        normed and summed as the same bf16 tensor. Either way each clipped contribution is at most C up to
-        float32 rounding. Sums stay float32.
+    low_precision_norms : bool
+        Compute the norms in bfloat16 (Gram matrices and instantiated per-example weight gradients) instead of
+        float32 (default: float32 norms, also under bf16 autocast, the faster and more exact choice measured on
+        an H100; BENCHMARKS.md, DP-MAE GPU rows). bf16 ghost norms are inflated by a stated bound
+        (``_ghost_bound``) so that they never under-estimate; an instantiated gradient is normed and summed as
+        the same bf16 tensor. Either way each clipped contribution is at most C up to float32 rounding. Sums
+        stay float32.
+    tf32_sums : bool
+        On CUDA, run the book-keeping GEMMs of the ghost layers on TF32 tensor cores (float32 accumulation and
+        output) and inflate each example's norm by ``tf32_sum_bound() * sqrt(sum_l S_l^2)``
+        (:meth:`_Layer.token_norm_products`), so that its contribution, rounding included, stays at most C.
+        Default False (float32 GEMMs), until measured on a GPU (``bench_mae.py --methods ghost_tf32_sums``);
+        elsewhere only the (conservative) inflation applies.
 
     Returns
     -------
     summed : dict[str, torch.Tensor]
         ``sum_i c_i grad_i`` per trainable parameter, float32, each of the parameter's shape.
     norms : torch.Tensor, shape (B,)
-        Per-example gradient norms before clipping (float32).
+        Per-example gradient norms before clipping (float32; the ones the clip used: inflated by the stated bounds
+        with ``low_precision_norms`` or ``tf32_sums``). An example whose norm or loss is not finite (a NaN
+        or an overflow in its image) contributed exactly nothing to ``summed``, as a null image would.
     losses : torch.Tensor, shape (B,)
     """
-    if low_precision_norms is None:
-        low_precision_norms = autocast_dtype == torch.bfloat16
     norm_dtype = torch.bfloat16 if low_precision_norms else None
     layers = {name: _Layer(name, m, norm_dtype) for name, m in _trainable_modules(model).items()}
     b, device = imgs.shape[0], imgs.device
@@ -374,21 +439,26 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
             ghost = layer.ghost_sq_norms()
             if ghost is not None:
                 sq += ghost.double()
-        norms = sq.sqrt().float()
-        scale = clip_factors(norms, clip)
+        norms = sq.sqrt()
+        if tf32_sums:  # each ghost layer's rounding moves a contribution by <= gamma c S_l: sqrt(sum_l S_l^2) in all
+            s2 = sum(s.square() for s in (layer.token_norm_products() for layer in layers.values()) if s is not None)
+            norms = norms + tf32_sum_bound() * torch.as_tensor(s2, dtype=torch.float64, device=device).sqrt()
+        norms = norms.float()
+        scale = clip_factors(norms, clip, torch.isfinite(losses.detach()))  # non-finite examples: 0
+        rows = dropped(scale)
 
         params = dict(model.named_parameters())
-        flat_sum = scale @ flat
+        flat_sum = weighted_sum(scale, flat, rows)
         summed, at = {}, 0
         for k, pe in small.items():
             n = pe[0].numel()
             summed[k] = flat_sum[at:at + n].reshape(params[k].shape)
             at += n
         for k, pe in big.items():
-            summed[k] = (scale @ pe.reshape(b, -1).float()).reshape(params[k].shape)
+            summed[k] = weighted_sum(scale, pe.reshape(b, -1).float(), rows).reshape(params[k].shape)
         for layer in layers.values():
             if layer.pieces:
-                summed[f"{layer.name}.weight"] = layer.ghost_weight_sum(scale)
+                summed[f"{layer.name}.weight"] = layer.ghost_weight_sum(scale, rows, tf32_sums)
     for name, p in params.items():  # a trainable parameter the loss never touched: zero gradient
         if p.requires_grad and name not in summed:
             summed[name] = torch.zeros_like(p, dtype=torch.float32)

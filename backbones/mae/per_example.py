@@ -16,8 +16,8 @@ import contextlib
 import torch
 from torch.func import functional_call, grad_and_value, vmap
 
-__all__ = ["split_params", "per_example_grads", "per_example_norms", "clip_factors", "clip_and_sum", "clipped_grad_sum",
-           "METHODS"]
+__all__ = ["split_params", "per_example_grads", "per_example_norms", "clip_factors", "dropped", "zero_rows",
+           "weighted_sum", "clip_and_sum", "clipped_grad_sum", "METHODS"]
 
 
 def split_params(model: torch.nn.Module):
@@ -59,21 +59,44 @@ def per_example_norms(grads: dict) -> torch.Tensor:
     return sq.sqrt()
 
 
-def clip_factors(norms: torch.Tensor, clip: float) -> torch.Tensor:
+def clip_factors(norms: torch.Tensor, clip: float, finite: torch.Tensor | None = None) -> torch.Tensor:
     """Per-example scales ``min(1, clip / (norm + 1e-6))``: scaled norms are at most ``clip``.
 
-    The small term keeps the clipped norm at or below ``clip`` despite rounding.
+    The small term keeps the clipped norm at or below ``clip`` despite rounding. An example whose norm is not
+    finite (or whose ``finite`` entry is False: its loss was not) gets 0: it contributes nothing, as the null image
+    of the zero-out relation does, so a NaN or an overflow in one private image changes neither the sensitivity
+    nor whether the run goes on (:func:`weighted_sum` keeps its non-finite values out of the sum).
     """
     if not clip > 0:
         raise ValueError(f"clip must be > 0, got {clip}")
-    return (clip / (norms + 1e-6)).clamp(max=1.0)
+    ok = torch.isfinite(norms) if finite is None else torch.isfinite(norms) & finite
+    return torch.where(ok, (clip / (norms + 1e-6)).clamp(max=1.0), 0.0)
 
 
-def clip_and_sum(grads: dict, clip: float):
+def dropped(scale: torch.Tensor) -> torch.Tensor | None:
+    """The examples :func:`clip_factors` gave 0 (non-finite ones), or None when there are none (the usual case).
+
+    One host synchronization; the caller then zeroes those examples' rows (``0 * nan`` is nan).
+    """
+    out = scale == 0
+    return out if bool(out.any()) else None
+
+
+def zero_rows(x: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+    """``x`` with the examples (first dimension) in ``rows`` set to exactly 0; ``x`` itself when ``rows`` is None."""
+    return x if rows is None else torch.where(rows.view(-1, *(1,) * (x.ndim - 1)), 0.0, x)
+
+
+def weighted_sum(scale: torch.Tensor, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """``sum_i scale_i x_i`` over the first dimension, the examples in ``rows`` (:func:`dropped`) left out exactly."""
+    return torch.einsum("b,b...->...", scale, zero_rows(x, rows))
+
+
+def clip_and_sum(grads: dict, clip: float, finite: torch.Tensor | None = None):
     """Clip each example's gradient to norm ``clip`` and sum over examples.
 
-    Each example is scaled by :func:`clip_factors`; the per-example clipped
-    gradients are never stored, only their sum.
+    Each example is scaled by :func:`clip_factors` (0 for a non-finite one, or where ``finite`` is False); the
+    per-example clipped gradients are never stored, only their sum.
 
     Returns
     -------
@@ -82,8 +105,9 @@ def clip_and_sum(grads: dict, clip: float):
         Norms before clipping.
     """
     norms = per_example_norms(grads)
-    scale = clip_factors(norms, clip)
-    summed = {k: torch.einsum("b,b...->...", scale, g) for k, g in grads.items()}
+    scale = clip_factors(norms, clip, finite)
+    rows = dropped(scale)
+    summed = {k: weighted_sum(scale, g, rows) for k, g in grads.items()}
     return summed, norms
 
 
@@ -106,7 +130,8 @@ def clipped_grad_sum(model, imgs: torch.Tensor, mask_noise: torch.Tensor, clip: 
     summed : dict[str, torch.Tensor]
         Per trainable parameter, its shape.
     norms : torch.Tensor, shape (B,)
-        Per-example gradient norms before clipping.
+        Per-example gradient norms before clipping. An example whose norm or loss is not finite contributed
+        exactly nothing to ``summed`` (:func:`clip_factors`).
     losses : torch.Tensor, shape (B,)
     """
     if method == "ghost":
@@ -121,5 +146,5 @@ def clipped_grad_sum(model, imgs: torch.Tensor, mask_noise: torch.Tensor, clip: 
     with amp:
         grads, losses = per_example_grads(model, trainable, frozen, imgs, mask_noise)
     grads = {k: g.float() for k, g in grads.items()}
-    summed, norms = clip_and_sum(grads, clip)
+    summed, norms = clip_and_sum(grads, clip, finite=torch.isfinite(losses))
     return summed, norms, losses.detach()

@@ -110,9 +110,8 @@ class TrainSettings:
     device : {"auto", "cpu", "cuda"}
         ``auto``: CUDA when available (``cuda:LOCAL_RANK`` under torchrun).
     amp : {"none", "bf16"}
-        bf16 autocast of the forward passes; the ghost path's norms run in
-        bf16 too, inflated by a stated error bound so the clip stays
-        conservative (:mod:`backbones.mae.ghost`); sums stay float32.
+        bf16 autocast of the forward passes; the ghost path's norms and
+        clipped sums stay float32 (:mod:`backbones.mae.ghost`).
     """
 
     size: str = "vip_toy"
@@ -360,6 +359,12 @@ class _Run:
         return total / len(idx)
 
     def dp_step(self) -> float:
+        """One DP-AdamW step; returns the noise-free mean loss of the sample's finite losses (display only).
+
+        An image whose loss or gradient is not finite contributes nothing (:func:`backbones.mae.per_example.clip_factors`: the null image
+        of the zero-out relation), so nothing here raises on a private value; only the public noisy update and
+        the weights it gives may stop the run (:func:`_stop_if_not_finite`).
+        """
         s, acc = self.s, self.accountant
         rank, world = _dist_info()
         n = len(self.source)
@@ -370,7 +375,7 @@ class _Run:
         mine = torch.arange(rank, len(sample), world)
         trainable, _ = split_params(self.model)
         grad_sum = {k: torch.zeros_like(v, dtype=torch.float32) for k, v in trainable.items()}
-        loss_sum = torch.zeros((), device=self.device)
+        loss_sum = torch.zeros(2, device=self.device)  # sum and count of the finite losses (display only)
         for part in mine.split(s.physical_batch):
             if part.numel() == 0:  # an empty Poisson sample is a valid step: noise only
                 continue
@@ -378,34 +383,62 @@ class _Run:
                                                  s.clip, method=s.per_example, autocast_dtype=self.amp)
             for k in grad_sum:
                 grad_sum[k] += summed[k]
-            loss_sum += losses.float().sum()
+            finite = torch.isfinite(losses)
+            loss_sum += torch.stack([torch.where(finite, losses.float(), 0.0).sum(), finite.sum().float()])
             del summed
         noisy = reduce_and_privatize(grad_sum, noise_std=acc.noise_multiplier * s.clip,
                                      denominator=acc.sample_rate * n,
                                      generator=self.noise.generator(self.step) if self.noise is not None else None)
+        _stop_if_not_finite(noisy.values(), f"the noisy update of step {self.step + 1} is", "--noise-multiplier/--clip")
         for name, p in self.model.named_parameters():
             if p.requires_grad:
                 p.grad = noisy[name].to(p.dtype)
         self._set_lr()
         self.optimizer.step()
         acc.steps += 1
+        _stop_if_not_finite([p for p in self.model.parameters() if p.requires_grad],
+                            f"the weights after step {self.step + 1} are", "--lr")
         if world > 1:
             torch.distributed.all_reduce(loss_sum)
-        return float(loss_sum) / max(1, len(sample))
+        total, count = loss_sum.tolist()
+        return total / count if count else float("nan")
 
 
-def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_after: int | None = None) -> dict:
+def _stop_if_not_finite(tensors, what: str, lower: str) -> None:
+    """Raise FloatingPointError (one line) when a public quantity of a DP step is not finite.
+
+    Only for values computed after the noise (the noisy update, the new weights): whether the run stops is then a
+    function of the released update and the public settings, never of one private image.
+    """
+    tensors = list(tensors)
+    if tensors and not bool(torch.stack([torch.isfinite(t).all() for t in tensors]).all()):
+        raise FloatingPointError(f"{what} not finite (a public value: the noisy update and the settings; no "
+                                 f"private image can cause it, each one's contribution is clipped or zero): lower "
+                                 f"{lower}")
+
+
+def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_after: int | None = None,
+          show_loss: bool = False) -> dict:
     """Run (or resume) a MAE training run to ``s.steps`` steps.
 
     ``stop_after`` ends this call after that many steps (a checkpoint is
     written first), as a preempted job would; ``resume=True`` continues it.
 
+    A DP run shows and returns public quantities only (step, epsilon spent,
+    img/s from the public expected batch q*N): its training loss is computed
+    on private images without noise, so it is shown (and returned) only with
+    ``show_loss=True``, which warns (:class:`PrivacyLeakWarning`). A
+    non-private run always shows its loss. Nothing in a DP step raises on a
+    private value (a non-finite image contributes nothing); only a non-finite
+    noisy update or new weights (public) stop it, with FloatingPointError.
+
     Returns
     -------
     dict
         ``checkpoint`` path, ``step``, ``loss`` (mean of the last logged
-        window), ``epsilon`` spent (DP), ``noise_multiplier``, ``sample_rate``,
-        ``delta``, ``history`` and, when exported, ``export`` (its path) and ``export_sha256``.
+        window; None for a DP run without ``show_loss``), ``epsilon`` spent (DP), ``noise_multiplier``,
+        ``sample_rate``, ``delta``, ``history`` ([step, loss or None, epsilon] per logged window) and, when
+        exported, ``export`` (its path) and ``export_sha256``.
     """
     cfg = MAE_SIZES[s.size]
     ckpt = os.path.join(s.out, "checkpoint.pth")
@@ -425,32 +458,43 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
         for path in (ckpt, export_path(s)):
             if path is not None:
                 remove_stale_temporaries(path)
-    if s.dp and rank == 0:
-        warnings.warn("the training loss shown is computed on private images without noise; do not publish it "
-                      "(checkpoints do not store it)", PrivacyLeakWarning, stacklevel=2)
+    show_loss = show_loss or not s.dp
+    if s.dp and show_loss and rank == 0:
+        warnings.warn("the training loss shown is computed on private images without noise: it is not "
+                      "differentially private; do not publish it (checkpoints do not store it)", PrivacyLeakWarning,
+                      stacklevel=2)
+    # images per step for the img/s shown: public (a DP run's expected batch q*N, not its secret sample sizes)
+    per_step = run.accountant.sample_rate * len(source) if s.dp else s.batch_size
 
     from tqdm.auto import tqdm
 
     bar = tqdm(total=s.steps, initial=run.step, disable=not progress or rank != 0, desc="DP-MAE" if s.dp else "MAE",
                unit="step", dynamic_ncols=True)
-    window, t0 = [], time.time()
+    window, t0, first = [], time.time(), run.step
     last = s.steps if stop_after is None else min(s.steps, run.step + stop_after)
     while run.step < last:
         loss = run.dp_step() if s.dp else run.nonprivate_step()
         run.step += 1
-        window.append(loss)
-        if not math.isfinite(loss):
+        if not s.dp and not math.isfinite(loss):  # public images (or a run already warned non-private)
             raise FloatingPointError(f"loss is {loss} at step {run.step}; lower --lr")
+        if show_loss and math.isfinite(loss):
+            window.append(loss)
         if run.step % s.log_every == 0 or run.step == s.steps:
             eps = run.accountant.update() if s.dp else 0.0
-            run.history.append([run.step, sum(window) / len(window), eps])
-            bar.set_postfix(loss=f"{run.history[-1][1]:.4f}", **({"eps": f"{eps:.3f}"} if s.dp else {}))
+            mean = sum(window) / len(window) if window else (float("nan") if show_loss else None)
+            run.history.append([run.step, mean, eps])
+            shown = {"loss": f"{mean:.4f}"} if show_loss else {}
+            if s.dp:
+                shown["eps"] = f"{eps:.3f}"
+            shown["img/s"] = f"{per_step * (run.step - first) / max(time.time() - t0, 1e-9):.0f}"
+            bar.set_postfix(**shown)
             window = []
         if rank == 0 and (run.step % s.ckpt_every == 0 or run.step == last):
             run.save(ckpt)
         bar.update(1)
     bar.close()
-    result = {"checkpoint": ckpt, "step": run.step, "loss": run.history[-1][1] if run.history else float("nan"),
+    result = {"checkpoint": ckpt, "step": run.step,
+              "loss": (run.history[-1][1] if run.history else float("nan")) if show_loss else None,
               "history": run.history, "seconds": time.time() - t0, "init_missing": run.init_missing}
     if s.dp:
         acc = run.accountant
@@ -597,12 +641,15 @@ def _parser() -> argparse.ArgumentParser:
     a("--resume", action="store_true", help="continue from <out>/checkpoint.pth (same settings required)")
     a("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     a("--no-progress", action="store_true", help="no progress bar")
+    a("--show-loss", action="store_true",
+      help="with --dp, also show the training loss (computed on private images without noise: NOT differentially "
+           "private; warns). By default a DP run shows step, epsilon spent and img/s only")
     return p
 
 
 #: User errors: reported as one line on stderr with exit status 2, never as a traceback.
 _USER_ERRORS = (ValueError, KeyError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
-                PermissionError, UnsupportedModuleError, CheckpointWriteError)
+                PermissionError, UnsupportedModuleError, CheckpointWriteError, FloatingPointError)
 
 
 @cli.entry_point(PROG, _USER_ERRORS)
@@ -619,14 +666,15 @@ def main(argv=None) -> int:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun
         torch.distributed.init_process_group("nccl" if _device(s).type == "cuda" else "gloo")
     try:
-        result = train(s, resume=args.resume, progress=not args.no_progress)
+        result = train(s, resume=args.resume, progress=not args.no_progress, show_loss=args.show_loss)
         rank, _ = _dist_info()
     finally:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
     if rank != 0:
         return 0
-    line = f"step {result['step']}  loss {result['loss']:.4f}  checkpoint {result['checkpoint']}"
+    line = f"step {result['step']}" + (f"  loss {result['loss']:.4f}" if result["loss"] is not None else "")
+    line += f"  checkpoint {result['checkpoint']}"
     if s.dp:
         line += (f"  (epsilon={result['epsilon']:.3f}, delta={result['delta']:.2e}, sigma="
                  f"{result['noise_multiplier']:.3f}, q={result['sample_rate']:.4f}, {result['accountant']}, "

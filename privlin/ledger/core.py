@@ -43,6 +43,24 @@ def _reopen(path, cap, neighbouring, anchor):
     return PrivacyLedger(path, cap=cap, neighbouring=neighbouring, anchor=anchor)
 
 
+class _Elsewhere:
+    """What an in-memory ledger becomes in another process: its history stays in the first one, so a charge here
+    would be lost; every use refuses with one line (before a fit reads a row), which a worker pool such as
+    joblib's reports as the fit's own error rather than as a pickling failure."""
+
+    def __init__(self, message: str):
+        self.__dict__["_message"] = message
+
+    def __getattr__(self, name):
+        raise ValueError(self.__dict__["_message"])
+
+    def __reduce__(self):
+        return _Elsewhere, (self.__dict__["_message"],)
+
+    def __repr__(self):
+        return "<in-memory PrivacyLedger of another process>"
+
+
 def ledger_path(store_url: str, split: str) -> str:
     """Where the ledger of ``split`` of the store at ``store_url`` lives."""
     if not isinstance(split, str) or not split or "/" in split or split in (".", ".."):
@@ -277,12 +295,14 @@ class PrivacyLedger:
         return accounting.compose_epsilon((e.event for e in entries), delta, neighbouring=relation)
 
     def projected(self, event: _ev.DpEvent, delta: float | None = None) -> tuple[float, float]:
-        """Total ``(epsilon, delta)`` if ``event`` were run now."""
+        """Total ``(epsilon, delta)`` if ``event`` were run now (what :meth:`check` compares with the cap)."""
         doc = self._doc()
-        rel = self._relation_of(doc)
-        probe = LedgerEntry("probe", event, math.nan, 0.0, rel)
         delta = self.default_delta(doc.entries, doc.cap or self._requested_cap) if delta is None else float(delta)
-        return self._compose([*doc.entries, probe], delta, rel), delta
+        return self._with(doc.entries, event, "probe", delta, self._relation_of(doc)), delta
+
+    def _with(self, entries, event, mechanism, delta, relation) -> float:
+        """ε at ``delta`` of ``entries`` and ``event`` composed."""
+        return self._compose([*entries, LedgerEntry(mechanism, event, math.nan, 0.0, relation)], delta, relation)
 
     def check(self, event: _ev.DpEvent, *, mechanism: str = "mechanism") -> float:
         """Raise :class:`PrivacyBudgetExceeded` if ``event`` would pass the cap (nothing is recorded).
@@ -297,8 +317,7 @@ class PrivacyLedger:
 
     def _check(self, entries, event, mechanism, cap, relation) -> float:
         eps_cap, delta_cap = cap
-        probe = LedgerEntry(mechanism, event, math.nan, 0.0, relation)
-        total = self._compose([*entries, probe], delta_cap, relation)
+        total = self._with(entries, event, mechanism, delta_cap, relation)
         if total > eps_cap * (1 + 1e-9):
             spent = self._compose(entries, delta_cap, relation)
             raise PrivacyBudgetExceeded(
@@ -449,8 +468,8 @@ class PrivacyLedger:
 
     def __reduce__(self):
         if self.path is None:  # a copy in another process would charge a history no one reads back
-            raise TypeError(f"{self!r} is an in-memory ledger and cannot be sent to other processes (e.g. "
-                            "GridSearchCV(n_jobs > 1)): use a ledger file, PrivacyLedger(path), or n_jobs=1")
+            return _Elsewhere, (f"{self!r} is an in-memory ledger and cannot be used in another process (e.g. "
+                                "GridSearchCV(n_jobs > 1)): use a ledger file, PrivacyLedger(path), or n_jobs=1",)
         return (_reopen, (self.path, self._requested_cap, self._requested_relation, self._anchor))
 
     def __deepcopy__(self, memo):

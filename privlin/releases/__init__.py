@@ -3,8 +3,9 @@
 :data:`ORDER` is the order they run in (and the order of the plan's chain): the row norm (:mod:`.radius`),
 the re-centering rounds (:mod:`.recenter`), the centering (:mod:`.center`), the scaling stage's moments
 (:mod:`.moments`) and whitening (:mod:`.whiten`), the curvature (:mod:`.curvature`).  :data:`ADDED` holds
-further generic releases (none shipped): each chooses its own share from public facts
-(:meth:`Release.share`) and runs in the runner's head loop; adding one is a module and an entry here.
+further releases (none shipped): each chooses its own share from public facts (:meth:`Release.share`) and
+runs right after the release it names (:attr:`Release.after`), through the same driver as the built-in ones
+(:func:`privlin.runner.fit_chain`); adding one is a module and an entry here.
 """
 from __future__ import annotations
 
@@ -23,5 +24,5 @@ __all__ = ["Release", "Facts", "Radius", "Recentering", "Centering", "Moments", 
 ORDER = ("radius", "recenter", "center", "scale", "whiten", "curvature")
 #: Every built-in release's name (the ledger entry lists each one's σ, None where not made).
 BUILT_IN = ORDER
-#: Added generic releases (run first, after the built-in generic ones): empty in privlin itself.
+#: Added releases (each after the built-in release its ``after`` names): empty in privlin itself.
 ADDED: tuple = ()

@@ -1,19 +1,130 @@
-"""What every private release of a fit is: one value, described once (:class:`Release`).
+"""What every private release of a fit is: one value, described once (:class:`Release`), and what it reads: a
+:class:`Driver` (exact sums over the rows, secure mode's noise) and a :class:`Context` (the values released before
+it, and the row map they define); the one key split of a fit (:func:`stage_keys`, :func:`release_key`).
 
-Why: a release used to be described in six places (a plan field, a compiled ratio, a secure-mode row, a ledger key,
-a report note, a model field); each new one touched them all.  Now the plan holds its chain of ``(release, σ)``
-and derives the event, the ε, the secure-mode table, the ledger entry and the report's notes from it
-(:mod:`privlin.plan`), and the runner walks it (:mod:`privlin.runner`).
+The plan holds its chain of ``(release, σ)`` and derives the event, the ε, the secure-mode table, the ledger entry
+and the report's notes from it (:mod:`privlin.plan`); the runner walks it once, whatever the driver
+(:func:`privlin.runner.fit_chain`).  Why: a new release is then one module and one entry in the chain.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, ClassVar
+import zlib
+from typing import Any, Callable, ClassVar, NamedTuple, Optional, Protocol
 
-from .. import accounting
+import jax
+import jax.numpy as jnp
 
-__all__ = ["Release", "Facts", "planned_sigma"]
+from .. import accounting, noise, preprocess, scaling
+
+__all__ = ["Release", "Facts", "planned_sigma", "Driver", "Context", "RowMap", "model_rows", "stage_keys",
+           "release_key", "recenter_keys"]
+
+
+# ----------------------------------------------------------------------------- the one key split of a fit
+
+def stage_keys(key) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(centering key, scaling key, training key) of a fit's key: the one key split of privlin."""
+    keys = noise.split_named(key, "center", "train", "scale")
+    return keys["center"], keys["scale"], keys["train"]
+
+
+_KEYED = ("center", "train", "scale", "curvature", "radius", "center-refine", "recenter", "added")
+
+
+def release_key(key, name: str) -> jax.Array:
+    """The key of a later release (``"curvature"``, ``"radius"``, ``"center-refine"``, ``"recenter"``) of a fit's
+    key: the 4th to 7th of the same split (JAX's partitionable threefry makes a split's first keys independent of
+    how many follow, so :func:`stage_keys` and the earlier releases' keys are unchanged by them).  An added
+    release's key is its name's CRC-32 folded into the 8th."""
+    if name in _KEYED:
+        return noise.split_named(key, *_KEYED)[name]
+    return noise.fold_in(noise.split_named(key, *_KEYED)["added"], zlib.crc32(name.encode()) & 0x7FFFFFFF)
+
+
+def recenter_keys(key, rounds: int) -> jax.Array:
+    """One key per re-centering round (:func:`privlin.preprocess.round_means`), from the fit's key."""
+    return noise.split(release_key(key, "recenter"), rounds)
+
+
+# ----------------------------------------------------------------------------- what a release reads
+
+class Driver(Protocol):
+    """How a release reads the rows (:mod:`privlin.runner` has two: in memory, traced; streamed, block by block).
+
+    A release sees the rows only through these two calls, so the same :meth:`Release.compute` runs in memory
+    (vmapped over plans), streamed (two blocks in flight, identical sums shared across plans), sharded and in
+    secure mode.
+    """
+
+    def total(self, what: str, init, block_fn: Callable, *args, labels: bool = False, sample=None, **static):
+        """The exact sum over all rows: ``block_fn(acc, x, mask, *args, **static)`` (with ``labels``:
+        ``block_fn(acc, x, y, mask, ...)``, ``y`` one-hot) over chunks of rows as given, from ``init``.
+        ``block_fn`` must be a module-level function or a method of a hashable release (the streamed driver
+        compiles it once per (function, ``static``)); ``static``: hashable settings; ``what``: a progress label.
+        ``sample``: ``(key, q)``: only the rows of that Poisson sample (:func:`privlin.train.poisson_mask`).
+        A driver may reuse an identical total (same function, settings and arguments) within a run."""
+
+    def mapped(self, rows: "RowMap", norm: float, normalize: bool) -> "Driver":
+        """This driver over the rows as the released values ``rows`` map them (:func:`model_rows` at ``norm``):
+        its block functions see mapped rows.  In memory the mapped rows are computed once per map (training and
+        the curvature release read the same ones); streamed, block by block."""
+
+    def noisy(self, name: str, value):
+        """Secure mode's release of ``value`` (an exact sum, or a function returning it) by mechanism ``name``:
+        the discrete Gaussian drawn on the host (:meth:`privlin.plan.Plan.secure_table`); None elsewhere, where
+        the release draws its own Gaussian noise from its key."""
+
+
+class RowMap(NamedTuple):
+    """The released values that map rows as given to rows as a later release (or the model) sees them: the
+    mean or chain of means (:func:`privlin.preprocess.apply`), the scaling map (:class:`privlin.scaling.Scaling`),
+    log₂ of the typical row norm (:mod:`privlin.radius`); each None where not (yet) released.  A pytree: the
+    streamed driver passes it to its compiled block functions as an argument."""
+
+    mean: Optional[jax.Array] = None
+    scaling: Optional[scaling.Scaling] = None
+    log_scale: Optional[jax.Array] = None
+
+
+def model_rows(X, rows: RowMap, norm: float, normalize: bool):
+    """Rows mapped by the released values: normalized to ``norm`` (with a released ``log_scale``: with their
+    radial coordinate, :func:`privlin.radius.embed`), centered by the released mean and normalized again, then
+    (with a released scaling) standardized and whitened, at norm ``norm``; as given (float32) without
+    ``normalize``."""
+    if not normalize:
+        return jnp.asarray(X, jnp.float32)
+    if rows.scaling is None:
+        return preprocess.apply(X, preprocess.RowMap(norm, rows.mean, rows.log_scale))
+    return scaling.apply(preprocess.apply(X, preprocess.RowMap(1.0, rows.mean, rows.log_scale)), rows.scaling, norm)
+
+
+class Context(NamedTuple):
+    """What a release reads besides the rows: the plan's public settings (N, the rows' dimension ``dim``, the
+    model's inputs ``model_dim``, the clip norm, whether rows are normalized) and the values released before it,
+    each in the field through which later rows use it (:meth:`Release.use`)."""
+
+    n: Any
+    dim: int
+    model_dim: int
+    clip: float
+    normalize: bool
+    log_scale: Any = None     # radius: rows gain their radial coordinate
+    rounds: Any = None        # re-centering rounds' means (R, d'): subtracted first
+    mean: Any = None          # the means subtracted so far, as privlin.preprocess.apply takes them: (d',) or (R, d')
+    moments: Any = None       # the scaling stage's (shift, scale)
+    rotate: Any = None        # the whitening map (d', d')
+    curvature: Any = None     # the curvature bound: lifts W's learning rate
+    extra: dict = {}          # {name: value} of added releases
+
+    @property
+    def scaling(self):
+        return None if self.moments is None else scaling.Scaling(*self.moments, self.rotate)
+
+    def row_map(self) -> RowMap:
+        """How later rows use what was released so far (:func:`model_rows`)."""
+        return RowMap(self.mean, self.scaling, self.log_scale)
 
 
 def planned_sigma(share: float, mu: float, relation) -> float:
@@ -50,14 +161,21 @@ class Release:
     * :attr:`ledger_key` — the ledger entry's parameter holding σ.
     * :attr:`adds_dims` — model inputs the release gives the rows (the radial coordinate: 1).
 
-    A *generic* release (:attr:`generic`) is also run by the runner's one loop over the chain's head: its exact
-    sum reads the rows as given (``init``, ``block_sum``), its value is drawn by :meth:`release`.  Added releases
-    are generic and choose themselves with :meth:`share`.
+    Run (:mod:`privlin.runner`, one loop over the chain for every driver):
+
+    * :meth:`compute` — the released value from the rows, through a :class:`Driver` (its exact sums) and the
+      :class:`Context` (the values released before it).  The default reads the rows as given: the exact sum
+      ``init``/``block_sum``, released by :meth:`release`; a release that reads the rows as the earlier releases
+      left them overrides it (``driver.total`` of a block function of :func:`model_rows`).
+    * :meth:`use` — how later rows (and the report) use the value: the context field it fills.
+
+    Added releases (:data:`privlin.releases.ADDED`) choose themselves with :meth:`share` and run right after the
+    release named :attr:`after`.
     """
 
     name: ClassVar[str] = ""
-    generic: ClassVar[bool] = False
     adds_dims: ClassVar[int] = 0
+    after: ClassVar[str] = "radius"
 
     @property
     def ledger_key(self) -> str:
@@ -75,17 +193,28 @@ class Release:
         """The report's note on this release (None: nothing beyond its σ and share)."""
         return None
 
-    # ---- added (generic) releases only
+    # ---- running it
+    def compute(self, driver: Driver, ctx: Context, key, sigma):
+        """The released value (traced in memory): the exact sum of :meth:`block_sum` over the rows as given,
+        released by :meth:`release` with this release's key (:func:`release_key`) and σ."""
+        total = driver.total(self.name, self.init(ctx.dim), self.block_sum, ctx.n)
+        return self.release(total, ctx.n, release_key(key, self.name), sigma, driver.noisy(self.name, total))
+
+    def use(self, ctx: Context, value) -> Context:
+        """The context later releases and training see: an added release's value is kept by name."""
+        return ctx._replace(extra={**ctx.extra, self.name: value})
+
+    # ---- added releases
     def share(self, facts: Facts) -> float:
         """Share of the GDP budget μ² this release asks for, from public facts (0: not made)."""
         return 0.0
 
     def init(self, dim: int):
-        """The zero accumulator of the exact block sum over rows of dimension ``dim`` (generic releases)."""
+        """The zero accumulator of the exact block sum over rows of dimension ``dim`` (default :meth:`compute`)."""
         raise NotImplementedError
 
     def block_sum(self, total, X, mask, n):
-        """``total`` plus the exact sum over one block of rows as given (``mask`` 0: a null row); traced."""
+        """``total`` plus the exact sum over one chunk of rows as given (``mask`` 0: a null row); traced."""
         raise NotImplementedError
 
     def release(self, total, n, key, sigma, noisy=None):

@@ -5,10 +5,29 @@ from __future__ import annotations
 
 import dataclasses
 
-from .. import preprocess
-from .base import Release
+import jax.numpy as jnp
 
-__all__ = ["StagedMean", "Centering"]
+from .. import preprocess
+from .base import Release, release_key, stage_keys
+
+__all__ = ["StagedMean", "Centering", "row_sum"]
+
+
+def row_sum(total, X, mask, n, log_scale, rounds, *, clip):
+    """``total`` + :func:`privlin.preprocess.row_sum` of a chunk: the rows at norm ``clip`` (with their radial
+    coordinate under ``log_scale``, re-centered by the ``rounds`` released so far)."""
+    return total + preprocess.row_sum(X, mask, clip, n, log_scale, rounds)
+
+
+def offset_sum(total, X, mask, first, radius, n, log_scale, rounds, *, clip):
+    """``total`` + :func:`privlin.preprocess.offset_sum` of a chunk: the refining stage's clipped offsets."""
+    return total + preprocess.offset_sum(X, mask, first, radius, n, clip, log_scale, rounds)
+
+
+def rows_total(driver, ctx, what, rounds):
+    """The exact sum of the rows at norm C, as the re-centering ``rounds`` (None: none yet) leave them."""
+    return driver.total(what, jnp.zeros(ctx.model_dim, jnp.float64), row_sum, ctx.n, ctx.log_scale, rounds,
+                        clip=ctx.clip)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +53,25 @@ class Centering(StagedMean):
     @property
     def stages(self) -> int:
         return self.parts
+
+    def compute(self, driver, ctx, key, sigma):
+        """:func:`privlin.preprocess.staged_mean` of the rows as the re-centering rounds left them; the refining
+        stage's offsets are one more sum.  Secure mode: one stage (make_plan), drawn on the host."""
+        total = rows_total(driver, ctx, "centering", ctx.rounds)
+        noisy = driver.noisy(self.name, total)
+        if noisy is not None:
+            return preprocess.private_mean(total, ctx.n, None, sigma, ctx.clip, noisy=noisy)
+
+        def offsets_of(first, r):
+            return driver.total("centering, refined", jnp.zeros(ctx.model_dim, jnp.float64), offset_sum, first, r,
+                                ctx.n, ctx.log_scale, ctx.rounds, clip=ctx.clip)
+
+        return preprocess.staged_mean(total, offsets_of, ctx.n, (stage_keys(key)[0], release_key(key, "center-refine")),
+                                      sigma, self.stages, ctx.clip, ctx.model_dim)
+
+    def use(self, ctx, value):
+        """Later rows are centered by it, after the re-centering rounds' means (a chain (R + 1, d'))."""
+        return ctx._replace(mean=value if ctx.rounds is None else jnp.concatenate([ctx.rounds, value[None]]))
 
     def note(self, plan, sigma, value):
         if self.stages != 2:

@@ -5,18 +5,38 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from .. import accounting, scaling
-from .base import Release, planned_sigma
+import jax.numpy as jnp
 
-__all__ = ["Moments", "MOMENTS", "scaling_stage"]
+from .. import accounting, noise, scaling
+from .base import Release, RowMap, model_rows, planned_sigma, stage_keys
+
+__all__ = ["Moments", "MOMENTS", "scaling_stage", "moment_sums"]
+
+
+def moment_sums(total, X, mask, rows: RowMap, n, *, normalize):
+    """``total`` + :func:`privlin.scaling.moment_sums` of a chunk of rows centered by ``rows`` (at norm 1)."""
+    return total + scaling.moment_sums(model_rows(X, rows, 1.0, normalize), mask, n)
 
 
 @dataclasses.dataclass(frozen=True)
 class Moments(Release):
+    """``(shift, scale)``: later rows are standardized by them (:func:`privlin.scaling.apply`)."""
+
     name = "scale"
 
     def secure(self, plan, sigma):
         return math.sqrt(2.0) * sigma, math.sqrt(2.0), float(plan.n)
+
+    def compute(self, driver, ctx, key, sigma):
+        """:func:`privlin.scaling.release_moments` of the centered unit rows' sums, with the first half of the
+        scaling key (the whitening's is the second)."""
+        sums = driver.total("scaling", jnp.zeros((2, ctx.model_dim), jnp.float64), moment_sums, ctx.row_map(), ctx.n,
+                            normalize=ctx.normalize)
+        return scaling.release_moments(sums, ctx.n, noise.split(stage_keys(key)[1])[0], sigma,
+                                       driver.noisy(self.name, sums))
+
+    def use(self, ctx, value):
+        return ctx._replace(moments=tuple(value))
 
 
 MOMENTS = Moments()

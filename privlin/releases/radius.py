@@ -20,7 +20,6 @@ class Radius(Release):
     """log₂ R of a typical row norm; later rows gain the coordinate ln(‖x‖/R) (:func:`privlin.radius.embed`)."""
 
     name = "radius"
-    generic = True
     adds_dims = 1
 
     def init(self, dim):
@@ -31,6 +30,9 @@ class Radius(Release):
 
     def release(self, total, n, key, sigma, noisy=None):
         return _radius.release_log_scale(total, key, sigma, noisy)
+
+    def use(self, ctx, value):
+        return ctx._replace(log_scale=value)
 
     def note(self, plan, sigma, value):
         return None if value is None else f"radial coordinate around the released row norm 2^{float(value):g}"

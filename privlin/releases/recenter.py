@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from .. import preprocess
-from .center import StagedMean
+from .base import recenter_keys
+from .center import StagedMean, rows_total
 
 __all__ = ["Recentering"]
 
@@ -21,6 +22,15 @@ class Recentering(StagedMean):
     @property
     def rounds(self) -> int:
         return self.parts
+
+    def compute(self, driver, ctx, key, sigma):
+        """:func:`privlin.preprocess.round_means`: one exact row sum per round, of the rows as the earlier rounds
+        left them.  (Not made in secure mode: make_plan.)"""
+        return preprocess.round_means(lambda rounds: rows_total(driver, ctx, "re-centering", rounds), ctx.n,
+                                      recenter_keys(key, self.rounds), sigma, self.rounds, ctx.clip)
+
+    def use(self, ctx, value):
+        return ctx._replace(rounds=value, mean=value)
 
     def note(self, plan, sigma, value):
         return (f"re-centered first in {self.rounds} rounds at σ {preprocess.stage_sigma(sigma, self.rounds):.4g} "

@@ -4,14 +4,38 @@ from __future__ import annotations
 
 import dataclasses
 
-from .base import Release
+import jax.numpy as jnp
 
-__all__ = ["Whitening", "WHITEN"]
+from .. import noise, scaling
+from .base import Release, RowMap, model_rows, stage_keys
+
+__all__ = ["Whitening", "WHITEN", "standardized_second_moment"]
+
+
+def standardized_second_moment(total, X, mask, rows: RowMap, shift, scale, n, *, normalize):
+    """``total`` + :func:`privlin.scaling.second_moment_sum` of a chunk of rows centered by ``rows`` (at norm 1),
+    then standardized by the released moments."""
+    return total + scaling.second_moment_sum(
+        scaling.standardized(model_rows(X, rows, 1.0, normalize), shift, scale), mask, n)
 
 
 @dataclasses.dataclass(frozen=True)
 class Whitening(Release):
+    """The rotation (d', d'): later rows are whitened by it after the standardization (:func:`privlin.scaling.apply`)."""
+
     name = "whiten"
+
+    def compute(self, driver, ctx, key, sigma):
+        """:func:`privlin.scaling.release_rotation` of the standardized rows' second moment (the rows the moments'
+        map gives before any rotation), with the second half of the scaling key."""
+        shift, scale = ctx.moments
+        M = driver.total("scaling", jnp.zeros((ctx.model_dim,) * 2, jnp.float64), standardized_second_moment,
+                         ctx.row_map()._replace(scaling=None), shift, scale, ctx.n, normalize=ctx.normalize)
+        return scaling.release_rotation(M, ctx.n, noise.split(stage_keys(key)[1])[1], sigma,
+                                        driver.noisy(self.name, lambda: scaling.upper(M)))
+
+    def use(self, ctx, value):
+        return ctx._replace(rotate=value)
 
 
 WHITEN = Whitening()
