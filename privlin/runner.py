@@ -3,8 +3,9 @@
 training — on rows through a driver.
 
 A release sees the rows only through its driver (:class:`privlin.releases.base.Driver`): ``total`` (an exact sum
-of a block function over all rows) and ``noisy`` (secure mode's host noise, or None).  Two drivers, and nothing
-else differs between the ways a fit runs:
+of a block function over all rows), ``mapped`` (the same driver over the rows as the released values map them)
+and ``noisy`` (secure mode's host noise, or None).  Two drivers, and nothing else differs between the ways a fit
+runs:
 
 * :class:`_InMemory` — rows in memory, traced: :func:`train_rows` is pure and jittable; ``jax.vmap`` runs many
   plans that share their compiled form (:meth:`Plan.static`) over one copy of the rows (the sweep), or one plan

@@ -53,7 +53,7 @@ def recenter_keys(key, rounds: int) -> jax.Array:
 class Driver(Protocol):
     """How a release reads the rows (:mod:`privlin.runner` has two: in memory, traced; streamed, block by block).
 
-    A release sees the rows only through these two calls, so the same :meth:`Release.compute` runs in memory
+    A release sees the rows only through these three calls, so the same :meth:`Release.compute` runs in memory
     (vmapped over plans), streamed (two blocks in flight, identical sums shared across plans), sharded and in
     secure mode.
     """
