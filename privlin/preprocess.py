@@ -109,7 +109,8 @@ def shrink(v, noise_std, target=None):
 
 def private_mean(total, n: int, key: jax.Array, sigma: float, norm: float = 1.0, noisy=None):
     """The released mean: the Gaussian mechanism on the sum, (total + N(0, (sigma*norm)² I)) / n, shrunk toward 0
-    (:func:`shrink`, post-processing: noise std ``sigma*norm/n`` per coordinate).
+    (:func:`shrink`, post-processing: noise std ``sigma*norm/n`` per coordinate), its entries clipped to
+    [−norm, norm] (where every mean of rows at norm ``norm`` lies: post-processing too).
 
     Parameters
     ----------
@@ -126,7 +127,8 @@ def private_mean(total, n: int, key: jax.Array, sigma: float, norm: float = 1.0,
     """
     if noisy is None:
         noisy = total + noise.gaussian(key, total.shape, sigma * norm)
-    return jnp.asarray(shrink(jnp.asarray(noisy) / n, sigma * norm / n, 0.0), jnp.float32)  # float64 under x64
+    mean = shrink(jnp.asarray(noisy) / n, sigma * norm / n, 0.0)  # float64 under x64
+    return jnp.asarray(jnp.clip(mean, -norm, norm), jnp.float32)  # as every mean of rows at norm ``norm`` is
 
 
 def _error_norm(sigma, n, dim: int, norm: float):
@@ -179,23 +181,24 @@ def refine_radius(sigma_center, n, dim: int, norm: float = 1.0):
 
 
 def offset_sum(X, mask, first, radius_, n, norm: float, log_scale=None, rounds=None):
-    """Σ_i mask_i · clip_R(row_i − ``first``) exactly (float64), rows as :func:`apply` makes them before centering
-    (at norm ``norm``, with their radial coordinate under ``log_scale``, re-centered by ``rounds``): the refining
-    stage's sum.
+    """Σ_i mask_i · clip_R(row_i − ``first``) / ``norm`` exactly (float64; in units of the row norm, so that every
+    chunk's sum is exact and so is their total), rows as :func:`apply` makes them before centering (at norm
+    ``norm``, with their radial coordinate under ``log_scale``, re-centered by ``rounds``): the refining stage's sum.
 
-    Each offset enters at norm ≤ R·(1 − η) (:func:`privlin.sensitivity.margin`), so the sum moves by at most R
-    when one row is replaced by a null row.  ``first``: the first stage's released mean (public).
+    Each offset as summed has norm ≤ R (:func:`privlin.sensitivity.offsets_sum`), so the sum moves by at most
+    R / ``norm`` when one row is replaced by a null row.  ``first``: the first stage's released mean (public).
     """
-    U = apply(X, RowMap(norm, rounds, log_scale))
-    A, lengths = sensitivity.directions(U - jnp.asarray(first, U.dtype))
-    eta = sensitivity.margin(n, A.shape[1])
-    return sensitivity.vector_sum(A * jnp.minimum(lengths, radius_ * (1.0 - eta))[:, None], mask, radius_)
+    U = apply(X, RowMap(norm, rounds, log_scale)) * jnp.float32(1.0 / norm)
+    r = radius_ / norm
+    return sensitivity.offsets_sum(U, mask, jnp.asarray(first, jnp.float64) / norm, r, 1.0, r, n)
 
 
-def refined_mean(first, total, n: int, key, sigma: float, radius_, noisy=None):
-    """The second stage's release: ``first`` + :func:`private_mean` of the clipped offsets' sum (noise
-    ``sigma·radius_`` on the sum, then the James–Stein shrink of the correction toward 0)."""
-    return jnp.asarray(first, jnp.float32) + private_mean(total, n, key, sigma, radius_, noisy)
+def refined_mean(first, total, n: int, key, sigma: float, radius_, noisy=None, norm: float = 1.0):
+    """The second stage's release: ``first`` + :func:`private_mean` of the clipped offsets' sum ``total`` (in units
+    of the row norm ``norm``, :func:`offset_sum`): noise ``sigma·radius_/norm`` on it, then the James–Stein shrink
+    of the correction toward 0, then back at the rows' scale (post-processing)."""
+    mean = jnp.asarray(first, jnp.float32) + norm * private_mean(total, n, key, sigma, radius_ / norm, noisy)
+    return jnp.clip(mean, -norm, norm)
 
 
 def staged_mean(total, offsets_of, n, keys, sigma_center, stages: int, norm: float, dim: int):
@@ -206,7 +209,7 @@ def staged_mean(total, offsets_of, n, keys, sigma_center, stages: int, norm: flo
     mean = private_mean(total, n, keys[0], sigma, norm)
     if stages == 2:
         r = refine_radius(sigma_center, n, dim, norm)
-        mean = refined_mean(mean, offsets_of(mean, r), n, keys[1], sigma, r)
+        mean = refined_mean(mean, offsets_of(mean, r), n, keys[1], sigma, r, norm=norm)
     return mean
 
 

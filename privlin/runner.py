@@ -39,7 +39,7 @@ import numpy as np
 from . import compilation, noise, progress, scaling, secure_noise, sensitivity, train
 from .data import Source, label_index
 from .plan import Plan, Static, learning_rates
-from .releases.base import Context, Driver, RowMap, model_rows, release_key, stage_keys
+from .releases.base import Context, Driver, RowMap, model_rows, release_key, rows_and_center, stage_keys
 
 __all__ = ["Released", "fit_chain", "train_rows", "run", "stage_keys", "release_key", "TAIL_ROWS"]
 
@@ -121,10 +121,12 @@ def _train(driver, s: Static, ctx: Context, k: int, key, sigma, lr, ceiling) -> 
 
 
 def _class_sums(acc, X, Y, mask, rows: RowMap, n, *, clip, normalize, loss, bias_init, fit_intercept):
-    """``acc`` + adam1's class sums (:func:`privlin.train.class_sums_update`) of a chunk of training rows."""
-    return train.class_sums_update(acc, model_rows(X, rows, clip, normalize), Y, mask, clip, n, loss=loss,
-                                   bias_init=bias_init, fit_intercept=fit_intercept,
-                                   row_norm=clip if normalize else None)
+    """``acc`` + adam1's class sums (:func:`privlin.train.class_sums_update`) of a chunk of training rows: the rows
+    up to their last centering and its mean (:func:`rows_and_center`), so that plans vmapped over their means share
+    the pass."""
+    U, center = rows_and_center(X, rows, clip, normalize)
+    return train.class_sums_update(acc, U, Y, mask, clip, n, loss=loss, bias_init=bias_init,
+                                   fit_intercept=fit_intercept, row_norm=clip if normalize else None, center=center)
 
 
 def _grad_sum(acc, Z, Y, mask, params, n, *, clip, normalize, loss, fit_intercept):
@@ -301,7 +303,7 @@ def run(plans: Sequence[Plan], source: Source, keys: Sequence, classes: np.ndarr
     block_rows : int
         Rows per block when streaming (fewer where a block would exceed :data:`BLOCK_BYTES`).
     memory_limit : int
-        Bytes of float32 rows (per plan group, counting the centered copies of a vmapped group) kept in memory;
+        Bytes of float32 rows (per plan group, counting the mapped copies of a vmapped group of sgd/minibatch plans);
         above it the rows are streamed.
     verbose : bool
         Show each stage that runs more than a few seconds (:mod:`privlin.progress`).
@@ -331,7 +333,8 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
             X, labels, mask = rows.load()
         spare = max(0, memory_limit - in_memory_bytes(source, len(classes)))
         for static, idx in groups.items():
-            per_plan = X.size * 4 if static.centered else 0  # a centered plan holds its own centered copy
+            # a centered sgd/minibatch plan holds its mapped rows (Driver.mapped); adam1 maps them chunk by chunk
+            per_plan = X.size * 4 if static.centered and static.method != "adam1" else 0
             chunk = max(1, int(spare // per_plan)) if per_plan else len(idx)
             for a in range(0, len(idx), chunk):
                 sel = idx[a:a + chunk]

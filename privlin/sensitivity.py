@@ -18,6 +18,12 @@ So one row moves a released sum by at most C, exactly as accounted, and the same
 sum on every path.  Products for the gradient of a linear model (a row direction ⊗ a clipped residual) are
 snapped factor by factor (:func:`outer_sum`); float64 products of the snapped integers are exact too.
 
+Sums of rows' offsets from a public center, each scaled by a weight that depends on its length (a clipped offset,
+a row centered and re-normalized), are snapped the same way but factored (:func:`offsets_sum`): the rows and the
+center to one grid, the weights to another.  What depends on the center is then two matrix products with the
+snapped rows, so the settings of a sweep (one center each, vmapped) share one pass over the rows instead of
+each making its own centered copy.
+
 Every function here is traced under ``jax.enable_x64`` (the runner enters it): float64 must not silently be
 float32.
 """
@@ -28,7 +34,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-__all__ = ["U32", "grid_bits", "margin", "vector_sum", "segment_sum", "outer_sum", "directions", "directions_and_log2_norms", "require_x64",
+__all__ = ["U32", "grid_bits", "margin", "vector_sum", "segment_sum", "outer_sum", "offsets_sum", "pow2_64", "directions", "directions_and_log2_norms", "require_x64",
            "scaled_rows", "x64"]
 
 #: Unit roundoff of float32.
@@ -169,6 +175,80 @@ def outer_sum(A, B, mask, bound, n) -> jax.Array:
     ga, gb = jnp.exp2(-ba), bound * jnp.exp2(-bb)
     Bq = _snap(B, gb) * jnp.asarray(mask, jnp.float64)[:, None]
     return (_snap(A, ga).T @ Bq) * (ga * gb)
+
+
+#: Most grid bits of a snapped row entry in :func:`offsets_sum` (rows of norm ≤ 1); fewer where N or d leave fewer
+#: (:func:`_offset_bits`: 16 at N = 2²⁰, finer than a store's float16 rows at their typical size).
+ROW_BITS = 20
+#: Up to this many classes :func:`offsets_sum` sums per class as one product with one-hot weights (k times the
+#: multiply-adds, but one pass over the rows for every setting of a vmapped sweep); above, a scatter per setting.
+#: The same integers are summed either way: the same bits.
+DENSE_CLASSES = 16
+
+
+def pow2_64(e) -> jax.Array:
+    """2**e (float64) for integer-valued e in [−1022, 1023], built from its bits: exact."""
+    return jax.lax.bitcast_convert_type((jnp.asarray(e, jnp.int64) + 1023) << 52, jnp.float64)
+
+
+def _offset_bits(n, dims: int):
+    """(row bits, weight bits) of :func:`offsets_sum`: a snapped offset entry (row and center entries in [−1, 1])
+    is below 2^(row+1) and a snapped weight below 2^weight, so N of their products sum below 2⁵²
+    (:func:`grid_bits`); and a row's squared distance to the center, d products of entries, stays below 2⁵³ (so it
+    is exact).  Public (N and d only), so every center of a vmapped sweep shares the snapped rows."""
+    bits = grid_bits(n) - 1.0
+    exact_dot = (51 - 1 - math.ceil(math.log2(max(dims, 2)))) // 2
+    row = jnp.clip(jnp.minimum(jnp.ceil(bits / 2) + 1, exact_dot), 1, ROW_BITS)
+    return row, bits - row
+
+
+def offsets_sum(U, mask, center, scale, cap, bound, n, Y=None) -> jax.Array:
+    """Σ_i mask_i · w_i · (u_i − c) exactly, float64: (d,), or per class (k, d) with one-hot labels ``Y`` (m, k).
+
+    ``w_i = min(cap, scale_i / ‖u_i − c‖)``, further limited so that each offset *as summed* has norm ≤ ``bound``:
+    the weight of a clipped offset (``scale`` = ``bound`` = R, ``cap`` = 1) or of a row centered and re-normalized
+    (``scale`` = ``bound`` = its length, ``cap`` ≥ scale / the least distance that matters).  ``U`` (m, d): rows of
+    norm ≤ 1 (float32); ``c``: ``center`` (d,), public, or None for 0 (entries in [−1, 1], as every mean of such
+    rows has them: :func:`privlin.preprocess.private_mean` clips its release so; beyond, clipped here for the
+    exactness); ``n``: the public N.
+
+    The rows and the center are snapped to one grid 2^−a, each weight to ``cap``·2^−b (``cap`` rounded up to a
+    power of two), so every product, and every sum of N of them, is an integer float64 holds exactly; a row's
+    distance to the center is computed from the snapped integers (exact), and its weight leaves room for the weight's
+    snapping (the margin below).  The one pass over the rows is two products (a row's distance, and the weighted
+    sums), so under ``vmap`` over centers the rows are read once for all of them.  Trace under :func:`x64`.
+    """
+    require_x64()
+    m, d = U.shape
+    c = jnp.zeros(d, jnp.float64) if center is None else jnp.clip(jnp.asarray(center, jnp.float64), -1.0, 1.0)
+    a, b = _offset_bits(n, d)
+    ga = pow2_64(-a)
+    cap2 = pow2_64(jnp.ceil(jnp.log2(jnp.asarray(cap, jnp.float64))))
+    gw = cap2 * pow2_64(-b)
+    Uq = jnp.round(jnp.asarray(U, jnp.float32) * _pow2(a)).astype(jnp.float64)  # |u·2^a| < 2²⁴: exact in float32
+    cq = jnp.round(c / ga)
+    sq = jnp.sum(Uq * Uq, axis=1) - 2.0 * (Uq @ cq) + jnp.sum(cq * cq)  # integers below 2⁵³: exact
+    dist = jnp.sqrt(jnp.maximum(sq, 0.0)) * ga * (1.0 + 2.0**-50)  # ≥ ‖û_i − ĉ‖ (one rounding of the root)
+    # A snapped weight is within gw/2 of w, and an offset's length below ρ (rows ≤ 1, both snaps, float32 norms).
+    rho = 1.0 + jnp.sqrt(jnp.sum(c * c)) + math.sqrt(d) * ga + (d + 16) * U32
+    eta = gw * rho / (2.0 * bound) + 2.0**-48
+    tiny = jnp.finfo(jnp.float64).tiny
+    w = jnp.minimum(jnp.minimum(cap, jnp.asarray(scale, jnp.float64) / jnp.maximum(dist, tiny)),
+                    jnp.maximum(bound * (1.0 - eta), 0.0) / jnp.maximum(dist, tiny))
+    wq = jnp.round(w / gw) * jnp.asarray(mask, jnp.float64)
+    if Y is None:
+        total = wq @ Uq - jnp.sum(wq) * cq
+    else:
+        Y = jnp.asarray(Y, jnp.float64)
+        if Y.shape[1] <= DENSE_CLASSES:
+            Z = Y * wq[:, None]
+            total = Z.T @ Uq - jnp.sum(Z, axis=0)[:, None] * cq[None, :]
+        else:
+            label = jnp.argmax(Y, axis=1)
+            wl = wq * jnp.sum(Y, axis=1)
+            total = (jax.ops.segment_sum(wl[:, None] * Uq, label, num_segments=Y.shape[1])
+                     - jax.ops.segment_sum(wl, label, num_segments=Y.shape[1])[:, None] * cq[None, :])
+    return total * (ga * gw)
 
 
 def directions(X, fit_intercept: bool = False, *, norm: float | None = None) -> tuple[jax.Array, jax.Array]:

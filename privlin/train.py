@@ -37,6 +37,7 @@ Shapes: ``X`` (n, d) float32, ``Y`` (n, k) one-hot float32, ``mask`` (n,) 0/1,
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -271,25 +272,57 @@ def class_sums_init(d: int, k: int) -> ClassSums:
 
 
 def class_sums_update(acc: ClassSums, X, Y, mask, clip, n, *, loss: str = "sigmoid", bias_init: float = -10.0,
-                      fit_intercept: bool = False, row_norm: float | None = None) -> ClassSums:
+                      fit_intercept: bool = False, row_norm: float | None = None, center=None) -> ClassSums:
     """Add one block of rows to the ``adam1`` statistics exactly (stage 1; one streaming pass).
 
     At zero init every residual has the same norm r, so the clip factor is ``min(1, C / (||x_i|| r))``
     and the class sums of ``c_i [x_i, 1]`` determine the whole clipped gradient (:func:`adam1_gradient`).
+    ``row_norm``: the model's rows are ``X − center`` re-normalized to this norm (``X`` at that norm, ``center`` the
+    last released mean, or None where ``X`` are the model's rows), as :func:`privlin.preprocess.apply` makes them;
+    None: ``X`` as given.  Summed by :func:`privlin.sensitivity.offsets_sum`, so settings vmapped over their
+    centers share one pass over the rows.
     """
     k = Y.shape[1]
-    A, norms = sensitivity.directions(X, fit_intercept, norm=row_norm)
-    d1 = A.shape[1]
     r = zero_init_residual_norm(k, loss, bias_init)
-    # the margin also covers r's rounding and the float64 rounding of adam1_gradient's p·Σ_j S_j (≤ (k+2)·N·2⁻⁵²)
-    eta = sensitivity.margin(n, d1) + k * sensitivity.U32 + (k + 2) * jnp.asarray(n, jnp.float64) * 2.0**-50
-    magnitude = jnp.minimum(norms, clip * (1.0 - eta) / r)  # c_i ||x_i||
-    label = jnp.argmax(Y, axis=1)
+    # a row's whole contribution ≤ C/r, less r's rounding and adam1_gradient's float64 rounding of p·Σ_j S_j
+    bound = clip * (1.0 - k * sensitivity.U32 - (k + 2) * jnp.asarray(n, jnp.float64) * 2.0**-50) / r
     mask = mask * jnp.sum(Y, axis=1)
-    S = sensitivity.segment_sum(A * magnitude[:, None], label, k, mask, clip / r)
-    if not fit_intercept:  # keep the layout (k, d+1): the intercept column stays zero
+    if row_norm is None:  # rows as given: each its own direction, clipped to the bound
+        A, norms = sensitivity.directions(X, fit_intercept)
+        S = sensitivity.offsets_sum(A, mask, None, jnp.minimum(norms, bound), bound, bound, n, Y)
+        if not fit_intercept:  # keep the layout (k, d+1): the intercept column stays zero
+            S = jnp.concatenate([S, jnp.zeros((k, 1), S.dtype)], axis=1)
+        return ClassSums(acc.S + S)
+    # every row's contribution [direction of x_i − c, 1]·mag/full has norm mag: the direction part by offsets_sum
+    # (its weight mag·row_norm/full / ‖u_i − c‖), the intercept part snapped to 22 bits (× a count: exact)
+    full = math.sqrt(row_norm * row_norm + 1.0) if fit_intercept else row_norm
+    mag = jnp.minimum(full, bound * (1.0 - 2.0**-21))
+    feat = mag * (row_norm / full)
+    u = jnp.asarray(X, jnp.float32) * jnp.float32(1.0 / row_norm)
+    c = None if center is None else jnp.asarray(center, jnp.float64) / row_norm
+    cap = feat / _least_distance(c)
+    S = sensitivity.offsets_sum(u, mask, c, feat, cap, feat, n, Y)
+    if fit_intercept:
+        iota = mag / full
+        grid = sensitivity.pow2_64(jnp.ceil(jnp.log2(iota)) - 22.0)  # a power of two: ι/grid ≤ 2²², × a count ≤ 2³⁰: exact
+        counts = jnp.sum(jnp.asarray(Y, jnp.float64) * jnp.asarray(mask, jnp.float64)[:, None], axis=0)
+        S = jnp.concatenate([S, (counts * jnp.round(iota / grid) * grid)[:, None]], axis=1)
+    else:
         S = jnp.concatenate([S, jnp.zeros((k, 1), S.dtype)], axis=1)
     return ClassSums(acc.S + S)
+
+
+#: A row this close to the center (rows at norm 1) gets at most the weight of one this far: its contribution is
+#: shorter than the others' (the weights' grid would otherwise be coarse for every row).
+NEAREST = 2.0**-6
+
+
+def _least_distance(c):
+    """The least distance from a unit row (or a zero row) to the center ``c`` that the weights' grid covers."""
+    if c is None:
+        return 1.0 - 2.0**-10
+    norm = jnp.sqrt(jnp.sum(c * c))
+    return jnp.maximum(jnp.minimum(jnp.abs(1.0 - norm), norm) * (1.0 - 2.0**-10), NEAREST)
 
 
 def adam1_gradient(sums: ClassSums, *, loss: str = "sigmoid", bias_init: float = -10.0) -> LinearParams:

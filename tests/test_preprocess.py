@@ -45,19 +45,27 @@ def test_row_sum_sensitivity_is_the_norm():
 
 
 def test_private_mean_noise_std_is_sigma_times_norm():
-    d, sigma, norm, n = 200_000, 4.0, 2.0, 10
-    total = np.full(d, 1e4 * n, np.float32)  # a mean far above the noise: James-Stein leaves it (factor > 0.9999)
-    m = np.asarray(P.private_mean(total, n, make_key(0).key, sigma, norm))
+    d, sigma, norm, n = 200_000, 4.0, 2.0, 1000
+    # a mean far above the noise (James-Stein leaves it: factor > 0.9999) and far inside [-norm, norm] (no clip)
+    total = np.full(d, 1.0 * n, np.float32)
+    m = np.asarray(P.private_mean(total, n, make_key(0).key, sigma, norm), np.float64)
     # the noise on the SUM has std sigma*norm; the mean divides it by the public n
     assert np.std(m * n) == pytest.approx(sigma * norm, rel=0.02)
-    assert abs(np.mean(m * n - total)) < 5 * sigma * norm / np.sqrt(d) + 1e-4 * 1e4 * n
+    assert abs(np.mean(m * n - total)) < 5 * sigma * norm / np.sqrt(d) + 1e-4 * n
+
+
+def test_private_mean_entries_lie_where_a_mean_of_rows_can():
+    """A released mean of rows at norm C is clipped to [-C, C] per entry (post-processing): the exact offset sums
+    (privlin.sensitivity.offsets_sum) rely on it."""
+    m = np.asarray(P.private_mean(np.full(50, 300.0), 10, make_key(1).key, 50.0, 2.0))
+    assert np.abs(m).max() <= 2.0 and (np.abs(m) == 2.0).any()
 
 
 def test_private_mean_shrinks_noise_toward_zero():
     """James-Stein on the released mean: across draws, its squared error is below the unshrunk mean's (d·τ²,
     the closed form) where the noise is as large as the mean, and far below it where the rows are centered
     already; a mean far above the noise is kept."""
-    d, n, sigma = 50, 100, 20.0
+    d, n, sigma = 50, 10_000, 20.0  # big (100 τ per entry) is still where a mean of unit rows can be
     tau = sigma / n
     rng = np.random.default_rng(0)
     for scale, most in ((0.0, 0.1), (1.0, 0.6)):
@@ -126,7 +134,7 @@ def test_offset_sum_clips_offsets_to_the_radius_and_its_sensitivity_is_the_radiu
     V = Un - first
     lv = np.linalg.norm(V, axis=1, keepdims=True)
     want = (V * np.minimum(1.0, r / np.maximum(lv, 1e-300))).sum(0)
-    assert np.allclose(full, want, atol=1e-5 * n * r)
+    assert np.allclose(full, want, atol=n * np.sqrt(d) * 2.0**-20)  # rows snapped to 2^-20 (sensitivity.ROW_BITS)
     assert np.linalg.norm(V[1]) > r and np.linalg.norm(V[2]) > r
     for i in range(n):
         null = ones.copy()
@@ -135,10 +143,11 @@ def test_offset_sum_clips_offsets_to_the_radius_and_its_sensitivity_is_the_radiu
 
 
 def test_refined_mean_noise_std_is_sigma_times_radius():
-    d, sigma, r, n = 200_000, 4.0, 0.05, 10
+    d, sigma, r, n = 200_000, 4.0, 0.05, 100_000
     first = np.zeros(d, np.float32)
-    total = np.full(d, 1e4 * n, np.float32)  # far above the noise: James-Stein keeps it
-    m = np.asarray(P.refined_mean(first, total, n, make_key(0).key, sigma, r))
+    # offsets of norm r/2 (as clipped offsets can be), far above the noise: James-Stein keeps them (factor > 0.998)
+    total = np.full(d, 0.5 * r / np.sqrt(d) * n)
+    m = np.asarray(P.refined_mean(first, total, n, make_key(0).key, sigma, r), np.float64)
     assert np.std(m * n - total) == pytest.approx(sigma * r, rel=0.02)
 
 
@@ -238,18 +247,18 @@ def test_round_means_noise_std_and_each_round_sees_the_ones_before():
     """Round j's release is private_mean of the sum over the rows re-centered by rounds < j, at σ·√R (so the R
     releases compose to one at σ): its std on the sum is σ·√R·norm; the first call gets None, the next the first
     round's mean."""
-    d, sigma, norm, n, R = 100_000, 3.0, 2.0, 10, 2
+    d, sigma, norm, n, R = 100_000, 3.0, 2.0, 10_000, 2
     seen = []
 
-    def sum_of(prev):
+    def sum_of(prev):  # a mean of 1 per entry: far above the noise (James-Stein keeps it), inside [-norm, norm]
         seen.append(None if prev is None else np.asarray(prev).shape)
-        return np.full(d, 1e4 * n, np.float32)  # far above the noise: James-Stein keeps it
+        return np.full(d, 1.0 * n)
 
     from privlin.noise import split
     got = np.asarray(P.round_means(sum_of, n, split(make_key(0).key, R), sigma, R, norm))
     assert got.shape == (R, d) and seen == [None, (1, d)]
     for j in range(R):
-        assert np.std(got[j] * n - 1e4 * n) == pytest.approx(sigma * np.sqrt(R) * norm, rel=0.02)
+        assert np.std(got[j].astype(np.float64) * n - n) == pytest.approx(sigma * np.sqrt(R) * norm, rel=0.02)
     assert abs(np.corrcoef(got[0], got[1])[0, 1]) < 0.02  # fresh noise per round
 
 

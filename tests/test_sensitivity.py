@@ -144,3 +144,81 @@ def test_directions_of_rows_at_the_edge_of_float32():
     ref_n = np.linalg.norm(ref, axis=1)
     np.testing.assert_allclose(np.asarray(A, np.float64), ref / ref_n[:, None], rtol=2e-6, atol=1e-7)
     assert np.isinf(norms[0]) and np.allclose(np.asarray(norms[1:], np.float64), ref_n[1:], rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------- offsets from a center
+
+def offset_rows(rng, n, d, center):
+    """Unit rows around ``center`` (float32), with the rows that stress a weight: one at the center, a zero row,
+    one a grid step away, one opposite."""
+    U = center + rng.normal(size=(n, d)) * 0.3
+    U /= np.linalg.norm(U, axis=1, keepdims=True)
+    U[0] = center / max(np.linalg.norm(center), 1e-30)
+    U[1] = 0.0
+    U[2] = U[0] + 2.0**-20
+    U[3] = -U[0]
+    return U.astype(np.float32)
+
+
+@pytest.mark.parametrize("norm_c", [0.0, 0.5, 0.97])
+def test_offsets_sum_moves_by_at_most_the_bound(norm_c):
+    """Clipped offsets (cap 1, scale = bound = r) and re-normalized ones (scale = bound, cap 64·bound), at the
+    coarsest grids privlin uses (public N = 2³⁰): every zero-out neighbour moves the sum by at most the bound."""
+    rng = np.random.default_rng(int(norm_c * 100))
+    n, d, k = 400, 9, 3
+    center = rng.normal(size=d)
+    center *= norm_c / max(np.linalg.norm(center), 1e-30)
+    U = offset_rows(rng, n, d, center)
+    Y = np.asarray(jax.nn.one_hot(rng.integers(0, k, n), k))
+    mask = np.ones(n, np.float32)
+    with sensitivity.x64():
+        for scale, cap, bound in ((0.05, 1.0, 0.05), (0.7, 0.7 * 64, 0.7)):
+            for public_n in (n, 2**30):
+                full = np.asarray(sensitivity.offsets_sum(U, mask, center, scale, cap, bound, public_n, Y))
+                for j in list(range(4)) + list(rng.choice(np.arange(4, n), 6, replace=False)):
+                    null = mask.copy()
+                    null[j] = 0.0
+                    part = np.asarray(sensitivity.offsets_sum(U, null, center, scale, cap, bound, public_n, Y))
+                    assert np.linalg.norm(full - part) <= bound
+
+
+def test_offsets_sum_is_exact_in_any_order_blocking_vmap_and_class_layout(monkeypatch):
+    """The same bits whatever the order, the blocking, a vmap over centers, or how classes are summed (one
+    product with one-hot weights, or a scatter above DENSE_CLASSES)."""
+    rng = np.random.default_rng(1)
+    n, d, k = 3000, 11, 5
+    centers = rng.normal(size=(3, d)) * 0.1
+    U = offset_rows(rng, n, d, centers[0])
+    Y = np.asarray(jax.nn.one_hot(rng.integers(0, k, n), k))
+    mask = (rng.random(n) < 0.9).astype(np.float32)
+    perm = rng.permutation(n)
+
+    def total(c, U=U, Y=Y, mask=mask):
+        return sensitivity.offsets_sum(U, mask, c, 0.8, 8.0, 0.8, n, Y)
+
+    with sensitivity.x64():
+        whole = np.asarray(total(centers[0]))
+        np.testing.assert_array_equal(np.asarray(total(centers[0], U[perm], Y[perm], mask[perm])), whole)
+        parts = sum(np.asarray(total(centers[0], U[s], Y[s], mask[s])) for s in (slice(0, 77), slice(77, 2000),
+                                                                                slice(2000, None)))
+        np.testing.assert_array_equal(parts, whole)
+        many = np.asarray(jax.jit(jax.vmap(total))(jnp.asarray(centers)))
+        for i in range(3):
+            np.testing.assert_array_equal(many[i], np.asarray(total(centers[i])))
+        monkeypatch.setattr(sensitivity, "DENSE_CLASSES", 2)  # the scatter
+        np.testing.assert_array_equal(np.asarray(total(centers[0])), whole)
+
+
+def test_offsets_sum_is_the_weighted_offsets_to_the_grid():
+    """Against NumPy: Σ w_i (u_i − c) per class, w_i = min(cap, scale / ‖u_i − c‖), rows snapped to 2^-a."""
+    rng = np.random.default_rng(2)
+    n, d, k = 500, 16, 4
+    c = rng.normal(size=d) * 0.15
+    U = offset_rows(rng, n, d, c)[4:]  # no row near the center: the weights are not capped
+    Y = np.asarray(jax.nn.one_hot(rng.integers(0, k, n - 4), k))
+    V = U.astype(np.float64) - c
+    w = np.minimum(4.0, 0.9 / np.linalg.norm(V, axis=1))
+    want = (Y.T * w) @ V
+    with sensitivity.x64():
+        got = np.asarray(sensitivity.offsets_sum(U, np.ones(n - 4), c, 0.9, 4.0, 0.9, n, Y))
+    assert np.allclose(got, want, atol=n * 2.0**-14)

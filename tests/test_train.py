@@ -129,6 +129,29 @@ def test_adam1_class_sums_give_the_exact_clipped_gradient_at_zero_init(loss, fit
         assert np.allclose(g.b, direct.b, atol=1e-5)
 
 
+@pytest.mark.parametrize("fit_intercept", [False, True])
+def test_adam1_class_sums_of_centered_rows_give_the_clipped_gradient_of_the_model_rows(fit_intercept):
+    """Rows handed over before their last centering (``center``): the gradient is the clipped gradient at zero init
+    of the rows the model sees, (U − c) re-normalized to the row norm (privlin.preprocess.apply), computed apart."""
+    X, Y, mask = data(seed=9, n=40)
+    mask = mask.at[3].set(0.0)
+    C = 0.8
+    U = np.asarray(X, np.float64)
+    U = (U / np.linalg.norm(U, axis=1, keepdims=True) * C).astype(np.float32)
+    c = (np.asarray(np.mean(U, axis=0)) + 0.05).astype(np.float32)
+    Z = (U - c) / np.linalg.norm(U - c, axis=1, keepdims=True) * C
+    acc = T.class_sums_init(D, K)
+    for a, b in [(0, 17), (17, 40)]:
+        acc = T.class_sums_update(acc, U[a:b], Y[a:b], mask[a:b], C, 40, fit_intercept=fit_intercept, row_norm=C,
+                                  center=c)
+    g = T.adam1_gradient(acc)
+    direct = T.clipped_grad_sum(T.init_params(D, K, -10.0), jnp.asarray(Z, jnp.float32), Y, mask, C, 40,
+                                loss="sigmoid", fit_intercept=fit_intercept)
+    assert np.allclose(g.W, direct.W, atol=1e-4)
+    if fit_intercept:
+        assert np.allclose(g.b, direct.b, atol=1e-4)
+
+
 def test_adam1_step_is_one_optax_adam_step_on_the_noisy_gradient():
     X, Y, mask = data(seed=5)
     acc = T.class_sums_update(T.class_sums_init(D, K), X, Y, mask, 1.0, N)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from .. import accounting, noise, preprocess, scaling
 
-__all__ = ["Release", "Facts", "planned_sigma", "Driver", "Context", "RowMap", "model_rows", "stage_keys",
+__all__ = ["Release", "Facts", "planned_sigma", "Driver", "Context", "RowMap", "model_rows", "rows_and_center", "stage_keys",
            "release_key", "recenter_keys"]
 
 
@@ -98,6 +98,18 @@ def model_rows(X, rows: RowMap, norm: float, normalize: bool):
     if rows.scaling is None:
         return preprocess.apply(X, preprocess.RowMap(norm, rows.mean, rows.log_scale))
     return scaling.apply(preprocess.apply(X, preprocess.RowMap(1.0, rows.mean, rows.log_scale)), rows.scaling, norm)
+
+
+def rows_and_center(X, rows: RowMap, norm: float, normalize: bool):
+    """``(U, c)`` such that :func:`model_rows` is ``U − c`` re-normalized to ``norm``: the rows as the released values
+    map them up to their last centering, and that centering's mean; ``c`` None where the rows are already the
+    model's (no centering, a scaling map, or rows as given).  What a sum over offsets from a center reads
+    (:func:`privlin.sensitivity.offsets_sum`)."""
+    if not normalize or rows.scaling is not None or rows.mean is None:
+        return model_rows(X, rows, norm, normalize), None
+    if rows.mean.ndim == 1:
+        return preprocess.apply(X, preprocess.RowMap(norm, None, rows.log_scale)), rows.mean
+    return preprocess.apply(X, preprocess.RowMap(norm, rows.mean[:-1], rows.log_scale)), rows.mean[-1]
 
 
 class Context(NamedTuple):
