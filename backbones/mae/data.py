@@ -149,7 +149,7 @@ class FolderImages:
             self._decode(data)
             return digest, None
         except Exception as e:  # unreadable, truncated, not an image, a decompression bomb ...
-            return None, f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            return None, _reason(e)
 
     def preflight(self, progress: bool = True, null_on_change: bool = False, workers: int | None = None) -> None:
         """Read and decode every file once, before training; keep each file's sha256.
@@ -206,13 +206,22 @@ class FolderImages:
             return self._decode(data)
         except Exception as e:
             if not self.null_on_change:
-                raise ValueError(f"{self.paths[i]} changed during training "
-                                 f"({type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''})") from None
+                raise ValueError(f"{self.paths[i]} changed during training ({_reason(e)})") from None
             self.changed_read = True
             return torch.full((3, self.size, self.size), float("nan"))
 
     def __getitem__(self, indices) -> torch.Tensor:
         return torch.stack([self._load(int(i)) for i in np.atleast_1d(indices)])
+
+
+def _reason(e: Exception) -> str:
+    """One line on why a file could not be used (PIL's "cannot identify" names a BytesIO object, not the file)."""
+    from PIL import UnidentifiedImageError
+
+    if isinstance(e, UnidentifiedImageError):
+        return "not an image PIL can identify"
+    text = str(e).splitlines()[0][:160] if str(e) else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def make_source(spec: str, size: int, seed: int = 0):
