@@ -338,7 +338,8 @@ def test_the_torch_trainer_loads_neither_jax_nor_scikit_learn():
 @pytest.mark.slow  # three CLI processes, ~1 min on a 2-core box
 def test_kill9_then_resume_equals_one_clean_run_and_leaves_no_temporary_file(tmp_path):
     # a seeded DP run killed (SIGKILL) after some checkpoint, resumed: bit for bit the uninterrupted run (the masks
-    # are keyed by seed and step, the sample and noise by the seeds and step); a kill's temporary file is removed
+    # are keyed by seed and step, the sample and noise by the seeds and step), its accountant counting the step the
+    # kill interrupted; a kill's temporary file is removed
     import signal
     import time
 
@@ -361,15 +362,18 @@ def test_kill9_then_resume_equals_one_clean_run_and_leaves_no_temporary_file(tmp
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     step = load_checkpoint(str(out / "checkpoint.pth"))["step"]
-    assert 3 <= step < 8
+    begun = read_step_journal(str(out / "dp_steps.json"))["noisy_steps"]  # counted before each step's noise
+    assert 3 <= step < 8 and step <= begun <= step + 1
     stale = out / f"checkpoint.pth.tmp{proc.pid}"
     stale.write_bytes(b"half a checkpoint")  # as a kill in the middle of a write leaves it
     resumed = subprocess.run(argv + ["--out", str(out), "--resume"], cwd=REPO, env=env, capture_output=True,
                              text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    assert sorted(os.listdir(out)) == ["checkpoint.pth"]
+    assert sorted(os.listdir(out)) == ["checkpoint.pth", "dp_steps.json"]
     a, b = load_checkpoint(str(tmp_path / "clean" / "checkpoint.pth")), load_checkpoint(str(out / "checkpoint.pth"))
-    assert a["step"] == b["step"] == 8 and a["accountant"] == b["accountant"]
+    assert a["step"] == b["step"] == 8 and a["accountant"]["steps"] == 8
+    # the step the kill interrupted (if it had begun) is counted: its noise may have been drawn and lost
+    assert b["accountant"]["steps"] == 8 + (begun - step) and b["accountant"]["epsilon"] >= a["accountant"]["epsilon"]
     for k in a["model"]:
         assert torch.equal(a["model"][k], b["model"][k]), k
 
