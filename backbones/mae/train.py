@@ -437,7 +437,8 @@ class _Run:
         mine = torch.arange(rank, len(sample), world)
         trainable, _ = split_params(self.model)
         grad_sum = {k: torch.zeros_like(v, dtype=torch.float32) for k, v in trainable.items()}
-        loss_sum = torch.zeros(3, device=self.device)  # sum and count of the finite losses (display only), changed
+        # sum and count of the finite losses (display only); whether a file read differed from the pre-flight
+        loss_sum = torch.zeros(3, device=self.device)
         for part in mine.split(s.physical_batch):
             if part.numel() == 0:  # an empty Poisson sample is a valid step: noise only
                 continue
@@ -446,9 +447,14 @@ class _Run:
             for k in grad_sum:
                 grad_sum[k] += summed[k]
             finite = torch.isfinite(losses)
-            loss_sum += torch.stack([torch.where(finite, losses.float(), 0.0).sum(), finite.sum().float(),
-                                     loss_sum.new_zeros(())])
+            loss_sum[:2] += torch.stack([torch.where(finite, losses.float(), 0.0).sum(), finite.sum().float()])
             del summed
+        if isinstance(self.source, FolderImages) and self.source.changed_read:
+            loss_sum[2] = 1.0
+        if world > 1:
+            torch.distributed.all_reduce(loss_sum)
+        total, count, changed = loss_sum.tolist()
+        self.changed_read = self.changed_read or changed > 0  # known before anything can stop the step
         noisy = reduce_and_privatize(grad_sum, noise_std=acc.noise_multiplier * s.clip,
                                      denominator=acc.sample_rate * n,
                                      generator=self.noise.generator(self.step) if self.noise is not None else None)
@@ -460,12 +466,6 @@ class _Run:
         self.optimizer.step()
         _stop_if_not_finite([p for p in self.model.parameters() if p.requires_grad],
                             f"the weights after step {self.step + 1} are", "--lr")
-        if isinstance(self.source, FolderImages) and self.source.changed_read:
-            loss_sum[2] = 1.0
-        if world > 1:
-            torch.distributed.all_reduce(loss_sum)
-        total, count, changed = loss_sum.tolist()
-        self.changed_read = self.changed_read or changed > 0
         return total / count if count else float("nan")
 
 
@@ -619,7 +619,8 @@ def _provenance(s: TrainSettings, result: dict) -> dict:
                                                    "neighboring_relation", "neighbouring", "n_private")}
         seeded = result["seeded"]
         prov["privacy"].update(
-            clip=s.clip, steps=result["dp_steps"], dp_event=event_to_dict(result["dp_event"]),
+            clip=s.clip, steps=result["dp_steps"], steps_redone=result["steps_redone"],
+            dp_event=event_to_dict(result["dp_event"]),
             accounted_as="privlin.accounting under dp-accounting's REPLACE_SPECIAL (zero-out)",
             seeded=any(seeded.values()),
             randomness={k: (f"SEEDED by the user (--{k}-seed): the guarantee does not hold against anyone who knows "
@@ -704,14 +705,18 @@ def _parser() -> argparse.ArgumentParser:
     a("--size", default=d.size, choices=sorted(MAE_SIZES), help="MAE size (encoder x decoder)")
     a("--data", default=d.data, help="synthetic (public) | digits | imagefolder:PATH (private)")
     a("--steps", type=LIMITS["steps"], default=d.steps, help="logical optimizer steps")
-    a("--batch-size", type=LIMITS["batch_size"], default=d.batch_size, help="images per step; with --dp the expected logical batch q*N")
+    a("--batch-size", type=LIMITS["batch_size"], default=d.batch_size,
+      help="images per step; with --dp the expected logical batch q*N")
     a("--sample-rate", type=LIMITS["sample_rate"], default=None, help="DP Poisson rate q (overrides --batch-size)")
-    a("--physical-batch", type=LIMITS["physical_batch"], default=d.physical_batch, help="images per forward/backward pass")
+    a("--physical-batch", type=LIMITS["physical_batch"], default=d.physical_batch,
+      help="images per forward/backward pass")
     a("--lr", type=LIMITS["lr"], default=d.lr, help="peak learning rate")
     a("--min-lr", type=LIMITS["min_lr"], default=d.min_lr, help="learning rate at the end of the cosine")
     a("--warmup-steps", type=LIMITS["warmup_steps"], default=d.warmup_steps, help="linear warmup steps")
-    a("--weight-decay", type=LIMITS["weight_decay"], default=d.weight_decay, help="AdamW weight decay (ViP DP: 0.005)")
-    a("--seed", type=LIMITS["seed"], default=d.seed, help="public seed of the initialization and the masks (never the DP sample)")
+    a("--weight-decay", type=LIMITS["weight_decay"], default=d.weight_decay,
+      help="AdamW weight decay (ViP DP: 0.005)")
+    a("--seed", type=LIMITS["seed"], default=d.seed,
+      help="public seed of the initialization and the masks (never the DP sample)")
     a("--noise-seed", type=LIMITS["noise_seed"], default=None,
       help="seed of the DP noise (default: 256 bits of os.urandom); a seeded run is labelled so")
     a("--sample-seed", type=LIMITS["sample_seed"], default=None,
@@ -720,7 +725,8 @@ def _parser() -> argparse.ArgumentParser:
     a("--epsilon", type=LIMITS["epsilon"], default=d.epsilon, help="target epsilon (with --dp)")
     a("--delta", type=LIMITS["delta"], default=None, help="target delta (default: min(1e-5, 1/(10N)))")
     a("--clip", type=LIMITS["clip"], default=d.clip, help="per-example gradient norm bound C")
-    a("--noise-multiplier", type=LIMITS["noise_multiplier"], default=None, help="sigma (default: calibrated to --epsilon)")
+    a("--noise-multiplier", type=LIMITS["noise_multiplier"], default=None,
+      help="sigma (default: calibrated to --epsilon)")
     a("--accountant", default=d.accountant, choices=["pld", "rdp"], help="privlin.accounting accountant")
     a("--per-example", default=d.per_example, choices=list(METHODS),
       help="DP clipping: ghost (mixed ghost norms + book-keeping) or vmap (per-example gradients, reference)")
