@@ -5,6 +5,7 @@ resumed run redoes them with fresh noise and must count them too (the step journ
 draws its noise). An image folder is pre-flighted (read and decoded in full) before the first step; a file that
 changes afterwards is a null image in a DP run, and the run says so at its end without naming or counting it.
 """
+import hashlib
 import json
 import os
 import shutil
@@ -20,16 +21,14 @@ from backbones.mae.checkpoint import STEP_JOURNAL, load_checkpoint, read_step_jo
 from backbones.mae.data import FolderImages, TensorImages
 from backbones.mae.train import TrainSettings, main, train
 from test_mae import _one_thread  # noqa: F401  (autouse: one torch thread, as in test_mae)
+from test_mae_cli import _dp as _cli_dp
 
 pytestmark = pytest.mark.filterwarnings("ignore:--.*-seed makes the DP:UserWarning")
 
 
 def _dp(tmp_path, name="run", **kw):
-    base = dict(size="toy", data="digits", dp=True, steps=5, sample_rate=0.005, physical_batch=8, lr=1e-3,
-                warmup_steps=1, seed=0, noise_seed=1, sample_seed=2, clip=0.1, noise_multiplier=1.1,
-                accountant="rdp", log_every=1, ckpt_every=2, out=str(tmp_path / name))
-    base.update(kw)
-    return TrainSettings(**base)
+    """test_mae_cli's seeded toy DP run on digits, 5 steps with checkpoints every 2."""
+    return _cli_dp(tmp_path, name, **{"steps": 5, "ckpt_every": 2, "noise_multiplier": 1.1, **kw})
 
 
 def _independent_epsilon(result, steps):
@@ -112,7 +111,7 @@ def test_the_journal_is_required_verified_and_holds_nothing_secret(tmp_path):
     good = open(path).read()
     # a journal that counts fewer steps than the checkpoint, a flipped digit, a deleted journal: named, refused
     for text, expected in ((good.replace('"noisy_steps": 1', '"noisy_steps": 0'), "is damaged"),
-                           (json.dumps({**doc, "noisy_steps": 0, "sha256": __import__("hashlib").sha256(
+                           (json.dumps({**doc, "noisy_steps": 0, "sha256": hashlib.sha256(
                                json.dumps({"noisy_steps": 0, "changed_files_read": False}, sort_keys=True)
                                .encode()).hexdigest()}), "counts 0 noisy steps, fewer than the 1 of the checkpoint"),
                            (None, "no step journal at")):
