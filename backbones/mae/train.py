@@ -11,7 +11,10 @@ rewritten atomically; ``--resume`` continues the run from it (same masks and
 accountant; a non-private run also the same batches). A DP run's Poisson
 sample and noise are keyed by secrets that no file holds, so a resumed DP run
 draws fresh ones (bit for bit only when both ``--sample-seed`` and
-``--noise-seed`` are given again, which labels the run seeded). ``--export
+``--noise-seed`` are given again, which labels the run seeded). A DP run
+counts each step before it draws its noise in ``<out>/dp_steps.json``, so
+the steps a stop loses after the last checkpoint are counted on resume.
+An image folder is decoded in full before the first step. ``--export
 PATH`` writes the encoder alone in the ViP release layout for the
 ``backbones`` registry, with its provenance (and, for DP, its dp-accounting
 event: :func:`run_dp_event`) in ``<PATH stem>.json``.
@@ -733,7 +736,7 @@ def _parser() -> argparse.ArgumentParser:
     a("--device", default=d.device, choices=["auto", "cpu", "cuda"], help="auto: CUDA when available")
     a("--amp", default=d.amp, choices=["none", "bf16"], help="bf16 autocast of the forward passes")
     a("--init", default=None, help="ViP-layout .pth to start from (a MAE checkpoint or an exported encoder)")
-    a("--out", default=d.out, help="run directory (checkpoint.pth inside)")
+    a("--out", default=d.out, help="run directory (checkpoint.pth inside; a DP run's step journal dp_steps.json too)")
     a("--ckpt-every", type=LIMITS["ckpt_every"], default=d.ckpt_every, help="steps between checkpoints")
     a("--log-every", type=LIMITS["log_every"], default=d.log_every, help="steps between log lines")
     a("--export", default=None, help="write the encoder (float16, ViP layout) and its provenance JSON here at the end "
