@@ -17,7 +17,7 @@ import torch
 from dp_accounting.rdp import rdp_privacy_accountant
 
 import backbones.mae.train as train_mod
-from backbones.mae.checkpoint import STEP_JOURNAL, load_checkpoint, read_step_journal
+from backbones.mae.checkpoint import STEP_JOURNAL, load_checkpoint, read_step_journal, write_step_journal
 from backbones.mae.data import FolderImages, TensorImages
 from backbones.mae.train import TrainSettings, main, train
 from test_mae import _one_thread  # noqa: F401  (autouse: one torch thread, as in test_mae)
@@ -132,6 +132,9 @@ def test_a_stopped_run_with_a_journal_is_not_overwritten_by_a_new_one(tmp_path):
     os.remove(os.path.join(s.out, "checkpoint.pth"))  # only the journal is left: a new run must not reset it
     with pytest.raises(FileExistsError, match=f"{STEP_JOURNAL} exists"):
         train(s, progress=False)
+    # a journal that counts no step (a kill while the step-0 checkpoint was written) does not block a new run
+    write_step_journal(os.path.join(s.out, STEP_JOURNAL), 0, False)
+    assert train(s, progress=False)["dp_steps"] == 1
 
 
 # -- image folders: pre-flight, changed files ------------------------------------------------------------------------

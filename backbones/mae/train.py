@@ -522,8 +522,9 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
     """
     cfg = MAE_SIZES[s.size]
     ckpt = os.path.join(s.out, "checkpoint.pth")
-    for path in (ckpt, os.path.join(s.out, STEP_JOURNAL)):
-        if not resume and os.path.exists(path):  # two runs in one --out would overwrite each other's records
+    journal = os.path.join(s.out, STEP_JOURNAL)
+    for path in (ckpt, journal):  # two runs in one --out would overwrite each other's records
+        if not resume and os.path.exists(path) and not (path == journal and _no_step_taken(ckpt, journal)):
             raise FileExistsError(f"{path} exists (another run): pass --resume to continue it, or another --out")
     source, private = make_source(s.data, cfg.img_size, seed=s.seed)
     if private and not s.dp:
@@ -603,6 +604,11 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
         result["export"] = export_path(s)
         result["export_sha256"] = export_encoder(run.model, result["export"], provenance=_provenance(s, result))
     return result
+
+
+def _no_step_taken(ckpt: str, journal: str) -> bool:
+    """A journal without a checkpoint that counts no step: a run killed while writing its step-0 checkpoint."""
+    return not os.path.exists(ckpt) and read_step_journal(journal)["noisy_steps"] == 0
 
 
 def _provenance(s: TrainSettings, result: dict) -> dict:
