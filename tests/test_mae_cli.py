@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from backbones.checkpoints import read_checkpoint
-from backbones.mae.checkpoint import load_checkpoint, load_mae_weights
+from backbones.mae.checkpoint import load_checkpoint, load_mae_weights, read_step_journal
 from backbones.mae.model import build_mae
 from backbones.mae.train import TrainSettings, main, train
 from test_mae import _one_thread  # noqa: F401  (autouse: one torch thread, as in test_mae)
@@ -29,21 +29,103 @@ def _dp(tmp_path, name="run", **kw):
 
 
 MISTAKES = {
-    "epsilon 0": (["--dp", "--epsilon", "0"], "epsilon must be > 0"),
+    "epsilon 0": (["--dp", "--epsilon", "0"], "--epsilon: must be > 0, got 0"),
     "epsilon inf": (["--dp", "--epsilon", "inf"], "without --dp"),
     "unknown data": (["--data", "digitz"], "unknown data spec 'digitz'"),
     "missing folder": (["--data", "imagefolder:/no/such/dir"], "does not exist"),
     "resume without checkpoint": (["--resume"], "--resume: no checkpoint"),
     "missing init": (["--init", "/no/such/weights.pth"], "no checkpoint at '/no/such/weights.pth'"),
     "unknown size": (["--size", "huge"], "invalid choice: 'huge'"),
-    "zero physical batch": (["--physical-batch", "0"], "physical_batch must be >= 1"),
-    "negative steps": (["--steps", "-3"], "steps must be >= 1"),
-    "sample rate": (["--dp", "--sample-rate", "1.5"], "sample_rate must be in (0, 1]"),
-    "delta": (["--dp", "--delta", "2"], "delta must be in (0, 1)"),
-    "not a number": (["--epsilon", "eight"], "invalid float value: 'eight'"),
+    "zero physical batch": (["--physical-batch", "0"], "--physical-batch: must be in [1, 1e+06], got 0"),
+    "negative steps": (["--steps", "-3"], "--steps: must be in [1, 1e+07], got -3"),
+    "sample rate": (["--dp", "--sample-rate", "1.5"], "--sample-rate: must be in (0, 1], got 1.5"),
+    "delta": (["--dp", "--delta", "2"], "--delta: must be in (0, 1), got 2"),
+    "not a number": (["--epsilon", "eight"], "expected a number, got 'eight'"),
     "threads": (["--threads", "0"], "--threads must be >= 1"),
-    "negative seed": (["--seed", "-1"], "seed must be >= 0"),
+    "negative seed": (["--seed", "-1"], "--seed: must be in [0, 9.22337e+18], got -1"),
 }
+#: Extreme public settings (issue: `--lr 1e36` was a torch traceback inside AdamW): each refused in one line, exit 2,
+#: before a private image is read, a step is counted or a file is written.
+BAD_SETTINGS = {
+    "lr 1e36": (["--lr", "1e36"], "--lr: must be in (0, 10], got 1e36"),
+    "lr 1e300": (["--lr", "1e300"], "--lr: must be in (0, 10]"),
+    "lr inf": (["--lr", "inf"], "--lr: must be in (0, 10], got inf"),
+    "lr nan": (["--lr", "nan"], "--lr: must be in (0, 10], got nan"),
+    "lr 0": (["--lr", "0"], "--lr: must be in (0, 10], got 0"),
+    "lr negative": (["--lr=-1e-3"], "--lr: must be in (0, 10]"),
+    "min lr nan": (["--min-lr", "nan"], "--min-lr: must be in [0, 10], got nan"),
+    "min lr above lr": (["--min-lr", "1", "--lr", "0.1"], "need 0 <= min_lr <= lr"),
+    "weight decay nan": (["--weight-decay", "nan"], "--weight-decay: must be >= 0, finite, got nan"),
+    "weight decay negative": (["--weight-decay=-0.1"], "--weight-decay: must be >= 0, finite"),
+    "weight decay times lr": (["--weight-decay", "1e6", "--lr", "0.1"], "lr * weight_decay must be <= 1"),
+    "sigma nan": (["--dp", "--noise-multiplier", "nan"], "--noise-multiplier: must be > 0, finite, got nan"),
+    "sigma 0": (["--dp", "--noise-multiplier", "0"], "--noise-multiplier: must be > 0, finite, got 0"),
+    "sigma negative": (["--dp", "--noise-multiplier=-1"], "--noise-multiplier: must be > 0, finite"),
+    "sigma inf": (["--dp", "--noise-multiplier", "inf"], "--noise-multiplier: must be > 0, finite, got inf"),
+    "sigma huge": (["--dp", "--noise-multiplier", "1e300", "--sample-rate", "0.01"],
+                   "sigma*C/(q*N) = 1e+300*0.1/(0.01*1437) = 6.96e+297, is more than AdamW's float32"),
+    "clip nan": (["--dp", "--clip", "nan"], "--clip: must be > 0, finite, got nan"),
+    "clip 0": (["--dp", "--clip", "0"], "--clip: must be > 0, finite, got 0"),
+    "clip inf": (["--dp", "--clip", "inf"], "--clip: must be > 0, finite, got inf"),
+    "clip huge": (["--dp", "--clip", "1e30", "--noise-multiplier", "1", "--sample-rate", "0.01"],
+                  "more than AdamW's float32 arithmetic holds"),
+    "epsilon nan": (["--dp", "--epsilon", "nan"], "--epsilon: must be > 0, got nan"),
+    "epsilon negative": (["--dp", "--epsilon=-1"], "--epsilon: must be > 0"),
+    "delta nan": (["--dp", "--delta", "nan"], "--delta: must be in (0, 1), got nan"),
+    "delta 0": (["--dp", "--delta", "0"], "--delta: must be in (0, 1), got 0"),
+    "sample rate nan": (["--dp", "--sample-rate", "nan"], "--sample-rate: must be in (0, 1], got nan"),
+    "sample rate 0": (["--dp", "--sample-rate", "0"], "--sample-rate: must be in (0, 1], got 0"),
+    "batch 0": (["--batch-size", "0"], "--batch-size: must be in [1, 1e+06], got 0"),
+    "batch huge": (["--batch-size", str(10**9)], "--batch-size: must be in [1, 1e+06], got 1000000000"),
+    "batch float": (["--batch-size", "1.5"], "--batch-size: expected an integer, got '1.5'"),
+    "physical batch huge": (["--physical-batch", str(10**12)], "--physical-batch: must be in [1, 1e+06]"),
+    "steps 0": (["--steps", "0"], "--steps: must be in [1, 1e+07], got 0"),
+    "steps huge": (["--steps", str(10**18)], "--steps: must be in [1, 1e+07], got 1000000000000000000"),
+    "steps nan": (["--steps", "nan"], "--steps: expected an integer, got 'nan'"),
+    "warmup negative": (["--warmup-steps=-1"], "--warmup-steps: must be in [0, 1e+07], got -1"),
+    "seed huge": (["--seed", str(2**64)], "--seed: must be in [0, 9.22337e+18]"),
+    "noise seed negative": (["--dp", "--noise-multiplier", "1", "--noise-seed=-1"], "--noise-seed: must be >= 0"),
+    "ckpt every 0": (["--ckpt-every", "0"], "--ckpt-every: must be >= 1, got 0"),
+    "log every 0": (["--log-every", "0"], "--log-every: must be >= 1, got 0"),
+}
+
+
+def _one_line_refusal(argv, tmp_path, capsys):
+    out = tmp_path / "o"
+    extra = [] if "--steps" in argv else ["--steps", "1"]
+    try:
+        code = main(["--size", "toy", "--data", "digits", "--no-progress", "--out", str(out)] + extra + argv)
+    except SystemExit as e:  # argparse's own checks
+        code = e.code
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.strip() and "Warning" not in x and "warnings.warn" not in x
+             and "result = train(" not in x]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("python -m backbones.mae.train: error:")
+    assert not out.exists()  # nothing written: no checkpoint, no step journal
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", sorted(BAD_SETTINGS))
+def test_extreme_settings_are_refused_in_one_line_before_anything(name, tmp_path, capsys, monkeypatch):
+    import backbones.mae.train as train_mod
+
+    def no_step(self):  # a refused setting never reaches a step (which would count it in the journal)
+        raise AssertionError("a DP step ran")
+    monkeypatch.setattr(train_mod._Run, "dp_step", no_step)
+    monkeypatch.setattr(train_mod._Run, "nonprivate_step", no_step)
+    argv, expected = BAD_SETTINGS[name]
+    line = _one_line_refusal(argv, tmp_path, capsys)
+    assert expected in line, line
+
+
+@pytest.mark.parametrize("field, value", [("lr", float("nan")), ("lr", 1e36), ("clip", float("nan")),
+                                          ("steps", float("nan")), ("steps", 2.5), ("batch_size", True),
+                                          ("noise_multiplier", -1.0), ("beta2", 1.0), ("seed", 2**64)])
+def test_extreme_settings_are_refused_by_the_python_api_too(field, value):
+    with pytest.raises(ValueError, match=f"^{field} must be "):
+        TrainSettings(**{field: value})
+    assert TrainSettings(steps=np.int64(3), lr=np.float32(1e-3)).steps == 3  # numpy scalars are numbers
 
 
 @pytest.mark.parametrize("name", sorted(MISTAKES))
@@ -75,8 +157,8 @@ def test_no_traceback_from_the_real_command_line():
     r = subprocess.run([sys.executable, "-m", "backbones.mae.train", "--dp", "--epsilon", "0", "--size", "toy"],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip() == ("python -m backbones.mae.train: error: epsilon must be > 0 and finite with --dp "
-                                "(train without --dp for a non-private run), got 0.0")
+    assert r.stderr.strip() == ("python -m backbones.mae.train: error: argument --epsilon: must be > 0, got 0 (see "
+                                "python -m backbones.mae.train --help)")
 
 
 def test_help_shows_every_default(capsys):
@@ -148,15 +230,16 @@ def test_empty_poisson_samples_are_noise_only_steps_on_an_image_folder(tmp_path)
 
 
 class _FullDisk:
-    """``open`` for the checkpoint module: the first ``files`` files written through it fit, then the disk is full:
-    every write fails with ENOSPC (torch.save's real write path, not a patched torch.save)."""
+    """``open`` for the checkpoint module: the first ``files`` files named ``<name>.tmp<PID>`` written through it fit,
+    then the disk is full for them: every write fails with ENOSPC (torch.save's real write path, not a patched
+    torch.save). Files of other names are written."""
 
-    def __init__(self, files: int):
-        self.files = files
+    def __init__(self, files: int, name: str = "checkpoint.pth"):
+        self.files, self.name = files, name
 
     def __call__(self, path, mode="r", *args, **kw):
         f = open(path, mode, *args, **kw)
-        if "w" not in mode:
+        if "w" not in mode or not os.path.basename(path).startswith(self.name + ".tmp"):
             return f
         self.files -= 1
         return f if self.files >= 0 else _Full(f)
@@ -193,22 +276,34 @@ def test_full_disk_is_one_line_naming_the_file_and_leaves_no_temporary_file(tmp_
     argv = ["--size", "toy", "--data", "digits", "--dp", "--noise-multiplier", "2", "--accountant", "rdp",
             "--steps", "2", "--sample-rate", "0.005", "--physical-batch", "8", "--ckpt-every", "1", "--out", str(out),
             "--export", "enc.pth", "--no-progress"]
-    monkeypatch.setattr(ckpt_mod, "open", _FullDisk(1), raising=False)  # step 1's checkpoint fits, step 2's not
+    records = ["checkpoint.pth", "dp_steps.json"]
+    # the step journal cannot be written: refused before the first step, nothing left
+    monkeypatch.setattr(ckpt_mod, "open", _FullDisk(0, "dp_steps.json"), raising=False)
+    assert main(argv) == 2
+    assert f"cannot write {out / 'dp_steps.json'}: No space left on device" in _one_error_line(capsys)
+    assert os.listdir(out) == []
+    # checkpoints of steps 0 and 1 fit, step 2's not
+    monkeypatch.setattr(ckpt_mod, "open", _FullDisk(2), raising=False)
     assert main(argv) == 2
     line = _one_error_line(capsys)
     assert line.startswith("python -m backbones.mae.train: error: ")
     assert f"cannot write {out / 'checkpoint.pth'}: No space left on device" in line
-    assert sorted(os.listdir(out)) == ["checkpoint.pth"]  # no checkpoint.pth.tmp<PID>
+    assert sorted(os.listdir(out)) == records  # no checkpoint.pth.tmp<PID>
     assert load_checkpoint(str(out / "checkpoint.pth"))["step"] == 1  # the previous checkpoint is intact
+    assert read_step_journal(str(out / "dp_steps.json"))["noisy_steps"] == 2  # step 2 was taken: counted
     for attempt in range(2):  # resuming on a still-full disk: the same line each time, nothing left behind
         monkeypatch.setattr(ckpt_mod, "open", _FullDisk(0), raising=False)
-        assert main(argv + ["--resume"]) == 2
-        assert "cannot write" in _one_error_line(capsys) and sorted(os.listdir(out)) == ["checkpoint.pth"]
+        with pytest.warns(UserWarning, match="lost at a stop: they are counted"):
+            assert main(argv + ["--resume"]) == 2
+        assert "cannot write" in _one_error_line(capsys) and sorted(os.listdir(out)) == records
+        assert read_step_journal(str(out / "dp_steps.json"))["noisy_steps"] == 3 + attempt  # each retry's step
     # the export (and its provenance JSON) fail the same way once the checkpoint is written
-    monkeypatch.setattr(ckpt_mod, "open", _FullDisk(1), raising=False)
-    assert main(argv + ["--resume"]) == 2
+    monkeypatch.setattr(ckpt_mod, "open", _FullDisk(0, "enc.pth"), raising=False)
+    with pytest.warns(UserWarning, match="lost at a stop"):
+        assert main(argv + ["--resume"]) == 2
     assert f"cannot write {out / 'enc.pth'}: No space left on device" in _one_error_line(capsys)
-    assert sorted(os.listdir(out)) == ["checkpoint.pth"] and load_checkpoint(str(out / "checkpoint.pth"))["step"] == 2
+    ck = load_checkpoint(str(out / "checkpoint.pth"))
+    assert sorted(os.listdir(out)) == records and ck["step"] == 2 and ck["accountant"]["steps"] == 5
 
 
 def test_export_bare_name_goes_under_out_and_a_path_is_honoured(tmp_path, monkeypatch, capsys):
@@ -243,7 +338,8 @@ def test_the_torch_trainer_loads_neither_jax_nor_scikit_learn():
 @pytest.mark.slow  # three CLI processes, ~1 min on a 2-core box
 def test_kill9_then_resume_equals_one_clean_run_and_leaves_no_temporary_file(tmp_path):
     # a seeded DP run killed (SIGKILL) after some checkpoint, resumed: bit for bit the uninterrupted run (the masks
-    # are keyed by seed and step, the sample and noise by the seeds and step); a kill's temporary file is removed
+    # are keyed by seed and step, the sample and noise by the seeds and step), its accountant counting the step the
+    # kill interrupted; a kill's temporary file is removed
     import signal
     import time
 
@@ -266,15 +362,18 @@ def test_kill9_then_resume_equals_one_clean_run_and_leaves_no_temporary_file(tmp
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     step = load_checkpoint(str(out / "checkpoint.pth"))["step"]
-    assert 3 <= step < 8
+    begun = read_step_journal(str(out / "dp_steps.json"))["noisy_steps"]  # counted before each step's noise
+    assert 3 <= step < 8 and step <= begun <= step + 1
     stale = out / f"checkpoint.pth.tmp{proc.pid}"
     stale.write_bytes(b"half a checkpoint")  # as a kill in the middle of a write leaves it
     resumed = subprocess.run(argv + ["--out", str(out), "--resume"], cwd=REPO, env=env, capture_output=True,
                              text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    assert sorted(os.listdir(out)) == ["checkpoint.pth"]
+    assert sorted(os.listdir(out)) == ["checkpoint.pth", "dp_steps.json"]
     a, b = load_checkpoint(str(tmp_path / "clean" / "checkpoint.pth")), load_checkpoint(str(out / "checkpoint.pth"))
-    assert a["step"] == b["step"] == 8 and a["accountant"] == b["accountant"]
+    assert a["step"] == b["step"] == 8 and a["accountant"]["steps"] == 8
+    # the step the kill interrupted (if it had begun) is counted: its noise may have been drawn and lost
+    assert b["accountant"]["steps"] == 8 + (begun - step) and b["accountant"]["epsilon"] >= a["accountant"]["epsilon"]
     for k in a["model"]:
         assert torch.equal(a["model"][k], b["model"][k]), k
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import json
 import os
 
@@ -32,7 +33,11 @@ from ..checkpoints import sha256_file, tensor_sha256
 from .model import MAEConfig, MaskedAutoencoder, encoder_state_dict
 
 __all__ = ["CheckpointWriteError", "remove_stale_temporaries", "save_checkpoint", "load_checkpoint", "export_encoder",
-           "load_mae_weights", "sha256_file", "tensor_sha256"]
+           "load_mae_weights", "sha256_file", "tensor_sha256", "STEP_JOURNAL", "write_step_journal",
+           "read_step_journal"]
+
+#: File name, in a DP run's ``--out``, of its step journal (:func:`write_step_journal`).
+STEP_JOURNAL = "dp_steps.json"
 
 
 class CheckpointWriteError(OSError):
@@ -224,6 +229,52 @@ def export_encoder(model: MaskedAutoencoder, path: str, dtype: torch.dtype = tor
         text = json.dumps(meta, indent=2, sort_keys=True) + "\n"
         _atomic_write(os.path.splitext(path)[0] + ".json", lambda f: f.write(text.encode()))
     return digest
+
+
+def write_step_journal(path: str, noisy_steps: int, changed_files_read: bool) -> None:
+    """Record, durably, how many noisy steps a DP run has begun: written BEFORE each step draws its noise.
+
+    A checkpoint holds the weights of step k, but a run that stops at step j > k (a non-finite noisy update, an
+    error, a kill) has released j noisy updates (the stop itself says something about the last one); a run resumed
+    from the checkpoint redoes steps k+1..j with fresh noise. Its accountant counts every step this journal names,
+    so the epsilon reported after a resume is that of all noisy steps ever taken, never fewer (a step killed
+    before its noise was drawn is counted too: the safe side). The journal holds two public values and its sha256:
+    ``noisy_steps`` and ``changed_files_read`` (whether a training image read during the run differed from the
+    pre-flight, :class:`backbones.mae.data.FolderImages`); no key, seed or generator state.
+    """
+    body = {"noisy_steps": int(noisy_steps), "changed_files_read": bool(changed_files_read)}
+    doc = dict(body, sha256=hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest())
+    text = json.dumps(doc, sort_keys=True) + "\n"
+    _atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def read_step_journal(path: str) -> dict:
+    """The ``{"noisy_steps", "changed_files_read"}`` of :func:`write_step_journal`, verified.
+
+    Raises
+    ------
+    FileNotFoundError
+        No journal at ``path`` (the steps taken since the checkpoint cannot be counted).
+    ValueError
+        The journal is damaged (unreadable, fields missing or of the wrong type, or its sha256 does not match).
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no step journal at {path!r}: the noisy steps this DP run took after its last "
+                                f"checkpoint cannot be counted, so it cannot be resumed (start a new --out; count the "
+                                f"stopped run's whole planned budget as spent)")
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read().decode())
+        body = {"noisy_steps": doc["noisy_steps"], "changed_files_read": doc["changed_files_read"]}
+        ok = (type(body["noisy_steps"]) is int and body["noisy_steps"] >= 0
+              and type(body["changed_files_read"]) is bool
+              and doc["sha256"] == hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest())
+    except (OSError, ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{path!r} is damaged (the step journal of a DP run: unreadable, or its content does not "
+                         f"match its sha256): its noisy steps cannot be counted")
+    return body
 
 
 def config_from_dict(d: dict) -> MAEConfig:

@@ -23,7 +23,11 @@ Privacy guarantee of :func:`backbones.mae.train.train` with ``dp=True``:
   stop the run; only the public noisy update and the new weights are
   checked (a non-finite one stops it);
 * accountant: ``privlin.accounting`` (PLD by default, RDP on request), which
-  also calibrates sigma to the target (epsilon, delta);
+  also calibrates sigma to the target (epsilon, delta). It counts every noisy
+  step ever begun: each step is written to the run's step journal before it
+  draws its noise (:func:`backbones.mae.checkpoint.write_step_journal`), so
+  steps lost at a stop after the last checkpoint and redone by a resumed run
+  are counted twice, never zero times;
 * secret randomness: the Poisson sample and the noise each come from a
   :class:`SecretStream` keyed by 256 bits of ``os.urandom`` (unless the user
   passes a seed: then the run is labelled seeded). Neither the keys nor any

@@ -11,7 +11,10 @@ rewritten atomically; ``--resume`` continues the run from it (same masks and
 accountant; a non-private run also the same batches). A DP run's Poisson
 sample and noise are keyed by secrets that no file holds, so a resumed DP run
 draws fresh ones (bit for bit only when both ``--sample-seed`` and
-``--noise-seed`` are given again, which labels the run seeded). ``--export
+``--noise-seed`` are given again, which labels the run seeded). A DP run
+counts each step before it draws its noise in ``<out>/dp_steps.json``, so
+the steps a stop loses after the last checkpoint are counted on resume.
+An image folder is decoded in full before the first step. ``--export
 PATH`` writes the encoder alone in the ViP release layout for the
 ``backbones`` registry, with its provenance (and, for DP, its dp-accounting
 event: :func:`run_dp_event`) in ``<PATH stem>.json``.
@@ -28,6 +31,7 @@ the full privacy statement.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import os
@@ -35,15 +39,16 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 import numpy as np
 import torch
 from privlin.events import event_from_dict, event_to_dict  # the one event codec (a ledger reads it back)
 import cliconv as cli
 
-from .checkpoint import (CheckpointWriteError, export_encoder, load_checkpoint, load_mae_weights,
-                         remove_stale_temporaries, save_checkpoint)
-from .data import make_source, normalize
+from .checkpoint import (STEP_JOURNAL, CheckpointWriteError, export_encoder, load_checkpoint, load_mae_weights,
+                         read_step_journal, remove_stale_temporaries, save_checkpoint, write_step_journal)
+from .data import FolderImages, make_source, normalize
 from .dp import (DPAccountantState, PrivacyLeakWarning, SecretStream, broadcast_stream, calibrate_sigma,
                  default_delta, poisson_sample, reduce_and_privatize)
 from .model import MAE_SIZES, MaskedAutoencoder, build_mae
@@ -147,28 +152,59 @@ class TrainSettings:
     def __post_init__(self):
         if self.size not in MAE_SIZES:
             raise ValueError(f"unknown size {self.size!r}; known: {sorted(MAE_SIZES)}")
-        for name in ("steps", "batch_size", "physical_batch", "ckpt_every", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.seed < 0:  # it keys numpy SeedSequences (a DP run's masks)
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
-        if self.warmup_steps < 0 or self.lr <= 0 or self.clip <= 0:
-            raise ValueError("need warmup_steps >= 0, lr > 0 and clip > 0")
-        if self.sample_rate is not None and not 0 < self.sample_rate <= 1:
-            raise ValueError(f"sample_rate must be in (0, 1], got {self.sample_rate}")
-        if self.dp and self.noise_multiplier is None and not 0 < self.epsilon < math.inf:
+        for name, limit in LIMITS.items():  # types and ranges, before anything is read, charged or written
+            value = getattr(self, name)
+            if value is None and name in _OPTIONAL:
+                continue
+            if isinstance(value, bool) or not isinstance(value, Integral if limit.kind is int else Real):
+                raise ValueError(f"{name} must be {'an integer' if limit.kind is int else 'a number'}, "
+                                 f"got {value!r}")
+            if not limit.contains(value):
+                raise ValueError(f"{name} must be {limit}, got {value}")
+        if self.dp and self.noise_multiplier is None and not self.epsilon < math.inf:
             raise ValueError(f"epsilon must be > 0 and finite with --dp (train without --dp for a non-private "
                              f"run), got {self.epsilon}")
-        if self.delta is not None and not 0 < self.delta < 1:
-            raise ValueError(f"delta must be in (0, 1), got {self.delta}")
-        if self.noise_multiplier is not None and not 0 < self.noise_multiplier < math.inf:
-            raise ValueError(f"noise_multiplier must be > 0 and finite, got {self.noise_multiplier}")
         for name, allowed in (("per_example", METHODS), ("device", ("auto", "cpu", "cuda")),
                               ("amp", ("none", "bf16")), ("accountant", ("pld", "rdp"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {list(allowed)}, got {getattr(self, name)!r}")
-        if not 0 <= self.min_lr <= self.lr:
+        if not self.min_lr <= self.lr:
             raise ValueError(f"need 0 <= min_lr <= lr, got min_lr={self.min_lr}, lr={self.lr}")
+        if self.lr * self.weight_decay > 1:  # AdamW multiplies the weights by 1 - lr*wd each step
+            raise ValueError(f"lr * weight_decay must be <= 1 (AdamW scales the weights by 1 - lr*wd every step), "
+                             f"got {self.lr:g} * {self.weight_decay:g}")
+
+
+#: Most logical steps, images per step and peak learning rate a run may ask for: public bounds, far beyond any
+#: DP-MAE run (ViP: ~10^4-10^5 steps at lr ~0.06), that keep AdamW's float32 arithmetic finite (its step size
+#: lr / (1 - beta1) overflowed float32 from lr ~3e37: a torch traceback) and memory bounded.
+MAX_STEPS, MAX_BATCH, MAX_LR = 10**7, 10**6, 10.0
+#: Largest standard deviation of a DP step's noisy mean gradient, sigma*C/(q*N): AdamW squares it in float32
+#: (max 3.4e38); beyond it the first noisy update overflows and stops the run after the step was taken.
+MAX_UPDATE_STD = 1e15
+#: The limit of every numeric setting (one table: the command line's types and ``TrainSettings`` read it).
+LIMITS = {
+    "steps": cli.Interval(int, 1, MAX_STEPS),
+    "batch_size": cli.Interval(int, 1, MAX_BATCH),
+    "physical_batch": cli.Interval(int, 1, MAX_BATCH),
+    "sample_rate": cli.Interval(float, 0, 1, closed="right"),
+    "lr": cli.Interval(float, 0, MAX_LR, closed="right"),
+    "min_lr": cli.Interval(float, 0, MAX_LR),
+    "warmup_steps": cli.Interval(int, 0, MAX_STEPS),
+    "weight_decay": cli.Interval(float, 0, math.inf, closed="left"),
+    "beta1": cli.Interval(float, 0, 1, closed="left"),
+    "beta2": cli.Interval(float, 0, 1, closed="left"),
+    "seed": cli.Interval(int, 0, 2**63 - 2),  # torch.manual_seed takes seed + 1 < 2**63
+    "noise_seed": cli.Interval(int, 0, None),
+    "sample_seed": cli.Interval(int, 0, None),
+    "epsilon": cli.Interval(float, 0, None, closed="neither"),  # inf: refused with --dp below, with its reason
+    "delta": cli.Interval(float, 0, 1, closed="neither"),
+    "clip": cli.Interval(float, 0, math.inf, closed="neither"),
+    "noise_multiplier": cli.Interval(float, 0, math.inf, closed="neither"),
+    "ckpt_every": cli.Interval(int, 1, None),
+    "log_every": cli.Interval(int, 1, None),
+}
+_OPTIONAL = ("sample_rate", "noise_seed", "sample_seed", "delta", "noise_multiplier")
 
 
 #: Settings that are secrets (or make one reproducible): never written to a checkpoint or a provenance file.
@@ -255,6 +291,9 @@ class _Run:
         self.step = 0
         self.history: list[list[float]] = []  # [step, mean loss, epsilon]; saved for a non-private run only
         self.accountant: DPAccountantState | None = None
+        self.journal = os.path.join(s.out, STEP_JOURNAL)  # a DP run's count of noisy steps begun (write-ahead)
+        self.redone = 0  # noisy steps lost at the last stop (taken after the checkpoint resumed from)
+        self.changed_read = False  # a training file read during the run differed from the pre-flight (DP)
         if s.dp:
             n = n_private
             q = s.sample_rate if s.sample_rate is not None else min(1.0, s.batch_size / n)
@@ -266,6 +305,12 @@ class _Run:
             sigma = s.noise_multiplier
             if sigma is None:
                 sigma = calibrate_sigma(s.epsilon, delta, s.steps, q, s.accountant)
+            update_std = sigma * s.clip / (q * n)  # public: sigma, C, q and N
+            if not update_std <= MAX_UPDATE_STD:
+                raise ValueError(f"the noise of each step's mean gradient, sigma*C/(q*N) = {sigma:.3g}*{s.clip:g}/"
+                                 f"({q:.3g}*{n}) = {update_std:.3g}, is more than AdamW's float32 arithmetic holds "
+                                 f"(MAX_UPDATE_STD = {MAX_UPDATE_STD:g}): raise --epsilon or --sample-rate, or "
+                                 f"lower --clip or --noise-multiplier")
             self.accountant = DPAccountantState(noise_multiplier=float(sigma), sample_rate=float(q),
                                                 delta=float(delta),
                                                 target_epsilon=s.epsilon if s.noise_multiplier is None else None,
@@ -285,7 +330,10 @@ class _Run:
     def save(self, path: str) -> None:
         """Write the checkpoint. A DP run's holds nothing computed from private images but the weights and the
         optimizer state: no loss history (its losses are noise-free means over the Poisson samples) and no
-        generator state (a mask stream carried across steps would encode every sample's size)."""
+        generator state (a mask stream carried across steps would encode every sample's size). A DP run's step
+        journal is rewritten first (it then carries the latest ``changed_files_read``)."""
+        if self.s.dp:
+            write_step_journal(self.journal, self.accountant.steps, self.changed_read)
         save_checkpoint(path, model=self.model, optimizer=self.optimizer, step=self.step,
                         rng={k: g.get_state() for k, g in self.gens.items()},  # public, non-private runs only
                         accountant=self.accountant.to_dict() if self.accountant else None,
@@ -317,6 +365,22 @@ class _Run:
         self.history = [list(h) for h in ck["history"] or []]
         if ck["accountant"] is not None:
             self.accountant = DPAccountantState(**ck["accountant"])
+        if self.s.dp:  # every noisy step ever begun counts, also those taken after this checkpoint and lost
+            journal = read_step_journal(self.journal)
+            if journal["noisy_steps"] < self.accountant.steps:
+                raise ValueError(f"{self.journal!r} is damaged: it counts {journal['noisy_steps']} noisy steps, "
+                                 f"fewer than the {self.accountant.steps} of the checkpoint {path!r}")
+            self.redone = journal["noisy_steps"] - self.accountant.steps
+            self.accountant.steps = journal["noisy_steps"]
+            self.changed_read = journal["changed_files_read"]
+
+    def count_step(self) -> None:
+        """Count a DP step as taken before it draws its sample and noise: the journal first (rank 0), then the
+        accountant. A stop, an error or a kill after this leaves the step counted."""
+        rank, _ = _dist_info()
+        if rank == 0:
+            write_step_journal(self.journal, self.accountant.steps + 1, self.changed_read)
+        self.accountant.steps += 1
 
     # -- steps -------------------------------------------------------------------------------------
     def _mask_noise(self, b: int) -> torch.Tensor:
@@ -368,6 +432,7 @@ class _Run:
         s, acc = self.s, self.accountant
         rank, world = _dist_info()
         n = len(self.source)
+        self.count_step()
         sample = poisson_sample(n, acc.sample_rate, self.sampler.generator(self.step))  # same on every rank
         # one mask row per sampled slot, in sample order, same on every rank (public generator): a null image
         # in the zero-out relation keeps its slot, so no other image's mask changes
@@ -375,7 +440,8 @@ class _Run:
         mine = torch.arange(rank, len(sample), world)
         trainable, _ = split_params(self.model)
         grad_sum = {k: torch.zeros_like(v, dtype=torch.float32) for k, v in trainable.items()}
-        loss_sum = torch.zeros(2, device=self.device)  # sum and count of the finite losses (display only)
+        # sum and count of the finite losses (display only); whether a file read differed from the pre-flight
+        loss_sum = torch.zeros(3, device=self.device)
         for part in mine.split(s.physical_batch):
             if part.numel() == 0:  # an empty Poisson sample is a valid step: noise only
                 continue
@@ -384,8 +450,14 @@ class _Run:
             for k in grad_sum:
                 grad_sum[k] += summed[k]
             finite = torch.isfinite(losses)
-            loss_sum += torch.stack([torch.where(finite, losses.float(), 0.0).sum(), finite.sum().float()])
+            loss_sum[:2] += torch.stack([torch.where(finite, losses.float(), 0.0).sum(), finite.sum().float()])
             del summed
+        if isinstance(self.source, FolderImages) and self.source.changed_read:
+            loss_sum[2] = 1.0
+        if world > 1:
+            torch.distributed.all_reduce(loss_sum)
+        total, count, changed = loss_sum.tolist()
+        self.changed_read = self.changed_read or changed > 0  # known before anything can stop the step
         noisy = reduce_and_privatize(grad_sum, noise_std=acc.noise_multiplier * s.clip,
                                      denominator=acc.sample_rate * n,
                                      generator=self.noise.generator(self.step) if self.noise is not None else None)
@@ -395,12 +467,8 @@ class _Run:
                 p.grad = noisy[name].to(p.dtype)
         self._set_lr()
         self.optimizer.step()
-        acc.steps += 1
         _stop_if_not_finite([p for p in self.model.parameters() if p.requires_grad],
                             f"the weights after step {self.step + 1} are", "--lr")
-        if world > 1:
-            torch.distributed.all_reduce(loss_sum)
-        total, count = loss_sum.tolist()
         return total / count if count else float("nan")
 
 
@@ -432,18 +500,32 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
     private value (a non-finite image contributes nothing); only a non-finite
     noisy update or new weights (public) stop it, with FloatingPointError.
 
+    An image folder is read and decoded in full before the first step (a
+    pre-flight, :meth:`backbones.mae.data.FolderImages.preflight`): a damaged
+    file is refused in one line naming it before anything is trained. In a
+    DP run a file that differs from its pre-flight when a step reads it is a
+    null image (it contributes nothing); ``changed_files_read`` says whether
+    that happened, with no name or count. A DP run counts each step before it
+    draws its noise, in ``<out>/dp_steps.json``
+    (:func:`backbones.mae.checkpoint.write_step_journal`): a run resumed after
+    a stop counts the steps lost since its checkpoint, so its epsilon is that
+    of every noisy step taken.
+
     Returns
     -------
     dict
         ``checkpoint`` path, ``step``, ``loss`` (mean of the last logged
         window; None for a DP run without ``show_loss``), ``epsilon`` spent (DP), ``noise_multiplier``,
         ``sample_rate``, ``delta``, ``history`` ([step, loss or None, epsilon] per logged window) and, when
-        exported, ``export`` (its path) and ``export_sha256``.
+        exported, ``export`` (its path) and ``export_sha256``; DP: ``dp_steps`` (noisy steps counted),
+        ``steps_redone`` (those beyond ``step``: lost at stops and redone) and ``changed_files_read``.
     """
     cfg = MAE_SIZES[s.size]
     ckpt = os.path.join(s.out, "checkpoint.pth")
-    if not resume and os.path.exists(ckpt):  # two runs in one --out would overwrite each other's checkpoint
-        raise FileExistsError(f"{ckpt} exists (another run): pass --resume to continue it, or another --out")
+    journal = os.path.join(s.out, STEP_JOURNAL)
+    for path in (ckpt, journal):  # two runs in one --out would overwrite each other's records
+        if not resume and os.path.exists(path) and not (path == journal and _no_step_taken(ckpt, journal)):
+            raise FileExistsError(f"{path} exists (another run): pass --resume to continue it, or another --out")
     source, private = make_source(s.data, cfg.img_size, seed=s.seed)
     if private and not s.dp:
         warnings.warn(f"training on {s.data!r} without --dp: the weights are not differentially private",
@@ -454,10 +536,18 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
     if resume:
         run.restore(ckpt)
     rank, _ = _dist_info()
+    if run.redone and rank == 0:
+        warnings.warn(f"{run.redone} noisy steps taken after the checkpoint of step {run.step} were lost at a stop: "
+                      f"they are counted ({run.accountant.steps} noisy steps for {run.step} steps trained), so this "
+                      f"run ends above its planned epsilon", stacklevel=2)
+    if isinstance(source, FolderImages):  # every file read and decoded before anything is trained
+        source.preflight(progress=progress and rank == 0, null_on_change=s.dp)
     if rank == 0:  # what earlier runs in this --out that were killed mid-write left behind
-        for path in (ckpt, export_path(s)):
+        for path in (ckpt, run.journal, export_path(s)):
             if path is not None:
                 remove_stale_temporaries(path)
+        if s.dp and not resume:  # journal and checkpoint at step 0: a stop at any later step can be resumed
+            run.save(ckpt)
     show_loss = show_loss or not s.dp
     if s.dp and show_loss and rank == 0:
         warnings.warn("the training loss shown is computed on private images without noise: it is not "
@@ -473,7 +563,14 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
     window, t0, first = [], time.time(), run.step
     last = s.steps if stop_after is None else min(s.steps, run.step + stop_after)
     while run.step < last:
-        loss = run.dp_step() if s.dp else run.nonprivate_step()
+        try:
+            loss = run.dp_step() if s.dp else run.nonprivate_step()
+        except BaseException:  # the step is counted already; keep what the run saw of changed files too
+            if s.dp and rank == 0:
+                changed = run.changed_read or (isinstance(source, FolderImages) and source.changed_read)
+                with contextlib.suppress(OSError):  # best effort: the error in flight is the one to report
+                    write_step_journal(run.journal, run.accountant.steps, changed)
+            raise
         run.step += 1
         if not s.dp and not math.isfinite(loss):  # public images (or a run already warned non-private)
             raise FloatingPointError(f"loss is {loss} at step {run.step}; lower --lr")
@@ -500,12 +597,18 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
         acc = run.accountant
         result.update(n_private=len(source), epsilon=acc.update(), noise_multiplier=acc.noise_multiplier,
                       sample_rate=acc.sample_rate, delta=acc.delta, accountant=acc.accountant, dp_steps=acc.steps,
+                      steps_redone=acc.steps - run.step, changed_files_read=bool(run.changed_read),
                       neighboring_relation=acc.neighboring_relation, neighbouring=acc.neighbouring,
                       dp_event=acc.dp_event(), seeded=dict(run.seeded))
     if s.export and rank == 0 and run.step == s.steps:
         result["export"] = export_path(s)
         result["export_sha256"] = export_encoder(run.model, result["export"], provenance=_provenance(s, result))
     return result
+
+
+def _no_step_taken(ckpt: str, journal: str) -> bool:
+    """A journal without a checkpoint that counts no step: a run killed while writing its step-0 checkpoint."""
+    return not os.path.exists(ckpt) and read_step_journal(journal)["noisy_steps"] == 0
 
 
 def _provenance(s: TrainSettings, result: dict) -> dict:
@@ -525,7 +628,8 @@ def _provenance(s: TrainSettings, result: dict) -> dict:
                                                    "neighboring_relation", "neighbouring", "n_private")}
         seeded = result["seeded"]
         prov["privacy"].update(
-            clip=s.clip, steps=result["dp_steps"], dp_event=event_to_dict(result["dp_event"]),
+            clip=s.clip, steps=result["dp_steps"], steps_redone=result["steps_redone"],
+            dp_event=event_to_dict(result["dp_event"]),
             accounted_as="privlin.accounting under dp-accounting's REPLACE_SPECIAL (zero-out)",
             seeded=any(seeded.values()),
             randomness={k: (f"SEEDED by the user (--{k}-seed): the guarantee does not hold against anyone who knows "
@@ -609,33 +713,38 @@ def _parser() -> argparse.ArgumentParser:
     a = p.add_argument
     a("--size", default=d.size, choices=sorted(MAE_SIZES), help="MAE size (encoder x decoder)")
     a("--data", default=d.data, help="synthetic (public) | digits | imagefolder:PATH (private)")
-    a("--steps", type=int, default=d.steps, help="logical optimizer steps")
-    a("--batch-size", type=int, default=d.batch_size, help="images per step; with --dp the expected logical batch q*N")
-    a("--sample-rate", type=float, default=None, help="DP Poisson rate q (overrides --batch-size)")
-    a("--physical-batch", type=int, default=d.physical_batch, help="images per forward/backward pass")
-    a("--lr", type=float, default=d.lr, help="peak learning rate")
-    a("--min-lr", type=float, default=d.min_lr, help="learning rate at the end of the cosine")
-    a("--warmup-steps", type=int, default=d.warmup_steps, help="linear warmup steps")
-    a("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay (ViP DP: 0.005)")
-    a("--seed", type=int, default=d.seed, help="public seed of the initialization and the masks (never the DP sample)")
-    a("--noise-seed", type=int, default=None,
+    a("--steps", type=LIMITS["steps"], default=d.steps, help="logical optimizer steps")
+    a("--batch-size", type=LIMITS["batch_size"], default=d.batch_size,
+      help="images per step; with --dp the expected logical batch q*N")
+    a("--sample-rate", type=LIMITS["sample_rate"], default=None, help="DP Poisson rate q (overrides --batch-size)")
+    a("--physical-batch", type=LIMITS["physical_batch"], default=d.physical_batch,
+      help="images per forward/backward pass")
+    a("--lr", type=LIMITS["lr"], default=d.lr, help="peak learning rate")
+    a("--min-lr", type=LIMITS["min_lr"], default=d.min_lr, help="learning rate at the end of the cosine")
+    a("--warmup-steps", type=LIMITS["warmup_steps"], default=d.warmup_steps, help="linear warmup steps")
+    a("--weight-decay", type=LIMITS["weight_decay"], default=d.weight_decay,
+      help="AdamW weight decay (ViP DP: 0.005)")
+    a("--seed", type=LIMITS["seed"], default=d.seed,
+      help="public seed of the initialization and the masks (never the DP sample)")
+    a("--noise-seed", type=LIMITS["noise_seed"], default=None,
       help="seed of the DP noise (default: 256 bits of os.urandom); a seeded run is labelled so")
-    a("--sample-seed", type=int, default=None,
+    a("--sample-seed", type=LIMITS["sample_seed"], default=None,
       help="seed of the DP Poisson sample (default: 256 bits of os.urandom, broadcast from rank 0)")
     a("--dp", action="store_true", help="train with DP-AdamW")
-    a("--epsilon", type=float, default=d.epsilon, help="target epsilon (with --dp)")
-    a("--delta", type=float, default=None, help="target delta (default: min(1e-5, 1/(10N)))")
-    a("--clip", type=float, default=d.clip, help="per-example gradient norm bound C")
-    a("--noise-multiplier", type=float, default=None, help="sigma (default: calibrated to --epsilon)")
+    a("--epsilon", type=LIMITS["epsilon"], default=d.epsilon, help="target epsilon (with --dp)")
+    a("--delta", type=LIMITS["delta"], default=None, help="target delta (default: min(1e-5, 1/(10N)))")
+    a("--clip", type=LIMITS["clip"], default=d.clip, help="per-example gradient norm bound C")
+    a("--noise-multiplier", type=LIMITS["noise_multiplier"], default=None,
+      help="sigma (default: calibrated to --epsilon)")
     a("--accountant", default=d.accountant, choices=["pld", "rdp"], help="privlin.accounting accountant")
     a("--per-example", default=d.per_example, choices=list(METHODS),
       help="DP clipping: ghost (mixed ghost norms + book-keeping) or vmap (per-example gradients, reference)")
     a("--device", default=d.device, choices=["auto", "cpu", "cuda"], help="auto: CUDA when available")
     a("--amp", default=d.amp, choices=["none", "bf16"], help="bf16 autocast of the forward passes")
     a("--init", default=None, help="ViP-layout .pth to start from (a MAE checkpoint or an exported encoder)")
-    a("--out", default=d.out, help="run directory (checkpoint.pth inside)")
-    a("--ckpt-every", type=int, default=d.ckpt_every, help="steps between checkpoints")
-    a("--log-every", type=int, default=d.log_every, help="steps between log lines")
+    a("--out", default=d.out, help="run directory (checkpoint.pth inside; a DP run's step journal dp_steps.json too)")
+    a("--ckpt-every", type=LIMITS["ckpt_every"], default=d.ckpt_every, help="steps between checkpoints")
+    a("--log-every", type=LIMITS["log_every"], default=d.log_every, help="steps between log lines")
     a("--export", default=None, help="write the encoder (float16, ViP layout) and its provenance JSON here at the end "
                                      "(a bare file name goes under --out)")
     a("--resume", action="store_true", help="continue from <out>/checkpoint.pth (same settings required)")
@@ -678,7 +787,12 @@ def main(argv=None) -> int:
     if s.dp:
         line += (f"  (epsilon={result['epsilon']:.3f}, delta={result['delta']:.2e}, sigma="
                  f"{result['noise_multiplier']:.3f}, q={result['sample_rate']:.4f}, {result['accountant']}, "
-                 f"{result['neighboring_relation']}{', SEEDED' if any(result['seeded'].values()) else ''})")
+                 f"{result['neighboring_relation']}{', SEEDED' if any(result['seeded'].values()) else ''}"
+                 + (f", {result['dp_steps']} noisy steps counted: {result['steps_redone']} lost at stops and redone"
+                    if result["steps_redone"] else "") + ")")
+        if result["changed_files_read"]:
+            line += ("  NOTE: training files that differed from the pre-flight were read during training and "
+                     "counted as null images (they contributed nothing)")
     if result.get("export"):
         line += f"  export {result['export']}"
     print(line)
