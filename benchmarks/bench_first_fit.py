@@ -245,7 +245,7 @@ def part_sweep(n: int, d: int, repeat: int) -> str:
 
     import privlin
     from bench_sweep import make_store, timed  # timed: the median after a warm-up that compiles
-    from privlin import compilation, data, runner
+    from privlin import compilation, runner
     from privlin.plan import make_plan
     from privlin.sweep import sweep
 
@@ -276,9 +276,9 @@ def part_sweep(n: int, d: int, repeat: int) -> str:
             counted = time.perf_counter() - t
         finally:
             compilation.call = real
-        src_bytes = runner.in_memory_bytes(data.as_source(st, "train"), k)
-    forms = {make_plan({"epsilon": e, "method": "adam1"}, n=n, dim=d, n_classes=k).static() for e in EPS10}
-    names = sorted({" → ".join(repr(r) for r, _ in s.chain) for s in forms})
+    plans = [make_plan({"epsilon": e, "method": "adam1"}, n=n, dim=d, n_classes=k) for e in EPS10]
+    chains = sorted({" → ".join(repr(r) for r, _ in p.static().chain) for p in plans})
+    programs = len({runner._shared_form(p.static()) for p in plans})
     header = (f"### The curve at the price of one fit? (issue 37.5; `python benchmarks/bench_first_fit.py --part "
               f"sweep`; {_machine()}; {_when()})\n\n"
               "| benchmark | one fit | sweep | ratio | goal |\n|---|---:|---:|---:|---|")
@@ -286,18 +286,16 @@ def part_sweep(n: int, d: int, repeat: int) -> str:
            f"median of {repeat} after a warm-up) | {one:.2f} s | {many:.2f} s | **{many / one:.2f}×** | ≤ 2× CPU |")
     in_calls = sum(c[1] for c in calls)
     split = (f"\nThe sweep's cost split (one more sweep, {counted:.2f} s, each vmapped call waited for): its 10 plans "
-             f"need {len(forms)} compiled fit programs (release chains: {'; '.join(names)}), run as {len(calls)} "
-             f"vmapped calls of {[c[0] for c in calls]} settings taking {[round(c[1], 2) for c in calls]} s "
-             f"({in_calls / 10:.2f} s a setting; the single fit's call takes {single:.2f} s of its {one:.2f} s); the "
-             f"rest, {counted - in_calls:.2f} s, is reading the store into memory, planning and accounting. The rows "
-             f"take {src_bytes / 2**20:.0f} MiB in memory and each centered setting holds its own float32 copy "
-             f"({n * d * 4 / 2**20:.0f} MiB) within the default `memory_limit` (1 GiB): a call holds few settings. "
-             "What is shared is the read and every sum of the rows as given (vmap leaves an unbatched sum unbatched: "
-             "the centering's first sum once per call); what is not is the rest of each setting's chain: its rows "
-             "are centered by its own noisy mean and then clipped to the row norm (a per-row nonlinear map), so its "
-             "second centering stage's offset sums and its class sums are passes over N × d of its own, exact "
-             "float64 sums each. While the default preprocessing is per setting, a setting costs "
-             f"{in_calls / 10 / one:.2f} of a fit here, and the ≤ 2× goal needs that part below a tenth of a fit.")
+             f"(release chains: {'; '.join(chains)}) run as {programs} compiled program(s), {len(calls)} vmapped "
+             f"call(s) of {[c[0] for c in calls]} settings taking {[round(c[1], 2) for c in calls]} s, against "
+             f"{single:.2f} s for the single fit's call of 1 setting: each further setting adds "
+             f"{(in_calls - single) / 9:.3f} s; the rest, {counted - in_calls:.2f} s, is reading the store into memory, "
+             "planning and accounting (the single fit's rest: "
+             f"{one - single:.2f} s). Shared by every setting of a call: the read, the centering's first sum (rows as "
+             "given), and in every later sum the rows as snapped once (`privlin.sensitivity.offsets_sum`); a "
+             "setting's own work is one product of those rows with its center (each row's distance) and one with its "
+             "weights, by tiles of rows sorted by class. Plans whose centering takes one stage and plans that take "
+             "two share one program (`privlin.runner._shared_form`).")
     return header + "\n" + row + "\n" + split
 
 

@@ -171,7 +171,7 @@ def round_means(sum_of, n, keys, sigma_rounds, rounds: int, norm: float):
 def stage_sigma(sigma_center, stages: int):
     """Noise multiplier of each of the centering's ``stages`` Gaussian releases: σ·√stages, so that together
     (μ² = Σ 1/σ²) they are exactly the one release at ``sigma_center`` the plan paid for."""
-    return sigma_center * stages ** 0.5
+    return sigma_center * (stages ** 0.5 if isinstance(stages, int) else jnp.sqrt(stages))  # both correctly rounded
 
 
 def refine_radius(sigma_center, n, dim: int, norm: float = 1.0):
@@ -201,15 +201,21 @@ def refined_mean(first, total, n: int, key, sigma: float, radius_, noisy=None, n
     return jnp.clip(mean, -norm, norm)
 
 
-def staged_mean(total, offsets_of, n, keys, sigma_center, stages: int, norm: float, dim: int):
+def staged_mean(total, offsets_of, n, keys, sigma_center, stages, norm: float, dim: int, most: int | None = None):
     """The centering release in ``stages`` (1 or 2, :func:`center_stages`): :func:`private_mean` of ``total``
     (:func:`row_sum`), then, with two, :func:`refined_mean` of ``offsets_of(first, R)`` — the caller's
-    :func:`offset_sum` over all rows, in memory or one more pass over a store.  ``keys``: (first's, second's)."""
+    :func:`offset_sum` over all rows, in memory or one more pass over a store.  ``keys``: (first's, second's).
+
+    ``stages`` may be traced (plans of either count vmapped together): then ``most`` (static) is the largest count
+    among them, and with ``most`` = 2 the refining stage is computed for every plan and kept where ``stages`` = 2.
+    """
+    most = stages if most is None else most
     sigma = stage_sigma(sigma_center, stages)
     mean = private_mean(total, n, keys[0], sigma, norm)
-    if stages == 2:
+    if most == 2:
         r = refine_radius(sigma_center, n, dim, norm)
-        mean = refined_mean(mean, offsets_of(mean, r), n, keys[1], sigma, r, norm=norm)
+        refined = refined_mean(mean, offsets_of(mean, r), n, keys[1], sigma, r, norm=norm)
+        mean = refined if isinstance(stages, int) else jnp.where(jnp.asarray(stages) == 2, refined, mean)
     return mean
 
 

@@ -27,6 +27,7 @@ them is reported.  Every sum is divided by the public N, never by a count of row
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import queue
 import threading
@@ -72,7 +73,7 @@ class Released(NamedTuple):
 # ----------------------------------------------------------------------------- one model: the chain, then training
 
 def fit_chain(driver: Driver, settings: Static, chain: Sequence, n, dim: int, k: int, key, sigma, learning_rate,
-              lr_ceiling) -> Released:
+              lr_ceiling, center_stages=None) -> Released:
     """What runs when one model is trained: the plan's chain of releases in order, then DP training.
 
     Each release computes its value from the rows through ``driver`` (:class:`privlin.releases.base.Driver`: its
@@ -89,8 +90,10 @@ def fit_chain(driver: Driver, settings: Static, chain: Sequence, n, dim: int, k:
     n : the public N; dim : the rows' dimension; k : the number of classes
     key : the fit's key (:func:`stage_keys`, :func:`release_key`)
     sigma, learning_rate, lr_ceiling : the steps' σ, the learning rate, ``Plan.learning_rate_ceiling``
+    center_stages : this plan's centering stages where one program runs plans of one and two (traced), else None
     """
-    ctx = Context(n, dim, dim + sum(r.adds_dims for r, _ in chain), settings.clip, settings.normalize)
+    ctx = Context(n, dim, dim + sum(r.adds_dims for r, _ in chain), settings.clip, settings.normalize,
+                  center_stages=center_stages)
     for release, release_sigma in chain:
         ctx = release.use(ctx, release.compute(driver, ctx, key, release_sigma))
     params = _train(driver, settings, ctx, k, stage_keys(key)[2], sigma, learning_rate, lr_ceiling)
@@ -242,7 +245,7 @@ class _InMemory(NamedTuple):
 # ----------------------------------------------------------------------------- the pure core
 
 def train_rows(static: Static, X, Y, mask, n, key, sigma, sigma_ref, learning_rate,
-               lr_ceiling=float("nan")) -> Released:
+               lr_ceiling=float("nan"), center_stages=None) -> Released:
     """Run one plan on in-memory rows (:func:`fit_chain` with the in-memory driver); pure, jittable, vmappable
     over (key, σ, σ_ref, lr, lr ceiling).
 
@@ -259,11 +262,14 @@ def train_rows(static: Static, X, Y, mask, n, key, sigma, sigma_ref, learning_ra
         release's σ is it times the chain's fixed ratio in ``static``), the learning rate.
     lr_ceiling : scalar
         ``Plan.learning_rate_ceiling``: with the curvature release, the most W's rate may be lifted to.
+    center_stages : scalar, optional
+        The plan's centering stages (1 or 2) where ``static`` is a program shared by plans of both
+        (:func:`_shared_form`: its centering has the most of them); None: the centering's own.
     """
     X = jnp.asarray(X, jnp.float32)
     chain = [(r, sigma_ref * ratio) for r, ratio in static.chain]
     return fit_chain(_InMemory(X, Y, mask, {}), static, chain, n, X.shape[1], Y.shape[1], key, sigma, learning_rate,
-                     lr_ceiling)
+                     lr_ceiling, center_stages)
 
 
 def preprocess_rows(plan: Plan, X, mean, scl=None, log_scale=None) -> jax.Array:
@@ -280,11 +286,26 @@ _model_rows_jit = jax.jit(model_rows, static_argnames=("norm", "normalize"))
 
 
 @functools.partial(jax.jit, static_argnames=("static", "k"))
-def _train_many(static, X, idx, mask, n, keys, sigmas, sigmas_ref, lrs, ceilings, *, k):
-    """:func:`train_rows` for S plans of one static form at once; the rows are shared (not batched)."""
+def _train_many(static, X, idx, mask, n, keys, sigmas, sigmas_ref, lrs, ceilings, stages, *, k):
+    """:func:`train_rows` for S plans of one static form at once (``stages``: each plan's centering stages, see
+    :func:`_shared_form`); the rows are shared (not batched)."""
     Y = jax.nn.one_hot(idx, k, dtype=jnp.float32)
-    return jax.vmap(train_rows, in_axes=(None, None, None, None, None, 0, 0, 0, 0, 0))(
-        static, X, Y, mask, n, keys, sigmas, sigmas_ref, lrs, ceilings)
+    return jax.vmap(train_rows, in_axes=(None, None, None, None, None, 0, 0, 0, 0, 0, 0))(
+        static, X, Y, mask, n, keys, sigmas, sigmas_ref, lrs, ceilings, stages)
+
+
+def _shared_form(static: Static) -> Static:
+    """What plans that run in one program have in common: plans whose chains differ only in how many stages the
+    centering takes share a program whose centering has the most stages among them and keeps each plan's own
+    (:meth:`privlin.releases.Centering.compute`): one pass over the rows per sum for all of them."""
+    return static._replace(chain=tuple((dataclasses.replace(r, parts=0) if r.name == "center" else r, x)
+                                       for r, x in static.chain))
+
+
+def _stages(static: Static) -> int:
+    """The centering's stages in a plan's static form (0 where it makes no centering)."""
+    made = static.release("center")
+    return made[0].stages if made is not None else 0
 
 
 # ----------------------------------------------------------------------------- run plans on a source
@@ -327,12 +348,13 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
     for i, p in enumerate(plans):
         if p.secure_mode or not fits:
             continue
-        groups.setdefault(p.static(), []).append(i)
+        groups.setdefault(_shared_form(p.static()), []).append(i)
     if groups:
         with progress.stage(f"reading {source.n} rows into memory", verbose):
             X, labels, mask = rows.load()
         spare = max(0, memory_limit - in_memory_bytes(source, len(classes)))
-        for static, idx in groups.items():
+        for idx in groups.values():
+            static = max((plans[i].static() for i in idx), key=_stages)  # the most centering stages among them
             # a centered sgd/minibatch plan holds its mapped rows (Driver.mapped); adam1 maps them chunk by chunk
             per_plan = X.size * 4 if static.centered and static.method != "adam1" else 0
             chunk = max(1, int(spare // per_plan)) if per_plan else len(idx)
@@ -364,7 +386,8 @@ def in_memory_bytes(source: Source, k: int) -> int:
 
 def _dynamic(plans):
     return ([p.sigma for p in plans], [p.reference_sigma for p in plans],
-            [p.learning_rate for p in plans], [p.learning_rate_ceiling for p in plans])
+            [p.learning_rate for p in plans], [p.learning_rate_ceiling for p in plans],
+            [max(1, _stages(p.static())) for p in plans])
 
 
 # ----------------------------------------------------------------------------- rows from a source

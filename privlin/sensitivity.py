@@ -80,7 +80,7 @@ def margin(n, dims: int, *, outer_dims: int = 0) -> jax.Array:
 #: Rows per step of a long sum: every temporary (normalized rows, snapped values) stays this small instead of a
 #: copy of all rows per stage (which on a CPU costs more than the arithmetic).  Exact sums make the result the
 #: same bits whatever the chunking.
-CHUNK_ROWS = 4096
+CHUNK_ROWS = 2048
 
 
 def chunked(fn, acc, *rows):
@@ -180,10 +180,6 @@ def outer_sum(A, B, mask, bound, n) -> jax.Array:
 #: Most grid bits of a snapped row entry in :func:`offsets_sum` (rows of norm ≤ 1); fewer where N or d leave fewer
 #: (:func:`_offset_bits`: 16 at N = 2²⁰, finer than a store's float16 rows at their typical size).
 ROW_BITS = 20
-#: Up to this many classes :func:`offsets_sum` sums per class as one product with one-hot weights (k times the
-#: multiply-adds, but one pass over the rows for every setting of a vmapped sweep); above, a scatter per setting.
-#: The same integers are summed either way: the same bits.
-DENSE_CLASSES = 16
 
 
 def pow2_64(e) -> jax.Array:
@@ -200,6 +196,38 @@ def _offset_bits(n, dims: int):
     exact_dot = (51 - 1 - math.ceil(math.log2(max(dims, 2)))) // 2
     row = jnp.clip(jnp.minimum(jnp.ceil(bits / 2) + 1, exact_dot), 1, ROW_BITS)
     return row, bits - row
+
+
+#: Up to this many classes :func:`offsets_sum` sums per class by sorted tiles (:func:`_class_products`: settings
+#: vmapped over the weights share the sorted rows); above, by a scatter per setting (its tiles would be too small).
+#: The same integers either way: the same bits.
+TILED_CLASSES = 32
+
+
+def _class_products(Uq, wq, label, k: int) -> jax.Array:
+    """Σ_{i: label_i = c} wq_i·Uq_i for c < k (float64 integers, exact) in about one product's arithmetic, whatever
+    k: the rows sorted by class (where each row goes, and the sorted rows, depend on the labels only, so settings
+    vmapped over ``wq`` share them), the products summed tile by tile into prefix sums, and each class the difference of the
+    prefix sums at its two ends (a tile cut by an end: one masked tile product).  Any order of exact sums gives the
+    same bits."""
+    m, d = Uq.shape
+    tile = int(min(64, max(8, 2 ** math.floor(math.log2(max(m // (2 * (k + 1)), 1))))))
+    size = m + (-m % tile)
+    # a counting sort (no sort op: XLA cannot serialize a sort's comparator twice): class c's rows, in their order,
+    # go to positions [ends[c], ends[c+1])
+    onehot = jax.nn.one_hot(label, k, dtype=jnp.int32)
+    ends = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(jnp.sum(onehot, axis=0))])
+    at = ends[label] + jnp.sum((jnp.cumsum(onehot, axis=0) - onehot) * onehot, axis=1)
+    order = jnp.zeros(m, jnp.int32).at[at].set(jnp.arange(m, dtype=jnp.int32), unique_indices=True)
+    Us = jnp.concatenate([Uq[order], jnp.zeros((size - m, d), Uq.dtype)]).reshape(-1, tile, d)
+    ws = jnp.concatenate([wq[order], jnp.zeros(size - m, wq.dtype)]).reshape(-1, tile)
+    tiles = Us.shape[0]
+    prefix = jnp.concatenate([jnp.zeros((1, d), Uq.dtype), jnp.cumsum(jnp.einsum("tr,trd->td", ws, Us), axis=0)])
+    whole = ends // tile  # tiles wholly before the end; then the first ends % tile rows of the next
+    at = jnp.minimum(whole, tiles - 1)  # (past the last tile: no rows, any tile)
+    cut = ws[at] * (jnp.arange(tile)[None, :] < (ends % tile)[:, None])
+    before = prefix[whole] + jnp.einsum("br,brd->bd", cut, Us[at])
+    return before[1:] - before[:-1]
 
 
 def offsets_sum(U, mask, center, scale, cap, bound, n, Y=None) -> jax.Array:
@@ -225,29 +253,30 @@ def offsets_sum(U, mask, center, scale, cap, bound, n, Y=None) -> jax.Array:
     ga = pow2_64(-a)
     cap2 = pow2_64(jnp.ceil(jnp.log2(jnp.asarray(cap, jnp.float64))))
     gw = cap2 * pow2_64(-b)
-    Uq = jnp.round(jnp.asarray(U, jnp.float32) * _pow2(a)).astype(jnp.float64)  # |u·2^a| < 2²⁴: exact in float32
     cq = jnp.round(c / ga)
-    sq = jnp.sum(Uq * Uq, axis=1) - 2.0 * (Uq @ cq) + jnp.sum(cq * cq)  # integers below 2⁵³: exact
-    dist = jnp.sqrt(jnp.maximum(sq, 0.0)) * ga * (1.0 + 2.0**-50)  # ≥ ‖û_i − ĉ‖ (one rounding of the root)
     # A snapped weight is within gw/2 of w, and an offset's length below ρ (rows ≤ 1, both snaps, float32 norms).
     rho = 1.0 + jnp.sqrt(jnp.sum(c * c)) + math.sqrt(d) * ga + (d + 16) * U32
     eta = gw * rho / (2.0 * bound) + 2.0**-48
     tiny = jnp.finfo(jnp.float64).tiny
-    w = jnp.minimum(jnp.minimum(cap, jnp.asarray(scale, jnp.float64) / jnp.maximum(dist, tiny)),
-                    jnp.maximum(bound * (1.0 - eta), 0.0) / jnp.maximum(dist, tiny))
-    wq = jnp.round(w / gw) * jnp.asarray(mask, jnp.float64)
-    if Y is None:
-        total = wq @ Uq - jnp.sum(wq) * cq
-    else:
-        Y = jnp.asarray(Y, jnp.float64)
-        if Y.shape[1] <= DENSE_CLASSES:
-            Z = Y * wq[:, None]
-            total = Z.T @ Uq - jnp.sum(Z, axis=0)[:, None] * cq[None, :]
-        else:
-            label = jnp.argmax(Y, axis=1)
-            wl = wq * jnp.sum(Y, axis=1)
-            total = (jax.ops.segment_sum(wl[:, None] * Uq, label, num_segments=Y.shape[1])
-                     - jax.ops.segment_sum(wl, label, num_segments=Y.shape[1])[:, None] * cq[None, :])
+
+    def block(total, U, mask, Y, scale):
+        Uq = jnp.round(jnp.asarray(U, jnp.float32) * _pow2(a)).astype(jnp.float64)  # |u·2^a| < 2²⁴: exact in f32
+        sq = jnp.sum(Uq * Uq, axis=1) - 2.0 * (Uq @ cq) + jnp.sum(cq * cq)  # integers below 2⁵³: exact
+        dist = jnp.maximum(jnp.sqrt(jnp.maximum(sq, 0.0)) * ga * (1.0 + 2.0**-50), tiny)  # ≥ ‖û_i − ĉ‖
+        w = jnp.minimum(jnp.minimum(cap, scale / dist), jnp.where(eta < 1.0, bound * (1.0 - eta), 0.0) / dist)
+        wq = jnp.round(w / gw) * jnp.asarray(mask, jnp.float64)
+        if Y is None:
+            return total + (wq @ Uq - jnp.sum(wq) * cq)
+        label = jnp.argmax(Y, axis=1)
+        wq = wq * jnp.sum(jnp.asarray(Y, jnp.float64), axis=1)  # a row of no class is a null row
+        k = Y.shape[1]
+        counts = jax.ops.segment_sum(wq, label, num_segments=k)
+        products = (_class_products(Uq, wq, label, k) if k <= TILED_CLASSES
+                    else jax.ops.segment_sum(wq[:, None] * Uq, label, num_segments=k))
+        return total + (products - counts[:, None] * cq[None, :])
+
+    zero = jnp.zeros((d,) if Y is None else (Y.shape[1], d), jnp.float64)
+    total = block(zero, U, mask, Y, jnp.asarray(scale, jnp.float64))
     return total * (ga * gw)
 
 

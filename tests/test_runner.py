@@ -235,10 +235,11 @@ def test_read_ahead_streams_in_order_and_stops_with_its_consumer():
         raise OSError("disk gone")
     with pytest.raises(OSError, match="disk gone"):
         list(_read_ahead(failing()))
-    # blocks hold at most BLOCK_BYTES of stored rows, in whole 4096-row chunks, never more rows than asked
+    # blocks hold at most BLOCK_BYTES (256 MiB) of stored rows, in whole chunks, never more rows than asked
+    from privlin.sensitivity import CHUNK_ROWS as C
     assert stream_block_rows(65536, 768 * 2) == 65536
-    assert stream_block_rows(65536, 4096 * 2) == 32768 and stream_block_rows(65536, 36864 * 2) == 4096
-    assert stream_block_rows(65536, 10**9) == 4096 and stream_block_rows(100, 10**9) == 100
+    assert stream_block_rows(65536, 4096 * 2) == 32768 and stream_block_rows(65536, 36864 * 2) == 3640 // C * C
+    assert stream_block_rows(65536, 10**9) == C and stream_block_rows(100, 10**9) == 100
 
 
 def test_page_locked_route_reads_into_its_buffers_and_changes_no_bit(store, rows, monkeypatch):
@@ -352,3 +353,29 @@ def test_streamed_plans_take_one_pass_per_total_and_share_identical_ones(rows, m
              for e in (1.0, 2.0, 4.0)]
     got, count = run(adam1, [make_key(i).key for i in range(3)])
     assert count == 1 and len({np.asarray(r.W).tobytes() for r in got}) == 3  # one pass, three noisy releases
+
+
+def test_plans_of_one_and_two_centering_stages_share_one_program_and_keep_their_own(rows, monkeypatch):
+    """An ε grid whose centering takes one stage at some ε and two at others runs as one vmapped program (one pass
+    per sum for all of them): each plan's model is the one it gets alone and streamed, within float32 rounding (a
+    vmapped reduction may add in another order; streamed, σ is a float64 host number)."""
+    from privlin import compilation, data, runner
+    from privlin.plan import make_plan
+
+    (X, y), _ = rows
+    source = data.ArraySource(X, y)
+    plans = [make_plan(dict(method="adam1", epsilon=e), n=len(y), dim=X.shape[1], n_classes=K)
+             for e in (1.0, 4.0, 64.0)]
+    assert {p.center_stages for p in plans} == {1, 2}
+    keys = [make_key(i).key for i in range(len(plans))]
+    calls = []
+    real = compilation.call
+    monkeypatch.setattr(compilation, "call", lambda fn, args, *a, **kw: calls.append(args) or real(fn, args, *a, **kw))
+    together = runner.run(plans, source, keys, np.arange(K))
+    assert len(calls) == 1 and calls[0][0].release("center")[0].stages == 2
+    for p, key, got in zip(plans, keys, together):
+        (alone,) = runner.run([p], source, [key], np.arange(K))
+        (streamed,) = runner.run([p], source, [key], np.arange(K), memory_limit=0, block_rows=256)
+        for other in (alone, streamed):
+            np.testing.assert_allclose(got.W, other.W, rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(got.mean, other.mean, rtol=1e-5, atol=1e-7)

@@ -182,14 +182,17 @@ def test_offsets_sum_moves_by_at_most_the_bound(norm_c):
                     assert np.linalg.norm(full - part) <= bound
 
 
-def test_offsets_sum_is_exact_in_any_order_blocking_vmap_and_class_layout(monkeypatch):
-    """The same bits whatever the order, the blocking, a vmap over centers, or how classes are summed (one
-    product with one-hot weights, or a scatter above DENSE_CLASSES)."""
+@pytest.mark.parametrize("k", [1, 5, 40])
+def test_offsets_sum_is_exact_in_any_order_blocking_vmap_and_class_layout(k):
+    """The same bits whatever the order, the blocking, a vmap over centers, and as each class summed alone (the
+    one-class sum: no sorting, no tiles), with classes empty, tiny and large; by tiles (k ≤ TILED_CLASSES) and by
+    a scatter (k = 40)."""
     rng = np.random.default_rng(1)
-    n, d, k = 3000, 11, 5
+    n, d = 3000, 11
     centers = rng.normal(size=(3, d)) * 0.1
     U = offset_rows(rng, n, d, centers[0])
-    Y = np.asarray(jax.nn.one_hot(rng.integers(0, k, n), k))
+    labels = np.minimum(rng.geometric(0.3, n) - 1, k - 1) if k > 1 else np.zeros(n, int)
+    Y = np.asarray(jax.nn.one_hot(labels, k + 1))[:, :k]  # class k (rows of no class): null rows
     mask = (rng.random(n) < 0.9).astype(np.float32)
     perm = rng.permutation(n)
 
@@ -205,8 +208,9 @@ def test_offsets_sum_is_exact_in_any_order_blocking_vmap_and_class_layout(monkey
         many = np.asarray(jax.jit(jax.vmap(total))(jnp.asarray(centers)))
         for i in range(3):
             np.testing.assert_array_equal(many[i], np.asarray(total(centers[i])))
-        monkeypatch.setattr(sensitivity, "DENSE_CLASSES", 2)  # the scatter
-        np.testing.assert_array_equal(np.asarray(total(centers[0])), whole)
+        for c in range(k):
+            alone = sensitivity.offsets_sum(U, mask * Y[:, c], centers[0], 0.8, 8.0, 0.8, n)
+            np.testing.assert_array_equal(np.asarray(alone), whole[c])
 
 
 def test_offsets_sum_is_the_weighted_offsets_to_the_grid():

@@ -129,6 +129,7 @@ class Context(NamedTuple):
     rotate: Any = None        # the whitening map (d', d')
     curvature: Any = None     # the curvature bound: lifts W's learning rate
     extra: dict = {}          # {name: value} of added releases
+    center_stages: Any = None  # this plan's centering stages where one program runs plans of 1 and 2 (traced)
 
     @property
     def scaling(self):

@@ -56,7 +56,8 @@ class Centering(StagedMean):
 
     def compute(self, driver, ctx, key, sigma):
         """:func:`privlin.preprocess.staged_mean` of the rows as the re-centering rounds left them; the refining
-        stage's offsets are one more sum.  Secure mode: one stage (make_plan), drawn on the host."""
+        stage's offsets are one more sum.  Secure mode: one stage (make_plan), drawn on the host.  In a program
+        shared by plans of one and two stages (``ctx.center_stages``, traced), ``parts`` is the most of them."""
         total = rows_total(driver, ctx, "centering", ctx.rounds)
         noisy = driver.noisy(self.name, total)
         if noisy is not None:
@@ -66,8 +67,9 @@ class Centering(StagedMean):
             return driver.total("centering, refined", jnp.zeros(ctx.model_dim, jnp.float64), offset_sum, first, r,
                                 ctx.n, ctx.log_scale, ctx.rounds, clip=ctx.clip)
 
+        stages = self.stages if ctx.center_stages is None else ctx.center_stages  # traced: plans of 1 and 2 at once
         return preprocess.staged_mean(total, offsets_of, ctx.n, (stage_keys(key)[0], release_key(key, "center-refine")),
-                                      sigma, self.stages, ctx.clip, ctx.model_dim)
+                                      sigma, stages, ctx.clip, ctx.model_dim, most=self.stages)
 
     def use(self, ctx, value):
         """Later rows are centered by it, after the re-centering rounds' means (a chain (R + 1, d'))."""
