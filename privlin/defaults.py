@@ -60,7 +60,7 @@ QUICK_COMPILE_ELEMENTS = 2**19
 PARAMS = MappingProxyType(dict(
     epsilon=DEFAULT_EPSILON, delta=DEFAULT_DELTA, method="sgd", steps=None, learning_rate=None, clip=1.0,
     normalize=True, center=True, recenter=None, center_share=None, scale=None, scale_share=None, radial=None,
-    noise_multiplier=None, center_noise_multiplier=None, classes=None, loss=None, fit_intercept=None,
+    noise_multiplier=None, center_noise_multiplier=None, classes=None, class_weight=None, loss=None, fit_intercept=None,
     optimizer="sgd", momentum=0.9, batch_size=256, accountant=None, neighbouring=DEFAULT_NEIGHBOURING,
     random_state=None, block_rows=65536, memory_limit=2**30, verbose=False, budget=None, ledger=None,
     secure_mode=False))

@@ -91,6 +91,11 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         else read from the private labels (PrivacyLeakWarning).  Rows whose label is not in it are null rows: they
         contribute nothing, silently (the guarantee needs it); :func:`privlin.check_labels` counts them, without
         privacy, for a check on your own data.
+    class_weight : dict or None, default=None
+        Public weights per class, ``{class: weight}`` (a class not named: 1), each in (0, 1]: every row's
+        contribution to the training sums is scaled by its class's weight before the clip bound is applied, so
+        the guarantee is unchanged.  ``"balanced"`` is refused (it reads the private class counts), and so is a
+        weight above 1 (divide by the largest).  The preprocessing's statistics are not weighted.
     loss : {"softmax", "sigmoid"} or None, default=None
         None: sigmoid for adam1 (Mehta et al.), softmax otherwise.
     fit_intercept : bool or None, default=None
@@ -174,9 +179,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     noise is calibrated to every row contributing at most ``clip``, and privlin has no weighted path; a row weighted
     0 is a row labelled outside ``classes``, a null row), ``partial_fit`` and warm starts (each fit is one charged
     release of the whole chain on the whole split; continuing one would be another release on the same rows, which
-    only a new fit — charged again on the same ledger — accounts for), ``class_weight`` (no parameter:
-    ``"balanced"`` reads the private class counts; fixed public weights ≤ 1 would keep the sensitivity but are not
-    built).
+    only a new fit — charged again on the same ledger — accounts for), ``class_weight="balanced"`` (it reads the
+    private class counts; public weights ≤ 1 are supported).
     """
 
     _parameter_constraints = {
@@ -196,6 +200,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         "noise_multiplier": [Interval(Real, 0, None, closed="neither"), None],
         "center_noise_multiplier": [Interval(Real, 0, None, closed="neither"), None],
         "classes": ["array-like", None],
+        "class_weight": [dict, "array-like", StrOptions({"balanced"}), None],
         "loss": [StrOptions(set(train.LOSSES)), None],
         "fit_intercept": ["boolean", None],
         "optimizer": [StrOptions(set(train.OPTIMIZERS))],
@@ -218,7 +223,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
                  center_share=PARAMS["center_share"], scale=PARAMS["scale"], scale_share=PARAMS["scale_share"],
                  radial=PARAMS["radial"], noise_multiplier=PARAMS["noise_multiplier"],
                  center_noise_multiplier=PARAMS["center_noise_multiplier"], classes=PARAMS["classes"],
-                 loss=PARAMS["loss"], fit_intercept=PARAMS["fit_intercept"], optimizer=PARAMS["optimizer"],
+                 class_weight=PARAMS["class_weight"], loss=PARAMS["loss"], fit_intercept=PARAMS["fit_intercept"], optimizer=PARAMS["optimizer"],
                  momentum=PARAMS["momentum"], batch_size=PARAMS["batch_size"], accountant=PARAMS["accountant"],
                  neighbouring=PARAMS["neighbouring"], random_state=PARAMS["random_state"],
                  block_rows=PARAMS["block_rows"], memory_limit=PARAMS["memory_limit"], verbose=PARAMS["verbose"],
@@ -239,6 +244,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         self.noise_multiplier = noise_multiplier
         self.center_noise_multiplier = center_noise_multiplier
         self.classes = classes
+        self.class_weight = class_weight
         self.loss = loss
         self.fit_intercept = fit_intercept
         self.optimizer = optimizer

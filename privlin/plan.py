@@ -28,14 +28,14 @@ from .defaults import (ADAM1_BIAS_INIT, ADAM_LR, CURVATURE_FLATNESS, CURVATURE_G
 from .releases import Release
 from .releases.base import planned_sigma
 
-__all__ = ["Plan", "Static", "make_plan", "default_learning_rate", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS",
+__all__ = ["Plan", "Static", "make_plan", "class_weights", "default_learning_rate", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS",
            "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "RADIUS_SHARE",
            "RECENTER_SHARE", "ADAM_LR", "stability_caps", "learning_rates"]
 
 
 #: The training settings a compiled fit specializes on (with the chain's σ ratios: :class:`Static`).
 STATIC_SETTINGS = ("method", "steps", "sample_rate", "clip", "normalize", "loss", "bias_init", "fit_intercept",
-                   "optimizer", "momentum")
+                   "optimizer", "momentum", "class_weight")
 
 
 class Static(collections.namedtuple("Static", (*STATIC_SETTINGS, "chain"))):
@@ -116,6 +116,7 @@ class Plan:
     secure_mode: bool = False
     learning_rate_ceiling: float = math.nan
     chain: tuple = ()
+    class_weight: tuple | None = None
 
     # ---- the chain, read by name
     def release(self, name: str) -> Release | None:
@@ -239,9 +240,49 @@ class Plan:
         return float(w), float(b)
 
 
+def class_weights(class_weight, classes, k: int) -> tuple | None:
+    """The public per-class weights in the order of ``classes`` (None where every weight is 1).
+
+    ``class_weight``: None, ``{class: weight}`` (a class not named: 1) or k weights in class order; every weight in
+    (0, 1]: a row's contribution is scaled by its class's weight before the sums that bound it, so one row still
+    moves a released sum by at most the clip.  ``"balanced"`` is refused: it reads the private class counts.
+    With no class list yet (``k`` = 0: it is read from the labels later) a mapping is checked and left unresolved.
+    """
+    if class_weight is None:
+        return None
+    if isinstance(class_weight, str):
+        raise ValueError(f"class_weight={class_weight!r} weighs classes by their private counts: give public "
+                         "weights, {class: weight} with every weight in (0, 1]")
+    if isinstance(class_weight, Mapping):
+        weights = dict(class_weight)
+        _check_weights(weights.values())
+        if classes is None:
+            if k:
+                raise ValueError("class_weight as {class: weight} needs the public class list (classes=...)")
+            return None
+        known = set(np.asarray(classes).tolist())
+        if bad := [c for c in weights if c not in known]:
+            raise ValueError(f"class_weight names {bad}, not in the class list {list(known)[:10]}")
+        out = tuple(float(weights.get(c, 1.0)) for c in np.asarray(classes).tolist())
+    else:
+        out = tuple(float(w) for w in np.ravel(np.asarray(class_weight, dtype=float)))
+        _check_weights(out)
+        if k and len(out) != k:
+            raise ValueError(f"class_weight has {len(out)} weights for {k} classes")
+    return None if all(w == 1.0 for w in out) else out
+
+
+def _check_weights(weights) -> None:
+    bad = [w for w in weights if not (isinstance(w, (int, float, np.integer, np.floating)) and 0 < float(w) <= 1)]
+    if bad:
+        raise ValueError(f"class_weight values must be numbers in (0, 1], got {bad[:3]}: a weight above 1 would let "
+                         "one row move a sum by more than the clip the noise is calibrated to (divide the weights "
+                         "by the largest)")
+
+
 # ----------------------------------------------------------------------------- make_plan, in its steps
 
-def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | None) -> Plan:
+def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | None, classes=None) -> Plan:
     """The plan of ``DPLinearClassifier(**params)`` on N = ``n`` rows of dimension ``dim`` with ``n_classes``.
 
     ``params`` are the estimator's parameters (missing keys take :data:`privlin.defaults.PARAMS`).  Only public
@@ -274,6 +315,7 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
         A combination no plan can run (adam1 with several steps, GDP for a subsampled plan, ...).
     """
     s = _validate(params, n, dim, n_classes)
+    s.class_weight = class_weights(s.p["class_weight"], classes, s.k)
     _resolve_defaults(s)
     shares = _choose_releases(s)
     sigma, sig = _calibrate_plan(s, shares)
@@ -431,7 +473,8 @@ def _build(s, shares, sigma, sig) -> Plan:
                 normalize=bool(s.p["normalize"]), loss=s.loss,
                 bias_init=ADAM1_BIAS_INIT if s.loss == "sigmoid" else 0.0, fit_intercept=s.fit_intercept,
                 optimizer=s.optimizer, momentum=s.momentum, secure_mode=s.secure,
-                learning_rate_ceiling=float(ceiling), chain=chain)
+                learning_rate_ceiling=float(ceiling), chain=chain,
+                class_weight=s.class_weight)
     if plan.private:
         eps = accounting.event_epsilon(plan.dp_event(), plan.delta, accountant=s.acct, neighbouring=s.relation)
         plan = dataclasses.replace(plan, epsilon=eps)

@@ -111,7 +111,7 @@ def _train(driver, s: Static, ctx: Context, k: int, key, sigma, lr, ceiling) -> 
     if s.method == "adam1":
         sums = driver.total("adam1 pass", train.class_sums_init(ctx.model_dim, k), _class_sums, ctx.row_map(), ctx.n,
                             labels=True, clip=s.clip, normalize=s.normalize, loss=s.loss, bias_init=s.bias_init,
-                            fit_intercept=s.fit_intercept)
+                            fit_intercept=s.fit_intercept, class_weight=s.class_weight)
         noisy = _released_gradient(driver, train.adam1_gradient(sums, loss=s.loss, bias_init=s.bias_init),
                                    s.fit_intercept)
         if noisy is not None:
@@ -123,20 +123,21 @@ def _train(driver, s: Static, ctx: Context, k: int, key, sigma, lr, ceiling) -> 
     return _step_loop(driver, s, ctx, k, key, sigma, lr, intercept_scale)
 
 
-def _class_sums(acc, X, Y, mask, rows: RowMap, n, *, clip, normalize, loss, bias_init, fit_intercept):
+def _class_sums(acc, X, Y, mask, rows: RowMap, n, *, clip, normalize, loss, bias_init, fit_intercept, class_weight):
     """``acc`` + adam1's class sums (:func:`privlin.train.class_sums_update`) of a chunk of training rows: the rows
     up to their last centering and its mean (:func:`rows_and_center`), so that plans vmapped over their means share
     the pass."""
     U, center = rows_and_center(X, rows, clip, normalize)
     return train.class_sums_update(acc, U, Y, mask, clip, n, loss=loss, bias_init=bias_init,
-                                   fit_intercept=fit_intercept, row_norm=clip if normalize else None, center=center)
+                                   fit_intercept=fit_intercept, row_norm=clip if normalize else None, center=center,
+                                   class_weight=class_weight)
 
 
-def _grad_sum(acc, Z, Y, mask, params, n, *, clip, normalize, loss, fit_intercept):
+def _grad_sum(acc, Z, Y, mask, params, n, *, clip, normalize, loss, fit_intercept, class_weight):
     """``acc`` + the clipped gradient sum (:func:`privlin.train.clipped_grad_sum`) of a chunk of training rows
     ``Z`` (mapped: :meth:`Driver.mapped`)."""
     g = train.clipped_grad_sum(params, Z, Y, mask, clip, n, loss=loss, fit_intercept=fit_intercept,
-                               row_norm=clip if normalize else None)
+                               row_norm=clip if normalize else None, class_weight=class_weight)
     return jax.tree.map(jnp.add, acc, g)
 
 
@@ -154,7 +155,7 @@ def _step_loop(driver, s: Static, ctx: Context, k: int, key, sigma, lr, intercep
         zero = train.LinearParams(jnp.zeros((ctx.model_dim, k), jnp.float64), jnp.zeros((k,), jnp.float64))
         g = rows.total(None, zero, _grad_sum, state.params, ctx.n, labels=True,
                        sample=None if q >= 1.0 else (k_sample, q), clip=s.clip, normalize=s.normalize, loss=s.loss,
-                       fit_intercept=s.fit_intercept)
+                       fit_intercept=s.fit_intercept, class_weight=s.class_weight)
         step_sigma, noisy = sigma, _released_gradient(driver, g, s.fit_intercept)
         if noisy is not None:  # released with the discrete Gaussian: nothing more to add in the update
             g, step_sigma = noisy, 0.0
@@ -169,7 +170,7 @@ def _scan_steps(driver: "_InMemory", s: Static, ctx: Context, key, sigma, lr, in
     Xp = driver.mapped(ctx.row_map(), s.clip, s.normalize).X  # the curvature release's rows, if it read them
     kw = dict(steps=s.steps, clip=s.clip, loss=s.loss, optimizer=s.optimizer, momentum=s.momentum,
               fit_intercept=s.fit_intercept, bias_init=s.bias_init, row_norm=s.clip if s.normalize else None,
-              intercept_scale=intercept_scale)
+              intercept_scale=intercept_scale, class_weight=s.class_weight)
     if s.method == "sgd":
         return train.fit_full_batch(Xp, driver.Y, driver.mask, ctx.n, key, sigma, lr, **kw)
     return train.fit_minibatch(Xp, driver.Y, driver.mask, ctx.n, key, sigma, lr, sample_rate=s.sample_rate, **kw)

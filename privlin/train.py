@@ -47,7 +47,7 @@ import optax
 from . import noise, sensitivity
 
 __all__ = [
-    "LinearParams", "ClassSums", "TrainState", "residuals", "logits_of", "clipped_grad_sum",
+    "LinearParams", "ClassSums", "TrainState", "residuals", "logits_of", "clipped_grad_sum", "row_weights",
     "privatize", "init_params", "make_optimizer", "init_state", "noisy_update", "fit_full_batch", "fit_minibatch",
     "zero_init_residual_norm", "poisson_mask", "SAMPLE_CHUNK", "class_sums_init", "class_sums_update", "adam1_gradient", "adam1_step",
     "decision_function", "LOSSES", "OPTIMIZERS",
@@ -110,11 +110,12 @@ def logits_of(params: LinearParams, A, norms, fit_intercept: bool) -> jax.Array:
 
 
 def clipped_grad_sum(params: LinearParams, X, Y, mask, clip, n, *, loss: str = "softmax",
-                     fit_intercept: bool = False, row_norm: float | None = None) -> LinearParams:
-    """Σ_i mask_i · clip_C(∇_θ ℓ(θ; x_i, y_i)) exactly (float64), without per-example gradients.
+                     fit_intercept: bool = False, row_norm: float | None = None, class_weight=None) -> LinearParams:
+    """Σ_i mask_i · w_{y_i} · clip_C(∇_θ ℓ(θ; x_i, y_i)) exactly (float64), without per-example gradients.
 
     ``n`` is the public N (it sets the exact-sum grid and the clip margin, :mod:`privlin.sensitivity`).
-    ``row_norm``: every row is normalized to this norm (nothing to recompute).
+    ``row_norm``: every row is normalized to this norm (nothing to recompute).  ``class_weight``: public weights
+    w_c ≤ 1 per class (None: 1), applied before the snapping, so a row still moves the sum by at most C.
 
     Returns
     -------
@@ -129,12 +130,19 @@ def clipped_grad_sum(params: LinearParams, X, Y, mask, clip, n, *, loss: str = "
         R = residuals(logits_of(params, A, norms, fit_intercept), Y, loss)
         r_norm = jnp.sqrt(jnp.sum(R * R, axis=1))
         magnitude = jnp.minimum(norms, c_eff / jnp.maximum(r_norm, _TINY))  # c_i ||x_i||, the clipped norm
+        if class_weight is not None:
+            magnitude = magnitude * row_weights(Y, class_weight)
         return G + sensitivity.outer_sum(A, R * magnitude[:, None], mask, clip, n)
 
     G = sensitivity.chunked(add, jnp.zeros((d1, k), jnp.float64), X, Y, mask)
     if fit_intercept:
         return LinearParams(G[:-1], G[-1])
     return LinearParams(G, jnp.zeros((k,), G.dtype))
+
+
+def row_weights(Y, class_weight) -> jax.Array:
+    """Each row's class weight (m,) from one-hot ``Y`` and the public per-class weights (a row of no class: 0)."""
+    return jnp.asarray(Y, jnp.float32) @ jnp.asarray(class_weight, jnp.float32)
 
 
 def privatize(grad_sum: LinearParams, key, sigma, clip, *, fit_intercept: bool = False) -> LinearParams:
@@ -187,7 +195,8 @@ def noisy_update(state: TrainState, grad_sum: LinearParams, key, sigma, denom, o
 
 def fit_full_batch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, clip: float = 1.0,
                    loss: str = "softmax", optimizer: str = "sgd", momentum: float = 0.9, fit_intercept: bool = False,
-                   bias_init: float = 0.0, row_norm: float | None = None, intercept_scale=1.0) -> LinearParams:
+                   bias_init: float = 0.0, row_norm: float | None = None, intercept_scale=1.0,
+                   class_weight=None) -> LinearParams:
     """Full-batch DP-SGD (DP-RandP) for ``steps`` steps on in-memory rows; pure, jittable, vmappable.
 
     Parameters
@@ -203,7 +212,7 @@ def fit_full_batch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, clip
 
     def step(state, k):
         g = clipped_grad_sum(state.params, X, Y, mask, clip, n, loss=loss, fit_intercept=fit_intercept,
-                             row_norm=row_norm)
+                             row_norm=row_norm, class_weight=class_weight)
         return noisy_update(state, g, k, sigma, n, opt, clip=clip, fit_intercept=fit_intercept,
                             intercept_scale=intercept_scale), None
 
@@ -230,7 +239,8 @@ def poisson_mask(key, sample_rate, start, length: int) -> jax.Array:
 
 def fit_minibatch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, sample_rate: float, clip: float = 1.0,
                   loss: str = "softmax", optimizer: str = "sgd", momentum: float = 0.9, fit_intercept: bool = False,
-                  bias_init: float = 0.0, row_norm: float | None = None, intercept_scale=1.0) -> LinearParams:
+                  bias_init: float = 0.0, row_norm: float | None = None, intercept_scale=1.0,
+                  class_weight=None) -> LinearParams:
     """Poisson-subsampled DP-SGD / DP-Adam / DP-LAMB on in-memory rows; pure, jittable, vmappable.
 
     Each step includes every row independently with probability ``sample_rate`` (the
@@ -246,7 +256,7 @@ def fit_minibatch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, sampl
         k_sample, k_noise = noise.split(k)
         take = poisson_mask(k_sample, sample_rate, 0, mask.shape[0]) * mask
         g = clipped_grad_sum(state.params, X, Y, take, clip, n, loss=loss, fit_intercept=fit_intercept,
-                             row_norm=row_norm)
+                             row_norm=row_norm, class_weight=class_weight)
         return noisy_update(state, g, k_noise, sigma, denom, opt, clip=clip, fit_intercept=fit_intercept,
                             intercept_scale=intercept_scale), None
 
@@ -272,24 +282,27 @@ def class_sums_init(d: int, k: int) -> ClassSums:
 
 
 def class_sums_update(acc: ClassSums, X, Y, mask, clip, n, *, loss: str = "sigmoid", bias_init: float = -10.0,
-                      fit_intercept: bool = False, row_norm: float | None = None, center=None) -> ClassSums:
+                      fit_intercept: bool = False, row_norm: float | None = None, center=None,
+                      class_weight=None) -> ClassSums:
     """Add one block of rows to the ``adam1`` statistics exactly (stage 1; one streaming pass).
 
     At zero init every residual has the same norm r, so the clip factor is ``min(1, C / (||x_i|| r))``
     and the class sums of ``c_i [x_i, 1]`` determine the whole clipped gradient (:func:`adam1_gradient`).
     ``row_norm``: the model's rows are ``X − center`` re-normalized to this norm (``X`` at that norm, ``center`` the
     last released mean, or None where ``X`` are the model's rows), as :func:`privlin.preprocess.apply` makes them;
-    None: ``X`` as given.  Summed by :func:`privlin.sensitivity.offsets_sum`, so settings vmapped over their
-    centers share one pass over the rows.
+    None: ``X`` as given.  ``class_weight``: public weights ≤ 1 per class scale each row's contribution (None: 1).
+    Summed by :func:`privlin.sensitivity.offsets_sum`, so settings vmapped over their centers share one pass over
+    the rows.
     """
     k = Y.shape[1]
     r = zero_init_residual_norm(k, loss, bias_init)
     # a row's whole contribution ≤ C/r, less r's rounding and adam1_gradient's float64 rounding of p·Σ_j S_j
     bound = clip * (1.0 - k * sensitivity.U32 - (k + 2) * jnp.asarray(n, jnp.float64) * 2.0**-50) / r
     mask = mask * jnp.sum(Y, axis=1)
+    weight = 1.0 if class_weight is None else row_weights(Y, class_weight).astype(jnp.float64)
     if row_norm is None:  # rows as given: each its own direction, clipped to the bound
         A, norms = sensitivity.directions(X, fit_intercept)
-        S = sensitivity.offsets_sum(A, mask, None, jnp.minimum(norms, bound), bound, bound, n, Y)
+        S = sensitivity.offsets_sum(A, mask, None, jnp.minimum(norms, bound) * weight, bound, bound, n, Y)
         if not fit_intercept:  # keep the layout (k, d+1): the intercept column stays zero
             S = jnp.concatenate([S, jnp.zeros((k, 1), S.dtype)], axis=1)
         return ClassSums(acc.S + S)
@@ -301,10 +314,10 @@ def class_sums_update(acc: ClassSums, X, Y, mask, clip, n, *, loss: str = "sigmo
     u = jnp.asarray(X, jnp.float32) * jnp.float32(1.0 / row_norm)
     c = None if center is None else jnp.asarray(center, jnp.float64) / row_norm
     cap = feat / _least_distance(c)
-    S = sensitivity.offsets_sum(u, mask, c, feat, cap, feat, n, Y)
+    S = sensitivity.offsets_sum(u, mask, c, feat * weight, cap, feat, n, Y)
     if fit_intercept:
-        iota = mag / full
-        grid = sensitivity.pow2_64(jnp.ceil(jnp.log2(iota)) - 22.0)  # a power of two: ι/grid ≤ 2²², × a count ≤ 2³⁰: exact
+        iota = mag / full * (1.0 if class_weight is None else jnp.asarray(class_weight, jnp.float64))
+        grid = sensitivity.pow2_64(jnp.ceil(jnp.log2(mag / full)) - 22.0)  # ι/grid ≤ 2²², × a count ≤ 2³⁰: exact
         counts = jnp.sum(jnp.asarray(Y, jnp.float64) * jnp.asarray(mask, jnp.float64)[:, None], axis=0)
         S = jnp.concatenate([S, (counts * jnp.round(iota / grid) * grid)[:, None]], axis=1)
     else:

@@ -198,7 +198,7 @@ def plans_for(source: data.Source, params_list, *, classes, budget, ledger, char
     """
     known = classes is not None or source.published_classes() is not None
     cls_, leaks = data.public_classes(source, classes, stacklevel=stacklevel) if known else (None, [])
-    plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=None if cls_ is None else cls_.size)
+    plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=None if cls_ is None else cls_.size, classes=cls_)
              for p in params_list]
     leaks += _public_setting_leaks(plans, stacklevel)
     _secure_checks(plans)
@@ -209,7 +209,7 @@ def plans_for(source: data.Source, params_list, *, classes, budget, ledger, char
         cls_, more = data.public_classes(source, None, stacklevel=stacklevel)
         leaks += more
         planned = [p.dp_event() for p in plans]
-        plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=cls_.size) for p in params_list]
+        plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=cls_.size, classes=cls_) for p in params_list]
         assert [p.dp_event() for p in plans] == planned, "the class count changed the noise"
     if led is not None:
         charge(led, plans)
@@ -242,7 +242,9 @@ def report_for(plan: Plan, *, seeded: bool, leaks=(), data: str = "", ledger=Non
     released ``values`` (by release name; ``curvature`` and ``radius`` may be given as keywords)."""
     values = {"curvature": curvature, "radius": radius, **(values or {})}
     lr_w, _ = plan.learning_rates_after(values.get("curvature"))
-    notes = "; ".join(p for p in [_budget_note(plan), *plan.notes(values)] if p) or None
+    weights = plan.class_weight and ("class weights (public, each row's contribution scaled before the clip bound): "
+                                     + ", ".join(f"{w:.3g}" for w in plan.class_weight))
+    notes = "; ".join(p for p in [_budget_note(plan), *plan.notes(values), weights] if p) or None
     return PrivacyReport(
         epsilon=plan.epsilon, delta=plan.delta, noise_multipliers=plan.noise_multipliers(), steps=plan.steps,
         sample_rate=plan.sample_rate, accountant=plan.accountant, neighbouring=plan.neighbouring, seeded=seeded,
