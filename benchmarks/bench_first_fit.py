@@ -18,10 +18,10 @@ compiled with XLA's defaults and with :data:`privlin.compilation.QUICK_OPTIONS`,
 chosen from.
 
 Part ``sweep`` (benchmarks/results/sweep.md, section ``bench_first_fit_sweep``): a 10-ε ``adam1`` sweep vs one
-``adam1`` fit, both with the default preprocessing, on a synthetic float16 store (``--n`` × ``--d``, k=10; smaller
-than issue 37's 120 000 × 512 so it runs in a minute or two on a shared 2-core box), compiled programs warmed
-first; and the split of the sweep's cost: how many compiled fit programs the 10 plans need (their ``static()``
-forms) and how many vmapped calls run (``memory_limit`` decides how many centered copies fit at once).
+``adam1`` fit, both with the default preprocessing, on synthetic float16 stores (one row per ``--n``, × ``--d``,
+k=10; 120 000 × 512 is issue 37's size), compiled programs warmed first; and the split of the first sweep's cost:
+how many compiled programs its plans need (:func:`privlin.runner._shared_form`), how many vmapped calls run, what a
+setting adds to a call, and what is not the call (reading the store, planning, accounting).
 """
 from __future__ import annotations
 
@@ -237,7 +237,20 @@ def part_options(sizes) -> str:
 
 # ----------------------------------------------------------------------------- part "sweep": in this process
 
-def part_sweep(n: int, d: int, repeat: int) -> str:
+def part_sweep(sizes, d: int, repeat: int) -> str:
+    """One row per N in ``sizes``; the cost split of the first."""
+    rows, split = [], None
+    for n in sizes:
+        row, text = _sweep_row(n, d, repeat)
+        rows.append(row)
+        split = split or text
+    header = (f"### The curve at the price of one fit? (issue 37.5; `python benchmarks/bench_first_fit.py --part "
+              f"sweep`; {_machine()}; {_when()})\n\n"
+              "| benchmark | one fit | sweep | ratio | goal |\n|---|---:|---:|---:|---|")
+    return header + "\n" + "\n".join(rows) + "\n" + split
+
+
+def _sweep_row(n: int, d: int, repeat: int) -> tuple[str, str]:
     import warnings
 
     import jax
@@ -269,8 +282,9 @@ def part_sweep(n: int, d: int, repeat: int) -> str:
                                    random_state=0, progress=False), repeat)
         compilation.call = counted
         try:
+            t = time.perf_counter()
             privlin.fit(st, epsilon=1.0, method="adam1", classes=classes, random_state=0, progress=False)
-            single, calls[:] = calls[0][1], []
+            single_total, single, calls[:] = time.perf_counter() - t, calls[0][1], []
             t = time.perf_counter()
             sweep(st, epsilon=EPS10, method="adam1", classes=classes, eval_split=None, random_state=0, progress=False)
             counted = time.perf_counter() - t
@@ -279,9 +293,6 @@ def part_sweep(n: int, d: int, repeat: int) -> str:
     plans = [make_plan({"epsilon": e, "method": "adam1"}, n=n, dim=d, n_classes=k) for e in EPS10]
     chains = sorted({" → ".join(repr(r) for r, _ in p.static().chain) for p in plans})
     programs = len({runner._shared_form(p.static()) for p in plans})
-    header = (f"### The curve at the price of one fit? (issue 37.5; `python benchmarks/bench_first_fit.py --part "
-              f"sweep`; {_machine()}; {_when()})\n\n"
-              "| benchmark | one fit | sweep | ratio | goal |\n|---|---:|---:|---:|---|")
     row = (f"| adam1, default preprocessing: 10-ε sweep vs 1 fit, same store (n={n}, d={d}, k={k}, float16; "
            f"median of {repeat} after a warm-up) | {one:.2f} s | {many:.2f} s | **{many / one:.2f}×** | ≤ 2× CPU |")
     in_calls = sum(c[1] for c in calls)
@@ -290,13 +301,13 @@ def part_sweep(n: int, d: int, repeat: int) -> str:
              f"call(s) of {[c[0] for c in calls]} settings taking {[round(c[1], 2) for c in calls]} s, against "
              f"{single:.2f} s for the single fit's call of 1 setting: each further setting adds "
              f"{(in_calls - single) / 9:.3f} s; the rest, {counted - in_calls:.2f} s, is reading the store into memory, "
-             "planning and accounting (the single fit's rest: "
-             f"{one - single:.2f} s). Shared by every setting of a call: the read, the centering's first sum (rows as "
+             f"planning and accounting (the single fit's, timed with its call: {single_total - single:.2f} s of "
+             f"{single_total:.2f} s). Shared by every setting of a call: the read, the centering's first sum (rows as "
              "given), and in every later sum the rows as snapped once (`privlin.sensitivity.offsets_sum`); a "
              "setting's own work is one product of those rows with its center (each row's distance) and one with its "
              "weights, by tiles of rows sorted by class. Plans whose centering takes one stage and plans that take "
              "two share one program (`privlin.runner._shared_form`).")
-    return header + "\n" + row + "\n" + split
+    return row, split
 
 
 def _machine() -> str:
@@ -313,7 +324,7 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", default="569x30x2,4096x64x10,60000x512x10",
                    help="N x d x k of the fits whose compile options are measured (options)")
     p.add_argument("--repeat", type=int, default=1, help="cold/warm process pairs (first); timed sweeps (sweep)")
-    p.add_argument("--n", type=int, default=60_000, help="store rows (sweep)")
+    p.add_argument("--n", default="60000,120000", help="store rows, comma-separated: one row each (sweep)")
     p.add_argument("--d", type=int, default=512, help="store dimension (sweep)")
     p.add_argument("--results", default=os.path.join(HERE, "results"))
     args = p.parse_args(argv)
@@ -328,7 +339,7 @@ def main(argv=None) -> int:
         print(text)
         write_section(os.path.join(args.results, "privlin.md"), "bench_first_fit_options", text)
     if args.part in ("sweep", "both"):
-        text = part_sweep(args.n, args.d, args.repeat)
+        text = part_sweep([int(v) for v in args.n.split(",")], args.d, args.repeat)
         print(text)
         write_section(os.path.join(args.results, "sweep.md"), "bench_first_fit_sweep", text)
     return 0
