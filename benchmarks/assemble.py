@@ -11,7 +11,8 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ORDER = ["goals", "stores", "featurize", "privlin", "runner_read", "gpu", "defaults", "sweep", "privacy", "mae"]
+ORDER = ["goals", "stores", "featurize", "privlin", "runner_read", "gpu", "defaults", "sweep", "privacy", "mae",
+         "suite"]
 
 
 def assemble(root: str = ROOT) -> str:

@@ -12,6 +12,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # Compiled programs cached on disk (for this run, and later runs of this checkout): the same pipelines compile in
 # many tests and again in the subprocesses of the CLI, distributed, device and README tests (-23% CPU time on
 # those tests from an empty cache). Test data are synthetic or public, so a constant folded into a program is too.
+# The README's two pytest-xdist workers share this folder, as the tests' subprocesses always did: privlin writes
+# ``programs/`` files whole (renamed into place); JAX writes an entry in place, and an entry read half-written fails
+# to load and is compiled again, with a warning.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(ROOT, ".pytest_cache", "jax"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")

@@ -30,7 +30,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
 INSTALL = 'python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && .venv/bin/python -m experiments.quickstart'
-SUITE = ".venv/bin/python -m pytest -q"
+SUITE = ".venv/bin/python -m pytest -q -n 2 --dist loadfile"
 #: The set-up commands of the install line: done before (the shims of the slow test, or by hand in a fresh clone).
 ENV_SETUP = ("python3 -m venv", ".venv/bin/pip install")
 
