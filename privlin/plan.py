@@ -260,10 +260,10 @@ def class_weights(class_weight, classes, k: int) -> tuple | None:
             if k:
                 raise ValueError("class_weight as {class: weight} needs the public class list (classes=...)")
             return None
-        known = set(np.asarray(classes).tolist())
-        if bad := [c for c in weights if c not in known]:
-            raise ValueError(f"class_weight names {bad}, not in the class list {list(known)[:10]}")
-        out = tuple(float(weights.get(c, 1.0)) for c in np.asarray(classes).tolist())
+        names = np.asarray(classes).tolist()
+        if bad := [c for c in weights if c not in set(names)]:
+            raise ValueError(f"class_weight names {bad}, not in the class list {names[:10]}")
+        out = tuple(float(weights.get(c, 1.0)) for c in names)
     else:
         out = tuple(float(w) for w in np.ravel(np.asarray(class_weight, dtype=float)))
         _check_weights(out)

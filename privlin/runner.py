@@ -303,11 +303,6 @@ def _shared_form(static: Static) -> Static:
                                        for r, x in static.chain))
 
 
-def _stages(static: Static) -> int:
-    """The centering's stages in a plan's static form (0 where it makes no centering)."""
-    made = static.release("center")
-    return made[0].stages if made is not None else 0
-
 
 # ----------------------------------------------------------------------------- run plans on a source
 
@@ -355,7 +350,7 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
             X, labels, mask = rows.load()
         spare = max(0, memory_limit - in_memory_bytes(source, len(classes)))
         for idx in groups.values():
-            static = max((plans[i].static() for i in idx), key=_stages)  # the most centering stages among them
+            static = plans[max(idx, key=lambda i: plans[i].center_stages)].static()  # the most centering stages
             # a centered sgd/minibatch plan holds its mapped rows (Driver.mapped); adam1 maps them chunk by chunk
             per_plan = X.size * 4 if static.centered and static.method != "adam1" else 0
             chunk = max(1, int(spare // per_plan)) if per_plan else len(idx)
@@ -388,7 +383,7 @@ def in_memory_bytes(source: Source, k: int) -> int:
 def _dynamic(plans):
     return ([p.sigma for p in plans], [p.reference_sigma for p in plans],
             [p.learning_rate for p in plans], [p.learning_rate_ceiling for p in plans],
-            [max(1, _stages(p.static())) for p in plans])
+            [p.center_stages for p in plans])
 
 
 # ----------------------------------------------------------------------------- rows from a source

@@ -9,10 +9,8 @@ inside it grows like N·2⁻²⁴, and one crafted row can move a blocked float3
 2. it is snapped to a power-of-two grid: a vector contribution to integers of at most 2²² steps (rounded in
    float32, where they are exact), the two factors of an outer product to grids fine enough that N of their
    products sum to integers below 2⁵² (:func:`grid_bits`, from the public N only);
-3. the snapped values are summed where every partial sum is an integer the format holds exactly: per-class
-   sums as two 11-bit halves in float32 over groups of at most 4096 rows (below 2²⁴, :func:`_segment_rows_sum`),
-   everything else in float64: the result is exact in any order — streamed, blocked, sharded over devices or
-   hosts, vmapped (N ≤ 2³⁰, checked).
+3. the snapped values are summed in float64, where every partial sum is an integer below 2⁵²: the result is
+   exact in any order — streamed, blocked, sharded over devices or hosts, vmapped (N ≤ 2³⁰, checked).
 
 So one row moves a released sum by at most C, exactly as accounted, and the same rows give bitwise the same
 sum on every path.  Products for the gradient of a linear model (a row direction ⊗ a clipped residual) are
@@ -34,7 +32,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-__all__ = ["U32", "grid_bits", "margin", "vector_sum", "segment_sum", "outer_sum", "offsets_sum", "pow2_64", "directions", "directions_and_log2_norms", "require_x64",
+__all__ = ["U32", "grid_bits", "margin", "vector_sum", "outer_sum", "offsets_sum", "pow2_64", "directions", "directions_and_log2_norms", "require_x64",
            "scaled_rows", "x64"]
 
 #: Unit roundoff of float32.
@@ -126,44 +124,9 @@ def _snap_vector(V, mask, bound):
     return q * jnp.asarray(mask, jnp.float32)[:, None]
 
 
-#: Rows per float32 partial sum in :func:`_segment_rows_sum`, and bits of the low half of a snapped value:
-#: 2¹² rows of halves of magnitude ≤ 2¹¹ + 1 sum below 2²⁴, where float32 holds every integer, in any order.
-GROUP_ROWS = 4096
-_LOW_BITS = 11
-
-
-def _segment_rows_sum(Q, segments, k: int) -> jax.Array:
-    """Per-segment sums over rows of the integer-valued float32 ``Q`` (|Q| ≤ 2²² + 1): exact, (k, d) float64.
-
-    Each value splits exactly into ``hi·2¹¹ + lo`` (|hi| ≤ 2¹¹ + 1, 0 ≤ lo < 2¹¹); the halves are scattered in
-    float32 over groups of at most :data:`GROUP_ROWS` rows, where every partial sum is an integer below 2²⁴ (so
-    exact whatever order the device adds in), and the group sums are combined in float64 (integers < 2⁵²).
-    A float64 scatter costs ~10× a float32 one on a CPU; plain row sums stay in float64 (fast to reduce).
-    """
-    m = Q.shape[0]
-    groups = max(1, -(-m // GROUP_ROWS))
-    if groups > 1 and m % GROUP_ROWS:  # pad with zero rows: no contribution
-        pad = groups * GROUP_ROWS - m
-        Q = jnp.concatenate([Q, jnp.zeros((pad, *Q.shape[1:]), Q.dtype)])
-        segments = jnp.concatenate([segments, jnp.zeros(pad, segments.dtype)])
-    hi = jnp.floor(Q * jnp.float32(2.0**-_LOW_BITS))
-    lo = Q - hi * jnp.float32(2.0**_LOW_BITS)
-    ids = jnp.asarray(segments, jnp.int32) + k * (jnp.arange(Q.shape[0], dtype=jnp.int32) // GROUP_ROWS)
-
-    def part(H):
-        return jnp.sum(jax.ops.segment_sum(H, ids, num_segments=groups * k).reshape(groups, k, *Q.shape[1:])
-                       .astype(jnp.float64), axis=0)
-    return part(hi) * 2.0**_LOW_BITS + part(lo)
-
-
 def vector_sum(V, mask, bound) -> jax.Array:
     """Σ_i mask_i · V_i exactly, for rows of norm ≤ ``bound``: (m, d) -> (d,) float64."""
     return jnp.sum(_snap_vector(V, mask, bound).astype(jnp.float64), axis=0) * (bound * 2.0**-VECTOR_BITS)
-
-
-def segment_sum(V, segments, k: int, mask, bound) -> jax.Array:
-    """Per-segment sums (k, d) of ``mask_i · V_i`` exactly, for rows of norm ≤ ``bound``; float64."""
-    return _segment_rows_sum(_snap_vector(V, mask, bound), segments, k) * (bound * 2.0**-VECTOR_BITS)
 
 
 def outer_sum(A, B, mask, bound, n) -> jax.Array:
@@ -224,9 +187,9 @@ def _class_products(Uq, wq, label, k: int) -> jax.Array:
     tiles = Us.shape[0]
     prefix = jnp.concatenate([jnp.zeros((1, d), Uq.dtype), jnp.cumsum(jnp.einsum("tr,trd->td", ws, Us), axis=0)])
     whole = ends // tile  # tiles wholly before the end; then the first ends % tile rows of the next
-    at = jnp.minimum(whole, tiles - 1)  # (past the last tile: no rows, any tile)
-    cut = ws[at] * (jnp.arange(tile)[None, :] < (ends % tile)[:, None])
-    before = prefix[whole] + jnp.einsum("br,brd->bd", cut, Us[at])
+    cut_tile = jnp.minimum(whole, tiles - 1)  # (past the last tile: no rows, any tile)
+    cut = ws[cut_tile] * (jnp.arange(tile)[None, :] < (ends % tile)[:, None])
+    before = prefix[whole] + jnp.einsum("br,brd->bd", cut, Us[cut_tile])
     return before[1:] - before[:-1]
 
 
@@ -259,25 +222,20 @@ def offsets_sum(U, mask, center, scale, cap, bound, n, Y=None) -> jax.Array:
     eta = gw * rho / (2.0 * bound) + 2.0**-48
     tiny = jnp.finfo(jnp.float64).tiny
 
-    def block(total, U, mask, Y, scale):
-        Uq = jnp.round(jnp.asarray(U, jnp.float32) * _pow2(a)).astype(jnp.float64)  # |u·2^a| < 2²⁴: exact in f32
-        sq = jnp.sum(Uq * Uq, axis=1) - 2.0 * (Uq @ cq) + jnp.sum(cq * cq)  # integers below 2⁵³: exact
-        dist = jnp.maximum(jnp.sqrt(jnp.maximum(sq, 0.0)) * ga * (1.0 + 2.0**-50), tiny)  # ≥ ‖û_i − ĉ‖
-        w = jnp.minimum(jnp.minimum(cap, scale / dist), jnp.where(eta < 1.0, bound * (1.0 - eta), 0.0) / dist)
-        wq = jnp.round(w / gw) * jnp.asarray(mask, jnp.float64)
-        if Y is None:
-            return total + (wq @ Uq - jnp.sum(wq) * cq)
-        label = jnp.argmax(Y, axis=1)
-        wq = wq * jnp.sum(jnp.asarray(Y, jnp.float64), axis=1)  # a row of no class is a null row
-        k = Y.shape[1]
-        counts = jax.ops.segment_sum(wq, label, num_segments=k)
-        products = (_class_products(Uq, wq, label, k) if k <= TILED_CLASSES
-                    else jax.ops.segment_sum(wq[:, None] * Uq, label, num_segments=k))
-        return total + (products - counts[:, None] * cq[None, :])
-
-    zero = jnp.zeros((d,) if Y is None else (Y.shape[1], d), jnp.float64)
-    total = block(zero, U, mask, Y, jnp.asarray(scale, jnp.float64))
-    return total * (ga * gw)
+    Uq = jnp.round(jnp.asarray(U, jnp.float32) * _pow2(a)).astype(jnp.float64)  # |u·2^a| < 2²⁴: exact in float32
+    sq = jnp.sum(Uq * Uq, axis=1) - 2.0 * (Uq @ cq) + jnp.sum(cq * cq)  # integers below 2⁵³: exact
+    dist = jnp.maximum(jnp.sqrt(jnp.maximum(sq, 0.0)) * ga * (1.0 + 2.0**-50), tiny)  # ≥ ‖û_i − ĉ‖
+    w = jnp.minimum(jnp.minimum(cap, jnp.asarray(scale, jnp.float64) / dist),
+                    jnp.where(eta < 1.0, bound * (1.0 - eta), 0.0) / dist)
+    wq = jnp.round(w / gw) * jnp.asarray(mask, jnp.float64)
+    if Y is None:
+        return (wq @ Uq - jnp.sum(wq) * cq) * (ga * gw)
+    label, k = jnp.argmax(Y, axis=1), Y.shape[1]
+    wq = wq * jnp.sum(jnp.asarray(Y, jnp.float64), axis=1)  # a row of no class is a null row
+    counts = jax.ops.segment_sum(wq, label, num_segments=k)
+    products = (_class_products(Uq, wq, label, k) if k <= TILED_CLASSES
+                else jax.ops.segment_sum(wq[:, None] * Uq, label, num_segments=k))
+    return (products - counts[:, None] * cq[None, :]) * (ga * gw)
 
 
 def directions(X, fit_intercept: bool = False, *, norm: float | None = None) -> tuple[jax.Array, jax.Array]:
