@@ -27,8 +27,8 @@ __all__ = ["open", "create_split", "check_split", "FeatureStore", "Split", "Spli
 # imported on first use, so ``python -m stores --help`` answers before zarr and NumPy load
 _LAZY = {"open": "reader", "FeatureStore": "reader", "Split": "reader", "SplitWriter": "writer",
          "check_split": "writer", "create_split": "writer"}
-_MODULES = {"anchor", "buffers", "chunks", "cli", "items", "layout", "location", "manifest", "provenance", "reader", "repair",
-            "seal", "writer"}
+_MODULES = {"anchor", "buffers", "chunks", "cli", "items", "layout", "location", "manifest", "provenance", "reader",
+            "repair", "seal", "writer"}
 
 
 def __getattr__(name: str):
