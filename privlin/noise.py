@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["KeyInfo", "KEY_BITS", "make_key", "split", "split_named", "fold_in", "bits", "normal",
-           "gaussian", "bernoulli", "bernoulli_threshold", "key_data"]
+           "gaussian", "bernoulli", "bernoulli_threshold", "key_data", "sigma_float32"]
 
 #: Entropy of an unseeded key, drawn from ``os.urandom``.
 KEY_BITS = 128
@@ -162,3 +162,23 @@ def bernoulli_threshold(p: float) -> int:
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"a probability is in [0, 1], got {p}")
     return math.floor(p * 2**32)
+
+
+#: Relative margin :func:`sigma_float32` adds before rounding up: covers one later float32 product rounded to nearest
+#: (relative error ≤ 2⁻²⁴) and the float64 rounding of the value given.
+SIGMA_MARGIN = 2.0**-22
+
+
+def sigma_float32(sigma: float) -> np.float32:
+    """The float32 a compiled fit is given for a noise multiplier (or a ratio of two): the smallest float32
+    ≥ ``sigma``·(1 + 2⁻²²).  Why: a float32 rounded to nearest is below σ half the time, and less noise than
+    planned is an ε above the claim; the margin keeps one more float32 product (σ_ref × a release's ratio, σ × C)
+    at or above the planned value, for at most 3·10⁻⁷ more noise."""
+    sigma = float(sigma)
+    if sigma == 0.0 or not math.isfinite(sigma):
+        return np.float32(sigma)
+    want = sigma * (1.0 + SIGMA_MARGIN)
+    out = np.float32(want)
+    if float(out) < want:
+        out = np.nextafter(out, np.float32(np.inf))
+    return out

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from dp_accounting import dp_event as _ev
 
-from . import accounting, preprocess, releases, scaling, sensitivity
+from . import accounting, noise, preprocess, releases, scaling, sensitivity
 from .defaults import (ADAM1_BIAS_INIT, ADAM_LR, CURVATURE_FLATNESS, CURVATURE_GAIN, CURVATURE_SHARE,
                        DEFAULT_CENTER_SHARE, DEFAULT_EPSILON, DEFAULT_SCALE_SHARE, DEFAULT_STEPS, LOGIT_NOISE,
                        MAX_STEPS, METHODS, PARAMS, RADIUS_SHARE, RECENTER_SHARE)
@@ -224,12 +224,12 @@ class Plan:
     def static(self) -> Static:
         """What a compiled trainer specializes on; plans with equal ``static()`` run vmapped together.
 
-        Each release's σ/σ_ref is rounded to float32, the precision the compiled fit multiplies the traced σ_ref
-        by (so no number changes): the float64 ratio moves in its last bits from one ε to the next, which would
-        otherwise compile a new program per ε."""
+        Each release's σ/σ_ref is rounded up to float32 (:func:`privlin.noise.sigma_float32`), the precision the
+        compiled fit multiplies the traced σ_ref by, so the σ it uses is never below the planned one: the float64
+        ratio moves in its last bits from one ε to the next, which would otherwise compile a new program per ε."""
         ref = self.reference_sigma
         return Static(*(getattr(self, name) for name in STATIC_SETTINGS),
-                      chain=tuple((r, float(np.float32(s / ref))) for r, s in self.chain))
+                      chain=tuple((r, float(noise.sigma_float32(s / ref))) for r, s in self.chain))
 
     def learning_rates_after(self, curvature) -> tuple[float, float]:
         """(W's, b's) learning rate the fit ran with, given its released curvature bound (None: not released)."""

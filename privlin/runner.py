@@ -381,7 +381,7 @@ def in_memory_bytes(source: Source, k: int) -> int:
 
 
 def _dynamic(plans):
-    return ([p.sigma for p in plans], [p.reference_sigma for p in plans],
+    return ([noise.sigma_float32(p.sigma) for p in plans], [noise.sigma_float32(p.reference_sigma) for p in plans],
             [p.learning_rate for p in plans], [p.learning_rate_ceiling for p in plans],
             [p.center_stages for p in plans])
 
