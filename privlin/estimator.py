@@ -337,7 +337,11 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     def predict(self, X):
         """Most likely class of each row, (n,)."""
         check_is_fitted(self)
-        return self.classes_[np.asarray(jnp.argmax(self._logits(X), axis=1))]
+        return self.classes_[self._predicted_index(X)]
+
+    def _predicted_index(self, X) -> np.ndarray:
+        """Index into ``classes_`` of each row's most likely class, (n,)."""
+        return np.asarray(jnp.argmax(self._logits(X), axis=1))
 
     def _logits(self, X):
         check_is_fitted(self)
@@ -448,15 +452,13 @@ def evaluate(model: DPLinearClassifier, data_, split: str = "test", *, block_row
     names = source.published_classes()
     names = None if names is None else np.asarray(list(names))
     by_name = names is not None and names.shape == np.shape(model.classes_) and np.array_equal(names, model.classes_)
+    # a label is matched as a fit matches it (privlin.data.label_index): one outside the list, of any type, is
+    # never correct and never an error; a store's labels index its names, where those are the model's classes_
+    classes = np.arange(names.size) if by_name else model.classes_
     right = 0
     for X, y in source.blocks(block_rows):
-        predicted = model.predict(np.asarray(X, np.float32))
-        if by_name:  # the store's labels are indices into its names (one outside them matches no prediction)
-            y = np.asarray(y)
-            inside = (y >= 0) & (y < names.size)
-            right += int(np.sum((predicted == names[np.where(inside, y, 0)]) & inside))
-        else:
-            right += int(np.sum(predicted == y))
+        idx, known = data.label_index(classes, y)
+        right += int(np.count_nonzero(known & (model._predicted_index(np.asarray(X, np.float32)) == idx)))
     return right / source.n_valid
 
 

@@ -12,7 +12,10 @@ charged as one entry before any row is read:
   one fold, so replacing it (by a null row, or by another row) moves each of the M sums by at most 1: the count
   vector has L2 sensitivity √M.  It is released with Gaussian noise of std σ·√M, one ``GaussianDpEvent(σ)``,
   σ calibrated in :mod:`privlin.accounting` to ``score_epsilon`` (GDP, exact).  Under ``replace_one`` the ledger
-  accounts that event as sensitivity 2 (every privlin Gaussian is): conservative by 2× for the scores;
+  accounts that event as sensitivity 2 (every privlin Gaussian is): conservative by 2× for the scores.  Where any
+  candidate runs ``secure_mode`` the counts are released as every secure release is (the discrete Gaussian from
+  ``os.urandom``, :func:`privlin.secure_noise.secure_gaussian_release`); otherwise the noise is a float64 normal,
+  whose floating-point output can betray a count (Mironov 2012): ``privacy_`` and PRIVACY.md say which;
 * **the selection**: ``best_params_`` is the argmax of the published noisy scores — post-processing, free;
 * **the refit** on all N rows with the chosen candidate.  Its event depends on the choice, and the charge comes
   first, so the one charged dominates every candidate's: the candidates' common event where they share one;
@@ -38,11 +41,11 @@ from sklearn.model_selection import ParameterGrid
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_consistent_length, check_is_fitted
 
-from . import accounting, data, noise
+from . import accounting, data, noise, secure_noise
 from .estimator import DPLinearClassifier
 from .workflow import plans_for
 from .events import describe
-from .report import relation_label, setting_leaks
+from .report import PrivacyReport, relation_label, setting_leaks
 from .selection import noisy_counts
 from .sweep import correct_counts, sweep
 
@@ -75,6 +78,9 @@ class SearchPrivacy:
         it is ``score_noise_std / n_rows``.
     score_epsilon, score_delta : float
         The scores' own guarantee.
+    score_noise : str
+        How the scores' noise was drawn: secure mode's discrete Gaussian, or a float64 normal (not covered against
+        floating-point attacks; PRIVACY.md).
     refit_event : DpEvent or None
         The refit as charged; ``refit_rule`` says how it was chosen.
     seeded : bool
@@ -94,6 +100,7 @@ class SearchPrivacy:
     score_noise_std: float
     score_epsilon: float
     score_delta: float
+    score_noise: str
     refit_event: _ev.DpEvent | None
     refit_rule: str
     seeded: bool
@@ -108,6 +115,7 @@ class SearchPrivacy:
                  f"std {self.score_noise_std:.3g} correct rows per candidate, ε={self.score_epsilon:.4g} at "
                  f"δ={self.score_delta:g}), the argmax (free)"
                  + (f", the refit as {describe(self.refit_event)} ({self.refit_rule})" if self.refit_event else ""),
+                 f"score noise: {self.score_noise}",
                  "noise: seeded (reproducible, not secret)" if self.seeded else "noise: OS-entropy seeded"]
         if self.ledger_spent is not None:
             lines.append(f"ledger {self.ledger}: total spent on these rows ε={self.ledger_spent[0]:.4g} at "
@@ -156,7 +164,8 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
         Refit the chosen candidate on all rows (``best_estimator_``, ``predict``, ``score``).
     random_state : None, int or numpy Generator, default=None
         Folds, fit noise and score noise; None: 128 bits of OS entropy (every record then says unseeded).  The
-        scores' noise is privlin's float64 normal (:func:`privlin.noise.gaussian`), also for ``secure_mode`` fits.
+        scores' noise is secure mode's discrete Gaussian from ``os.urandom`` where any candidate runs ``secure_mode``
+        (then ``random_state`` must be None), else privlin's float64 normal (:func:`privlin.noise.gaussian`).
 
     Attributes
     ----------
@@ -274,6 +283,7 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
             raise ValueError("secure_mode candidates draw their noise from os.urandom: leave random_state=None")
         sizes = [len(part) for part in np.array_split(np.arange(n), k)]  # public: a function of N
         score_eps, score_delta = self._score_budget(candidates)
+        secure = any(c["secure_mode"] for c in candidates)
 
         # every plan, from public facts only (N of each fold's training rows, d, the label schema, the classes)
         fold_plans = []
@@ -301,6 +311,8 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
         total = accounting.compose_epsilon(events, delta, neighbouring=relation)
         info = noise.make_key(self.random_state)
         std = sigma * math.sqrt(m)
+        if secure and std > 0:
+            secure_noise.check_plan(std, n)  # the counts (each ≤ N) and their noise fit an exact grid: public facts
 
         # the charge: the whole search, before any row is read
         led = source.ledger(cap=est.budget, ledger=est.ledger)
@@ -309,7 +321,7 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
                        delta=delta, neighbouring=relation,
                        params={"folds": k, "candidates": m, "fits": k * m, "n": n, "fold_sizes": sizes,
                                "score_sigma": sigma, "score_epsilon": score_eps, "score_delta": score_delta,
-                               "refit": refit_rule, "seeded": info.seeded})
+                               "refit": refit_rule, "seeded": info.seeded, "secure_scores": secure})
 
         # the rows, after the charge
         Xa, ya = _read(source, int(est.block_rows))
@@ -324,7 +336,8 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
             ran = [r["plan"].dp_event() for r in res.records]
             assert ran == [p.dp_event() for p in fold_plans[f]], "a fold fit ran another mechanism than charged"
             correct += correct_counts(res, data.ArraySource(Xa[valid], ya[valid]))
-        noisy = correct.astype(np.float64) if std == 0 else noisy_counts(correct, std, keys[1])
+        noisy = (correct.astype(np.float64) if std == 0 else
+                 noisy_counts(correct, std, keys[1], secure=secure, l2_sensitivity=math.sqrt(m), bound=n))
         del correct  # exact counts never leave this method
 
         self.classes_ = classes
@@ -334,6 +347,12 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
         self.best_score_ = float(noisy[self.best_index_] / n)
         self.cv_results_ = _results(self.param_grid, noisy, n)
         self.ledger_ = led
+        self.privacy_ = SearchPrivacy(
+            epsilon=total, delta=delta, dp_event=total_event, neighbouring=relation, n_rows=n, folds=k, candidates=m,
+            fold_events=fold_events, score_noise_multiplier=sigma, score_noise_std=std, score_epsilon=score_eps,
+            score_delta=score_delta, score_noise=_score_noise(std, secure), refit_event=refit_event,
+            refit_rule=refit_rule, seeded=info.seeded, ledger=None if led is None else led.where,
+            ledger_spent=None if led is None else led.spent())
         if self.refit:
             best = candidates[self.best_index_]
             res = sweep(data.ArraySource(Xa, ya), settings=[best], eval_split=None,
@@ -342,14 +361,8 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
             model = res.model(0)
             model.set_params(ledger=est.ledger, budget=est.budget)
             model.ledger_ = led
-            if led is not None:
-                model.privacy_ = dataclasses.replace(model.privacy_, ledger=led.where, ledger_spent=led.spent())
+            model.privacy_ = _chosen_report(model.privacy_, self.privacy_)
             self.best_estimator_ = model
-        self.privacy_ = SearchPrivacy(
-            epsilon=total, delta=delta, dp_event=total_event, neighbouring=relation, n_rows=n, folds=k, candidates=m,
-            fold_events=fold_events, score_noise_multiplier=sigma, score_noise_std=std, score_epsilon=score_eps,
-            score_delta=score_delta, refit_event=refit_event, refit_rule=refit_rule, seeded=info.seeded,
-            ledger=None if led is None else led.where, ledger_spent=None if led is None else led.spent())
         return self
 
     # ------------------------------------------------------------------ the chosen model
@@ -370,6 +383,27 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
     def score(self, X, y):
         """``best_estimator_.score``: exact accuracy on ``(X, y)``, a non-private release about those rows."""
         return self._best().score(X, y)
+
+
+def _chosen_report(fit: PrivacyReport, search: SearchPrivacy) -> PrivacyReport:
+    """The refit model's report: its choice used every row through the whole search, so its guarantee is the
+    search's total (event, ε, δ, ledger); its own σ's stay, and ``chosen_by`` names the search and the refit alone."""
+    return dataclasses.replace(
+        fit, epsilon=search.epsilon, delta=search.delta, dp_event=search.dp_event, ledger=search.ledger,
+        ledger_spent=search.ledger_spent,
+        chosen_by=(f"PrivateGridSearchCV ({search.folds} folds x {search.candidates} candidates, noisy scores, "
+                   f"refit): the (ε, δ) is the whole search's; this refit alone is ({fit.epsilon:.4g}, "
+                   f"{fit.delta:.3g})-DP"))
+
+
+def _score_noise(std: float, secure: bool) -> str:
+    """What ``SearchPrivacy.score_noise`` says of the scores' noise."""
+    if std == 0:
+        return "none (exact scores, non-private)"
+    if secure:
+        return "discrete Gaussian from os.urandom on an exact grid (secure_mode)"
+    return ("float64 Gaussian (not secure_mode: floating-point noise, not covered against floating-point attacks; "
+            "PRIVACY.md)")
 
 
 def _read(source: data.Source, block_rows: int) -> tuple[np.ndarray, np.ndarray]:

@@ -84,6 +84,9 @@ class PrivacyReport:
         The ledger this fit was charged on.
     ledger_spent : (float, float) or None
         Total (ε, δ) spent on that ledger after this fit (every mechanism ever charged there, composed).
+    chosen_by : str or None
+        The model was chosen by a private search (``PrivateGridSearchCV``'s refit): then ``epsilon``, ``delta`` and
+        ``dp_event`` are the whole search's, and this says so (and what the refit alone cost).
     """
 
     epsilon: float
@@ -105,6 +108,7 @@ class PrivacyReport:
     data: str = ""
     ledger: Optional[str] = None
     ledger_spent: Optional[tuple] = None
+    chosen_by: Optional[str] = None
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the event as dp-accounting's named-tuple form)."""
@@ -127,6 +131,8 @@ class PrivacyReport:
                  "noise: seeded (reproducible, not secret)" if self.seeded else
                  "noise: discrete Gaussian from os.urandom (secure_mode)" if self.secure_mode else
                  "noise: OS-entropy seeded"]
+        if self.chosen_by:
+            lines.append(f"chosen by {self.chosen_by}")
         if self.leaks:
             lines.append("NOT covered (read without privacy): " + ", ".join(self.leaks))
         if self.ledger_spent is not None:

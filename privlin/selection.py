@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from dp_accounting import dp_event as _ev
 
-from . import accounting, data, sensitivity
+from . import accounting, data, secure_noise, sensitivity
 from .noise import gaussian, make_key
 from .sweep import SweepResult, correct_counts
 
@@ -64,9 +64,18 @@ class Selection:
         return _ev.GaussianDpEvent(self.noise_multiplier)
 
 
-def noisy_counts(counts, std: float, key) -> np.ndarray:
-    """``counts`` (S,) each plus fresh N(0, std²) noise from ``key``, float64 (S,): the counts exact (float32 has no
-    odd integers past 2²⁴), the noise privlin's float64 normal (:func:`privlin.noise.gaussian`)."""
+def noisy_counts(counts, std: float, key, *, secure: bool = False, l2_sensitivity: float = 1.0,
+                 bound: float | None = None) -> np.ndarray:
+    """``counts`` (S,) each plus fresh N(0, std²) noise, float64 (S,), the counts exact (float32 has no odd integers
+    past 2²⁴).
+
+    ``secure=False``: privlin's float64 normal from ``key`` (:func:`privlin.noise.gaussian`): floating-point noise,
+    whose output set can depend on the count (PRIVACY.md).  ``secure=True``: secure mode's exact release
+    (:func:`privlin.secure_noise.secure_gaussian_release`: the discrete Gaussian from ``os.urandom`` on a
+    power-of-two grid, ``key`` unused) of the integer counts, whose ``l2_sensitivity`` and public ``bound`` (the
+    rows counted) choose the grid."""
+    if secure:
+        return secure_noise.secure_gaussian_release(np.asarray(counts, np.int64), std, l2_sensitivity, bound=bound)
     with sensitivity.x64():
         return np.asarray(jnp.asarray(counts, jnp.float64) + gaussian(key, (len(counts),), std, jnp.float64))
 

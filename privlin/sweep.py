@@ -196,13 +196,16 @@ class SweepResult:
 # --------------------------------------------------------------------------- the sweep
 
 def correct_counts(result: SweepResult, source: data.Source, block_rows: int = 65536) -> np.ndarray:
-    """Correct predictions (S,) of every setting on ``source``, one pass over it."""
+    """Correct predictions (S,) of every setting on ``source``, one pass over it.  Labels are matched as a fit
+    matches them (:func:`privlin.data.label_index`): one outside the class list, of any type, is never correct and
+    never an error (a search counts these after its charge)."""
     correct = np.zeros(len(result), dtype=np.int64)
     for X, y in source.blocks(block_rows):
         finite = np.isfinite(X).all(axis=1)  # a non-finite row is a null row: never correct, never an error
         X = np.where(finite[:, None], np.asarray(X, np.float32), 0.0)
+        idx, known = data.label_index(result.classes, y)  # the fit's label path: an odd label is a null row
         for s in range(len(result)):
-            correct[s] += int(((result.classes[result._argmax(s, X)] == np.asarray(y)) & finite).sum())
+            correct[s] += int(((np.asarray(result._argmax(s, X)) == idx) & known & finite).sum())
     return correct
 
 

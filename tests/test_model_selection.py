@@ -182,3 +182,107 @@ def test_the_refit_charged_dominates_every_candidates_refit():
     p = lambda q, s: ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(q, ev.GaussianDpEvent(s)), 50)  # noqa: E731
     both, rule = pick([p(0.01, 1.0), p(0.2, 3.0), p(0.01, 1.0)], 1e-5, "replace_special")
     assert both == ev.ComposedDpEvent([p(0.01, 1.0), p(0.2, 3.0)]) and "composed" in rule
+
+
+# ----------------------------------------------------------------------------- issue 45: scores' noise, labels, refit
+
+def test_secure_mode_scores_go_through_the_exact_sampler(monkeypatch):
+    """With secure_mode candidates the counts are released by secure_noise (the discrete Gaussian from os.urandom on
+    an exact grid), never by the float64 normal; every noisy count is a multiple of that grid."""
+    from privlin import secure_noise, selection
+
+    calls = []
+    real = secure_noise.secure_gaussian_release
+
+    def spy(value, std, sens, rng=None, **kw):
+        calls.append((np.asarray(value).copy(), std, sens, kw))
+        return real(value, std, sens, rng, **kw)
+
+    monkeypatch.setattr(secure_noise, "secure_gaussian_release", spy)
+    monkeypatch.setattr(selection, "gaussian", lambda *a, **k: pytest.fail("float noise on a secure search's scores"))
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 4)).astype(np.float32)
+    y = np.full(40, 7)  # every row null: every exact count is 0
+    led = PrivacyLedger.in_memory()
+    s = PrivateGridSearchCV(_base(steps=1, noise_multiplier=2.0, secure_mode=True, ledger=led),
+                            {"learning_rate": [0.1, 1.0]}, cv=2, score_epsilon=0.5, refit=False).fit(X, y)
+    scores = [c for c in calls if c[0].dtype.kind == "i"]  # the fits' own secure releases are float sums
+    assert len(scores) == 1 and calls[-1] is scores[0]  # once, after every fold fit
+    value, std, sens, kw = scores[0]
+    np.testing.assert_array_equal(value, [0, 0])
+    assert std == pytest.approx(s.privacy_.score_noise_std) and sens == pytest.approx(math.sqrt(2))
+    assert kw["bound"] == 40
+    gamma = secure_noise.grid_for(std, 40)
+    got = s.cv_results_["noisy_correct"]
+    np.testing.assert_array_equal(np.round(got / gamma) * gamma, got)
+    assert "discrete Gaussian" in s.privacy_.score_noise and "discrete Gaussian" in str(s.privacy_)
+    assert led.entries[0].params["secure_scores"] is True
+    # outside secure mode the report says the scores' noise is floating-point, and where that is explained
+    monkeypatch.undo()
+    s = PrivateGridSearchCV(_base(steps=1, noise_multiplier=2.0), {"learning_rate": [0.1]}, cv=2, score_epsilon=0.5,
+                            refit=False, random_state=0).fit(X, y)
+    assert "float64" in str(s.privacy_) and "PRIVACY.md" in s.privacy_.score_noise
+
+
+def test_the_secure_score_release_has_the_stated_std():
+    """The release the search makes (selection.noisy_counts, secure) on integer counts, over 200 000 draws: its mean
+    is the count and its variance (σ·inflation)² within 5 standard errors (var of a sample variance: 2σ⁴/(n−1))."""
+    from privlin import secure_noise
+    from privlin.selection import noisy_counts
+
+    n, count, std = 200_000, 37, 11.3
+    out = noisy_counts(np.full(n, count), std, None, secure=True, l2_sensitivity=math.sqrt(n), bound=1000)
+    gamma = secure_noise.grid_for(std, 1000)
+    expect = std * (1 + gamma)  # secure_gaussian_release's inflation: 1 + γ√size/sensitivity
+    noise_ = out - count
+    assert abs(noise_.mean()) < 5 * expect / math.sqrt(n)
+    assert abs(noise_.var(ddof=1) - expect**2) < 5 * expect**2 * math.sqrt(2 / (n - 1))
+    assert abs(stats.kurtosis(noise_)) < 5 * math.sqrt(24 / n)  # Gaussian, not a wider or narrower law
+    np.testing.assert_array_equal(np.round(out / gamma) * gamma, out)
+
+
+class _RaisingEq:
+    """A label whose == raises, hashed like class 0 (so a dict lookup compares it with 0)."""
+
+    def __eq__(self, other):
+        raise RuntimeError("this label cannot be compared")
+
+    def __hash__(self):
+        return 0
+
+
+@pytest.mark.parametrize("odd", [np.array([1, 2]), _RaisingEq()], ids=["ndarray-label", "raising-eq"])
+def test_a_row_label_never_fails_the_search_after_its_charge(rows, odd):
+    """One row's odd label is a null row for the search's fits and its correct counts, as for the estimator: the
+    search completes with its entry charged, and releases what it releases with that row's label set to -1."""
+    X, y = rows
+    bad = y.astype(object)
+    bad[5] = odd
+    nulls = y.copy()
+    nulls[5] = -1
+    DPLinearClassifier(**_base().get_params()).fit(X, bad)  # the estimator runs on these labels
+    led = PrivacyLedger.in_memory()
+    kw = dict(cv=2, score_epsilon=1.0, random_state=7)
+    a = PrivateGridSearchCV(_base(ledger=led), {"learning_rate": [0.1, 1.0]}, **kw).fit(X, bad)
+    assert len(led) == 1 and led.entries[0].mechanism == "privlin.model_selection/PrivateGridSearchCV"
+    b = PrivateGridSearchCV(_base(), {"learning_rate": [0.1, 1.0]}, **kw).fit(X, nulls)
+    np.testing.assert_array_equal(a.cv_results_["noisy_correct"], b.cv_results_["noisy_correct"])
+    np.testing.assert_array_equal(a.best_estimator_.coef_transformed_, b.best_estimator_.coef_transformed_)
+    # privlin.evaluate (exact, charged) matches labels the same way
+    assert privlin.evaluate(a.best_estimator_, (X, bad), public=True) == privlin.evaluate(
+        a.best_estimator_, (X, nulls), public=True)
+
+
+def test_the_refit_model_reports_the_search_it_came_from(rows):
+    X, y = rows
+    led = PrivacyLedger.in_memory()
+    s = PrivateGridSearchCV(_base(ledger=led), {"learning_rate": [0.1, 1.0]}, cv=2, score_epsilon=1.0,
+                            random_state=0).fit(X, y)
+    rep = s.best_estimator_.privacy_
+    assert rep.epsilon == s.privacy_.epsilon == pytest.approx(led.spent(delta=1e-5)[0], rel=1e-9)
+    assert rep.dp_event == s.privacy_.dp_event and rep.delta == s.privacy_.delta
+    alone = _gdp_epsilon([4.0] * T, 1e-5)  # the refit by itself: T steps of σ = 4
+    assert rep.epsilon > 2 * alone
+    text = str(rep)
+    assert f"({s.privacy_.epsilon:.4g}, 1e-05)-DP" in text and "chosen by PrivateGridSearchCV" in text
+    assert f"this refit alone is ({alone:.4g}" in text
