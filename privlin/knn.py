@@ -15,6 +15,7 @@ a faiss index in memory as float32.  Cosine similarity is the inner product of L
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import faiss
@@ -22,6 +23,7 @@ import numpy as np
 from dp_accounting import dp_event as _ev
 
 from . import data, evaluation
+from .report import PrivacyLeakWarning
 
 __all__ = ["knn_accuracy", "KnnResult", "overlap_audit", "OverlapReport"]
 
@@ -136,7 +138,8 @@ def knn_accuracy(train, test, *, k: int = 10, weighted: bool = True, cosine: boo
         w = np.maximum(sim, 0.0) + 1e-6 if weighted else np.ones_like(sim)
         w = w * (1.0 + 1e-9 * np.arange(k, 0, -1))  # ties go to the nearer neighbour
         np.add.at(votes, (np.repeat(np.arange(len(y)), k), train_code[nn].ravel()), w.ravel())
-        correct += int((classes[votes.argmax(1)] == np.asarray(y)).sum())
+        idx, known = data.label_index(classes, y)  # labels matched as a fit matches them: an odd one is never right
+        correct += int(np.count_nonzero(known & (votes.argmax(1) == idx)))
         total += len(y)
     if total == 0:
         raise ValueError("the query side has no rows")
@@ -162,6 +165,8 @@ class OverlapReport:
     similarity : ndarray (n_with_twin,) float32
     max_similarity : ndarray (n_private,) float32
         Every private row's best similarity (histogram it to choose a threshold).
+    charge : str
+        What the private rows paid for this exact release (:func:`privlin.evaluation.charge_exact`).
     """
 
     threshold: float
@@ -173,17 +178,20 @@ class OverlapReport:
     public_ids: np.ndarray = field(repr=False)
     similarity: np.ndarray = field(repr=False)
     max_similarity: np.ndarray = field(repr=False)
+    charge: str = ""
 
     def summary(self, show: int = 5) -> str:
         """One paragraph for a log: counts and the closest pairs."""
         lines = [f"{self.n_with_twin} of {self.n_private} private rows ({100 * self.fraction:.2f}%) have a public "
-                 f"twin with cosine similarity >= {self.threshold:g} among {self.n_public} public rows"]
+                 f"twin with cosine similarity >= {self.threshold:g} among {self.n_public} public rows "
+                 f"(non-private: {self.charge})"]
         for p, q, s in list(zip(self.private_ids, self.public_ids, self.similarity))[:show]:
             lines.append(f"  {p} ~ {q}  cos={s:.4f}")
         return "\n".join(lines)
 
 
-def overlap_audit(public, private, *, threshold: float = 0.95) -> OverlapReport:
+def overlap_audit(public, private, *, threshold: float = 0.95, budget=None, ledger=None,
+                  declare_public: bool = False) -> OverlapReport:
     """Find private rows with a near-duplicate in ``public`` by cosine similarity of their features.
 
     Parameters
@@ -195,11 +203,18 @@ def overlap_audit(public, private, *, threshold: float = 0.95) -> OverlapReport:
     threshold : float in (-1, 1]
         Similarity at or above which a pair counts as a twin.  Exact copies give 1 (up to float16 rounding);
         choose it from ``max_similarity`` of a known-clean pair of sets.
+    budget, ledger
+        As for :class:`privlin.DPLinearClassifier`, for the private side (a store split always charges its own).
+    declare_public : bool
+        Declare the ``private`` rows public after all: nothing is charged (recorded on their ledger as declared).
 
     Returns
     -------
     OverlapReport
-        Reads private data: the ids it lists are private.  Keep the report with the private data.
+        Its counts, every row's similarity and the twins' private ids are exact, a non-private release about the
+        private rows: charged before any is read as a ``NonPrivateDpEvent`` on their ledger (a capped one refuses;
+        :mod:`privlin.evaluation`), unless ``declare_public``.  Arrays with no ledger are charged nothing, with a
+        PrivacyLeakWarning.  Keep the report with the private data.
     """
     if not -1.0 < float(threshold) <= 1.0:
         raise ValueError(f"threshold must be in (-1, 1], got {threshold}")
@@ -207,6 +222,12 @@ def overlap_audit(public, private, *, threshold: float = 0.95) -> OverlapReport:
     if public.dim != private.dim:
         raise ValueError(f"public has D={public.dim} but private has D={private.dim}: "
                          "compare features of the same backbone and head")
+    charge = evaluation.charge_exact(private, public=declare_public, mechanism="privlin.knn/overlap_audit",
+                                     params={"threshold": float(threshold), "n_public": public.n}, budget=budget,
+                                     ledger=ledger)
+    if not declare_public and ledger is None and budget is None and private.ledger() is None:
+        warnings.warn(f"overlap_audit releases exact per-row similarities and ids of the private rows; {charge}",
+                      PrivacyLeakWarning, stacklevel=2)
     index, _ = _index(public, True)
     best_sim, best_nn = [], []
     for X, _y in _blocks(private):
@@ -223,4 +244,4 @@ def overlap_audit(public, private, *, threshold: float = 0.95) -> OverlapReport:
     return OverlapReport(threshold=float(threshold), n_private=n_private, n_public=int(index.ntotal),
                          n_with_twin=int(hit.size), fraction=hit.size / n_private,
                          private_ids=private.ids()[hit], public_ids=public.ids()[nn[hit]],
-                         similarity=max_sim[hit], max_similarity=max_sim)
+                         similarity=max_sim[hit], max_similarity=max_sim, charge=charge)

@@ -65,7 +65,7 @@ def test_bad_inputs_are_clear_errors():
     with pytest.raises(ValueError, match="threshold"):
         overlap_audit((X, y), (X, y), threshold=1.5)
     with pytest.raises(ValueError, match="NaN"):
-        overlap_audit((X, y), (np.full((2, 3), np.nan, np.float32), y[:2]))
+        overlap_audit((X, y), (np.full((2, 3), np.nan, np.float32), y[:2]), declare_public=True)
     with pytest.raises(TypeError, match="stores.Split"):
         knn_accuracy(X, (X, y))
     from privlin.ledger import PrivacyBudgetExceeded, PrivacyLedger
@@ -117,3 +117,57 @@ def test_the_test_split_pays_for_the_knn_or_is_declared_public(make_store):
     last = test_led.entries[-1]
     assert last.event == ev.NoOpDpEvent() and "declared public" in last.mechanism
     assert declared.accuracy == res.accuracy
+
+
+def test_the_overlap_audit_is_charged_to_the_private_rows_or_declared_public(make_store):
+    """Issue 45.3: the audit's counts, per-row similarities and private ids are exact: the private split's ledger gains
+    a NonPrivateDpEvent before any row is read, a capped one refuses with nothing read, ``declare_public=True``
+    records the declaration instead, and arrays with no ledger are warned."""
+    import warnings
+
+    from dp_accounting import dp_event as ev
+
+    from privlin import PrivacyLeakWarning, data
+    from privlin.ledger import PrivacyBudgetExceeded, PrivacyLedger
+
+    rng = np.random.default_rng(4)
+    pub, priv = rng.normal(size=(50, 8)).astype(np.float32), rng.normal(size=(30, 8)).astype(np.float32)
+    st = make_store({"pub": (pub, np.zeros(50, np.int64)), "train": (priv, np.zeros(30, np.int64))})
+    led = data.as_source(st, "train").ledger()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyLeakWarning)  # charged: nothing to warn about
+        rep = overlap_audit(st["pub"], st["train"])
+    assert [e.event for e in led.entries] == [ev.NonPrivateDpEvent()] and led.entries[0].mechanism == \
+        "privlin.knn/overlap_audit" and led.entries[0].params["n"] == 30
+    assert "charged to" in rep.charge and "charged to" in rep.summary()
+    pub_led = data.as_source(st, "pub").ledger()
+    assert len(pub_led) == 0  # the public side is not charged
+
+    declared = overlap_audit(st["pub"], st["train"], declare_public=True)
+    assert led.entries[-1].event == ev.NoOpDpEvent() and "declared public" in declared.charge
+    np.testing.assert_array_equal(declared.max_similarity, rep.max_similarity)
+
+    capped = make_store({"pub": (pub, np.zeros(50, np.int64)), "train": (priv, np.zeros(30, np.int64))})
+    cap_led = data.as_source(capped, "train").ledger()
+    cap_led.set_cap(5.0, 1e-5, note="private")
+    with pytest.raises(PrivacyBudgetExceeded, match="Nothing was read"):
+        overlap_audit(capped["pub"], _untouchable(data.as_source(capped, "train")))
+    assert len(cap_led) == 0
+
+    with pytest.warns(PrivacyLeakWarning, match="not charged"):
+        overlap_audit((pub, np.zeros(50)), (priv, np.zeros(30)))
+    mine = PrivacyLedger.in_memory()
+    overlap_audit((pub, np.zeros(50)), (priv, np.zeros(30)), ledger=mine)
+    assert [e.event for e in mine.entries] == [ev.NonPrivateDpEvent()]
+
+
+def test_knn_test_labels_are_matched_as_a_fit_matches_them():
+    """An odd test label (an array, None) is a wrong vote, never an error, after the charge."""
+    X, y = _blobs(np.random.default_rng(5), 200, spread=3.0)
+    odd = y[100:].astype(object)
+    odd[0], odd[1] = np.array([1, 2]), None
+    nulls = y[100:].copy()
+    nulls[:2] = -1
+    a = knn_accuracy((X[:100], y[:100]), (X[100:], odd), k=3)
+    b = knn_accuracy((X[:100], y[:100]), (X[100:], nulls), k=3)
+    assert a.accuracy == b.accuracy
