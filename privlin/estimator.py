@@ -137,14 +137,14 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     classes_ : ndarray (k,)
         The public class list: ``classes`` as given; else, for a store fit, the class names the store publishes
         (its labels are indices into them: ``predict`` returns the names); else the labels read from the data.
-    coef_ : ndarray (1, d) for two classes, else (k, d); only with ``normalize=False``
+    coef_ : ndarray (1, d) for two classes, else (k, d); only with ``normalize=False, center=False``
         The decision function as an exact map of the input rows: ``decision_function(X) == X @ coef_.T +
         intercept_`` (raveled for two classes, the margin of ``classes_[1]``), up to float rounding, so
         ``zip(feature_names_in_, coef_[0])`` pairs each input feature with its weight.  With ``normalize=True``
         (the default) each row is scaled to norm ``clip`` — not an affine map of X — and the later stages act on
         those rows: no input-space weights exist, and reading ``coef_`` raises AttributeError saying so (use
         ``coef_transformed_``).
-    intercept_ : ndarray (1,) for two classes, else (k,); only with ``normalize=False``
+    intercept_ : ndarray (1,) for two classes, else (k,); only with ``normalize=False, center=False``
     coef_transformed_ : ndarray (k, d')
         The weights as trained, one row per class (two for two classes), on the *transformed* rows (normalized,
         centered by ``mean_``, normalized, scaled by ``scaling_``; with ``radius_``, the radial coordinate last);
@@ -307,26 +307,24 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         return self._fit(source)
 
     def score(self, X, y, sample_weight=None):
-        """Exact accuracy on ``(X, y)`` (scikit-learn's).  A number about those rows released without noise: where
-        this model's training rows are on a ledger (``ledger_``), a PrivacyLeakWarning says no ledger is charged for
-        it (scikit-learn's ``GridSearchCV`` scores private validation folds this way)."""
-        if getattr(self, "ledger_", None) is not None:
-            warnings.warn("score() is exact accuracy on the rows given, released without noise and charged to no "
-                          "ledger: on private rows (a validation fold, a private test split) it is an unaccounted "
-                          "release. Tune with privlin.model_selection.PrivateGridSearchCV; evaluate a split with "
-                          "privlin.evaluate (charged to that split's ledger, or declared public)",
-                          PrivacyLeakWarning, stacklevel=2)
-        return super().score(X, y, sample_weight=sample_weight)
+        """Exact accuracy on ``(X, y)`` (scikit-learn's), a number about those rows released without noise and
+        charged to no ledger: always a PrivacyLeakWarning, since privlin cannot tell whether the rows are private
+        (scikit-learn's ``GridSearchCV`` and ``cross_val_score`` score private validation folds this way)."""
+        warnings.warn(_SCORE_WARNING[getattr(self, "ledger_", None) is not None], PrivacyLeakWarning, stacklevel=2)
+        from sklearn.metrics import accuracy_score
+
+        return float(accuracy_score(y, self.classes_[self._predicted_index(X)], sample_weight=sample_weight))
 
     def decision_function(self, X):
-        """Logits (n, k); for two classes the margin of ``classes_[1]`` (n,)."""
-        Z = np.asarray(self._logits(X))
+        """Logits (n, k); for two classes the margin of ``classes_[1]`` (n,).  Per-row outputs: see :meth:`predict`."""
+        Z = np.asarray(self._logits(self._per_row(X, "decision_function")))
         return Z[:, 1] - Z[:, 0] if Z.shape[1] == 2 else Z
 
     def predict_proba(self, X):
-        """Class probabilities (n, k): softmax, or normalized sigmoids (one-vs-rest) for the sigmoid loss."""
+        """Class probabilities (n, k): softmax, or normalized sigmoids (one-vs-rest) for the sigmoid loss.  Per-row
+        outputs: see :meth:`predict`."""
         check_is_fitted(self)
-        Z = self._logits(X)
+        Z = self._logits(self._per_row(X, "predict_proba"))
         if self.plan_.loss == "softmax":
             P = jax.nn.softmax(Z, axis=1)
         else:
@@ -335,9 +333,28 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         return np.asarray(P, dtype=np.float64)
 
     def predict(self, X):
-        """Most likely class of each row, (n,)."""
+        """Most likely class of each row, (n,).
+
+        ``X``: arrays (n, d), or a store split (``store["test"]``, a ``privlin.data.Source``): its rows that have
+        features, in order.  One output per row, without noise and charged to no ledger: where the rows are known
+        private (a store split, or this model's data is on a ledger, ``ledger_``) a PrivacyLeakWarning says so."""
         check_is_fitted(self)
-        return self.classes_[self._predicted_index(X)]
+        return self.classes_[self._predicted_index(self._per_row(X, "predict"))]
+
+    def _per_row(self, X, what: str):
+        """The rows of a per-row output as an array, warning where they are known private (see :meth:`predict`)."""
+        check_is_fitted(self)
+        store = data.is_store_like(X)
+        if store:
+            source = data.as_source(X, None)  # a store or path without a split: one line naming its splits
+            blocks = [np.asarray(b, np.float32) for b, _ in source.blocks(int(self.block_rows))]
+            X = np.concatenate(blocks) if blocks else np.zeros((0, source.dim), np.float32)
+        if store or getattr(self, "ledger_", None) is not None:
+            warnings.warn(f"{what}() returns one exact output per row, without noise and charged to no ledger: on "
+                          f"private rows ({'a store split' if store else 'this model was fitted on a ledger'}) it is "
+                          "an unaccounted release about each row; publish privlin.evaluate's charged accuracy instead",
+                          PrivacyLeakWarning, stacklevel=3)
+        return X
 
     def _predicted_index(self, X) -> np.ndarray:
         """Index into ``classes_`` of each row's most likely class, (n,)."""
@@ -352,7 +369,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
 
     @property
     def coef_(self):
-        """Input-space weights where they are exact (``normalize=False``), else AttributeError naming
+        """Input-space weights where they are exact (``normalize=False, center=False``), else AttributeError naming
         ``coef_transformed_`` (:func:`privlin.workflow.input_space_weights`)."""
         check_is_fitted(self)
         return workflow.input_space_weights(self.plan_, self.coef_transformed_, self.intercept_transformed_)[0]
@@ -393,6 +410,19 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         return workflow.unpack(fitted, self)
 
 
+#: score()'s PrivacyLeakWarning, without and with a ledger on the model (``ledger_``).
+_SCORE_WARNING = {
+    False: "score() is exact accuracy on the rows given, released without noise and charged to no ledger: privlin "
+           "cannot tell whether they are private; if they are (a GridSearchCV or cross_val_score validation fold, a private "
+           "test split) it is an unaccounted release. Tune with privlin.model_selection.PrivateGridSearchCV; evaluate "
+           "with privlin.evaluate (charged to that split's ledger, or declared public)",
+    True: "score() is exact accuracy on the rows given, released without noise and charged to no ledger: on private "
+          "rows (a validation fold, a private test split) it is an unaccounted release. Tune with "
+          "privlin.model_selection.PrivateGridSearchCV; evaluate a split with privlin.evaluate (charged to that "
+          "split's ledger, or declared public)",
+}
+
+
 def _refused_fit_params(fit_params: dict) -> str:
     """The one-line refusal of ``fit(**fit_params)``."""
     if "sample_weight" in fit_params:
@@ -404,15 +434,19 @@ def _refused_fit_params(fit_params: dict) -> str:
 
 # ----------------------------------------------------------------------------- privlin.fit / privlin.evaluate
 
-def fit(data_, epsilon=DEFAULT_EPSILON, *, split: str = "train", eps=None, progress: bool = True,
+def fit(data_, y=None, *, epsilon=DEFAULT_EPSILON, split: str = "train", eps=None, progress: bool = True,
         **params) -> DPLinearClassifier:
-    """Fit a :class:`DPLinearClassifier` on a store split (streamed, bounded memory) or on ``(X, y)`` arrays.
+    """Fit a :class:`DPLinearClassifier` on a store split (streamed, bounded memory) or on arrays: ``fit(store,
+    epsilon=1)``, ``fit(X, y, epsilon=1)`` (scikit-learn's order) or ``fit((X, y), epsilon=1)``.
 
     Parameters
     ----------
-    data_ : stores.FeatureStore, stores.Split, str/path/URL, or tuple (X, y)
+    data_ : stores.FeatureStore, stores.Split, str/path/URL, tuple (X, y), or an array X (n, d) with ``y``
+    y : array (n,) or None
+        The labels of an array ``data_``; None for a store or a pair.
     epsilon : float or None, default=privlin.plan.DEFAULT_EPSILON
-        ε of the whole fit (the estimator's keyword and default; ``eps=`` is an alias that replaces it).
+        ε of the whole fit (the estimator's keyword and default; ``eps=`` is an alias that replaces it).  Keyword
+        only: ``fit(data, 1.0)`` is refused in one line that shows the call.
     split : str, default="train"
         Split to fit on when ``data_`` is a store or a path.
     progress : bool, default=True
@@ -426,8 +460,13 @@ def fit(data_, epsilon=DEFAULT_EPSILON, *, split: str = "train", eps=None, progr
     DPLinearClassifier
         Fitted; ``model.privacy_`` holds the guarantee.
     """
+    if y is not None and np.ndim(y) == 0:
+        raise TypeError(f"privlin.fit takes epsilon by keyword: privlin.fit(data, epsilon={y!r}) (or privlin.fit(X, "
+                        f"y, epsilon={y!r}) for arrays)")
     params.setdefault("verbose", bool(progress))
     model = DPLinearClassifier(epsilon=epsilon if eps is None else eps, **params)
+    if y is not None:
+        return model.fit(data_, y)
     if isinstance(data_, tuple) and len(data_) == 2:
         return model.fit(*data_)
     return model.fit(data.as_source(data_, split))

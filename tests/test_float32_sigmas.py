@@ -29,7 +29,9 @@ def _gaussians(event) -> list[float]:
 
 def _gdp_epsilon(sigmas, delta) -> float:
     mu = math.sqrt(sum(1.0 / s**2 for s in sigmas))
-    f = lambda e: stats.norm.cdf(-e / mu + mu / 2) - math.exp(e) * stats.norm.cdf(-e / mu - mu / 2) - delta  # noqa: E731
+    def f(e):
+        return stats.norm.cdf(-e / mu + mu / 2) - math.exp(e) * stats.norm.cdf(-e / mu - mu / 2) - delta
+
     return optimize.brentq(f, 0.0, 200.0, xtol=1e-14, rtol=4 * np.finfo(float).eps)
 
 
