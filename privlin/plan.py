@@ -349,8 +349,8 @@ def _validate(params, n, dim, n_classes) -> SimpleNamespace:
                          "one, N public), which dp-accounting accounts exactly as add/remove-one")
     center = bool(p["center"]) or p["center_noise_multiplier"] is not None
     if center and not p["normalize"]:
-        raise ValueError("private centering (center=True, the default) needs normalize=True (rows of norm `clip` bound "
-                         "the mean's sensitivity): for input-space coef_ pass normalize=False, center=False")
+        raise ValueError("private centering needs normalize=True (rows of norm `clip` bound the mean's sensitivity; "
+                         "center=True is the default): for input-space coef_ pass normalize=False, center=False")
     sigma_given, epsilon = p["noise_multiplier"], p["epsilon"]
     if (epsilon is None) == (sigma_given is None):
         raise ValueError("give epsilon (the noise is calibrated to it) or noise_multiplier (the ε it achieves is "
