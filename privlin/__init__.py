@@ -1,7 +1,7 @@
 """privlin: differentially private linear classifiers on frozen-backbone features.
 
     import privlin
-    model = privlin.fit("feats.zarr", epsilon=8, classes=range(10))   # or privlin.fit((X, y), epsilon=1, ...)
+    model = privlin.fit("feats.zarr", epsilon=8, classes=range(10))   # or privlin.fit(X, y, epsilon=1, ...)
     privlin.evaluate(model, "feats.zarr")                               # accuracy on the 'test' split
     print(model.privacy_)                                               # (ε, δ), σ's, data, ledger total
 
