@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from dataclasses import dataclass, field
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -102,11 +103,12 @@ class BackboneConfig:
         return self.heads[0]
 
     def as_dict(self) -> dict:
-        """JSON-ready description, recorded in store attributes."""
+        """JSON-ready description, recorded in store attributes: exactly its JSON round trip (tuples as lists, as
+        timm's ``pretrained_cfg`` holds them), so the store's copy compares equal to a rerun's."""
         out = dataclasses.asdict(self)
         out["preprocessing"] = self.preprocessing.as_dict()
         out["heads"] = list(self.heads)
-        return out
+        return json.loads(json.dumps(out))
 
 
 def _vit(patch, dim, depth, heads, img=224, **extra) -> dict:

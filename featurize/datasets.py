@@ -355,6 +355,8 @@ def _open_digits(split: str) -> ImageSplit:
 TAR_IMAGE_EXTENSIONS = tuple(e.lstrip(".") for e in IMAGE_EXTENSIONS)
 CLASS_FILES = ("classes.txt", "classes.json")
 _TAR_BLOCK = 512
+#: A sample's ``.cls``/``.json`` is read whole for its label; a larger one is refused before it is read.
+MAX_LABEL_BYTES = 1 << 20
 
 
 class TarImages:
@@ -393,7 +395,7 @@ def _wds_layout(root: Path) -> dict[str, list[Path]]:
                            "shards can be read by offset (decompress them)")
     folders = {s: sorted((root / s).glob("*.tar")) for s in SPLIT_FOLDERS if (root / s).is_dir()}
     if folders:
-        return {s: shards for s, shards in folders.items() if shards} or {}
+        return _once(root, {s: shards for s, shards in folders.items() if shards})
     flat = sorted(root.glob("*.tar"))
     named = {s: [p for p in flat if re.match(rf"{s}(?:[-_.]|$)", p.name)] for s in SPLIT_FOLDERS}
     named = {s: shards for s, shards in named.items() if shards}
@@ -402,8 +404,26 @@ def _wds_layout(root: Path) -> dict[str, list[Path]]:
         if left:
             raise DatasetError(f"webdataset: shards {left[:3]} in {str(root)!r} belong to no split (named "
                                f"{'/'.join(sorted(named))}-*.tar); rename them or move them out")
-        return named
-    return {"train": flat} if flat else {}
+        return _once(root, named)
+    return _once(root, {"train": flat} if flat else {})
+
+
+def _once(root: Path, layout: dict[str, list[Path]]) -> dict[str, list[Path]]:
+    """``layout``, refused if it holds no shard, or if one shard file is reached twice (a symlink or hard link, in
+    one split or two): its images would count once per path."""
+    if not layout:
+        raise DatasetError(f"webdataset: no .tar shards under {str(root)!r} (expected <split>/*.tar, "
+                           "<split>-*.tar or *.tar)")
+    seen: dict[tuple, str] = {}
+    for shards in layout.values():
+        for path in shards:
+            st = path.stat()
+            rel = text(path.relative_to(root).as_posix())
+            if (st.st_dev, st.st_ino) in seen:
+                raise DatasetError(f"webdataset: shards {rel!r} and {seen[st.st_dev, st.st_ino]!r} are the same file "
+                                   "(a symlink or hard link): its images would count twice; keep one of them")
+            seen[st.st_dev, st.st_ino] = rel
+    return layout
 
 
 def _wds_classes(root: Path) -> tuple[list[str] | None, str]:
@@ -480,6 +500,9 @@ def _index_shard(path: Path, rel: str):
                         raise DatasetError(f"webdataset: shard {rel!r}: sample {key!r} has two images")
                     sample["image"] = (m.offset_data, m.size)
                 elif ext in ("cls", "json"):
+                    if m.size > MAX_LABEL_BYTES:
+                        raise DatasetError(f"webdataset: shard {rel!r}: {m.name!r} holds {m.size} bytes, more than "
+                                           f"a label file's {MAX_LABEL_BYTES} (not read)")
                     sample["files"][ext] = tf.extractfile(m).read()
             end = tf.offset
             f.seek(end)
@@ -497,9 +520,6 @@ def _index_shard(path: Path, rel: str):
 
 def _open_webdataset(root: Path, split: str) -> ImageSplit:
     layout = _wds_layout(root)
-    if not layout:
-        raise DatasetError(f"webdataset: no .tar shards under {str(root)!r} (expected <split>/*.tar, "
-                           "<split>-*.tar or *.tar)")
     if split not in layout:
         raise DatasetError(f"webdataset has splits {sorted(layout)}, not {split!r}")
     classes, source = _wds_classes(root)
