@@ -54,6 +54,7 @@ import os
 import pickle
 import re
 import tarfile
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -545,8 +546,12 @@ def _open_webdataset(root: Path, split: str) -> ImageSplit:
 class HFImages:
     """The image column of a Hugging Face ``datasets.Dataset``, decoded here (as every other source is)."""
 
-    def __init__(self, dataset, column: str, origin: str):
+    def __init__(self, dataset, column: str, origin: str, cache=None):
         self.dataset, self.column, self.origin = dataset, column, origin
+        self._cache = cache  # the temporary folder the dataset's Arrow files are in: removed when this goes
+
+    def __getstate__(self):  # a worker gets the rows, not the folder's owner (which would remove it on exit)
+        return {**self.__dict__, "_cache": None}
 
     def read(self, i: int) -> Image.Image:
         with Image.open(io.BytesIO(self.raw(i))) as im:
@@ -582,27 +587,41 @@ def _hf_spec(dataset: str) -> tuple[str, dict]:
 
 
 def _hf_load(spec: str):
-    """``(splits as a DatasetDict, origin)``: ``save_to_disk`` folders by ``load_from_disk``, other folders and hub
-    names by ``load_dataset``; offline, a hub name whose files are in the HF hub cache (``hf download --repo-type
-    dataset NAME``) loads from that snapshot, and ``origin`` records its repository and commit."""
+    """``(splits as a DatasetDict, origin, root, cache)``: ``save_to_disk`` folders by ``load_from_disk``, other
+    folders and hub names by the ``datasets`` builder; offline, a hub name whose files are in the HF hub cache
+    (``hf download --repo-type dataset NAME``) loads from that snapshot, and ``origin`` records its repository and
+    commit. ``root`` is the folder the dataset's files must lie in; a builder's ``data_files`` outside it (a README
+    naming ``../outside/*.png``) are refused. The builder's Arrow cache is written to ``cache``, a temporary folder
+    that lives as long as the returned splits (not ``HF_HOME/datasets``: nothing is left outside ``--out``)."""
     try:
         import datasets
     except ImportError:
         raise DatasetError("hf: datasets need the Hugging Face `datasets` package: pip install 'privlin[hf]'") \
             from None
     path = Path(spec).expanduser()
-    origin = None
+    origin, cache = None, None
     try:
         if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
-            loaded = datasets.load_from_disk(str(path))
-        elif path.exists():
-            loaded = datasets.load_dataset(str(path))
-        else:
+            return _as_dict(datasets, datasets.load_from_disk(str(path))), None, path.resolve(), None
+        snapshot = None
+        if not path.exists():
             snapshot = _hub_snapshot(spec) if datasets.config.HF_HUB_OFFLINE else None
             if snapshot is not None:
                 origin = {"repo": spec.partition("@")[0], "revision": Path(snapshot).name}
-            loaded = datasets.load_dataset(snapshot or spec)
+        source = str(path) if path.exists() else snapshot or spec
+        # a snapshot's files are links into the repository's blobs/: its root is the repository's cache folder
+        root = path.resolve() if path.exists() else Path(snapshot).parent.parent.resolve() if snapshot else None
+        cache = tempfile.TemporaryDirectory(prefix="privlin-hf-datasets-")
+        builder = datasets.load_dataset_builder(source, cache_dir=cache.name)
+        if root is not None:
+            for files in (builder.config.data_files or {}).values():
+                for name in files:
+                    _inside(spec, root, str(name), "data_files names")
+        builder.download_and_prepare()
+        loaded = _as_dict(datasets, builder.as_dataset())
     except (FileNotFoundError, ValueError, ConnectionError, OSError) as e:
+        if isinstance(e, DatasetError):
+            raise
         from huggingface_hub import constants
 
         where = "" if path.exists() else (
@@ -613,9 +632,40 @@ def _hf_load(spec: str):
             "or pass its folder.")
         raise DatasetError(f"hf:{spec}: cannot load it as a Hugging Face dataset ({type(e).__name__}: "
                            f"{' '.join(str(e).split())[:500]}).{where}") from None
-    if isinstance(loaded, datasets.Dataset):
-        loaded = datasets.DatasetDict({"train": loaded})
-    return loaded, origin
+    return loaded, origin, root, cache
+
+
+def _as_dict(datasets, loaded):
+    return datasets.DatasetDict({"train": loaded}) if isinstance(loaded, datasets.Dataset) else loaded
+
+
+def _inside(spec: str, root: Path, name: str, what: str) -> None:
+    """Refuse a file ``name`` (after links) outside the dataset's folder ``root``: featurize reads the named data
+    only, and records that folder as where it came from."""
+    if name.startswith(("hf://", "http://", "https://")):
+        raise DatasetError(f"hf:{spec}: {what} {name[:200]!r}, not a file in the dataset's folder {str(root)!r}; "
+                           "refused")
+    real = Path(os.path.realpath(name.removeprefix("file://")))
+    if real != root and root not in real.parents:
+        raise DatasetError(f"hf:{spec}: {what} {name[:200]!r}, outside the dataset's folder {str(root)!r}; refused "
+                           "(featurize reads only the named data): move it into the folder")
+
+
+def _paths_inside(spec: str, rows, column: str, root: Path | None) -> None:
+    """Every row of ``column`` that names a file instead of holding its bytes names one inside ``root``."""
+    import pyarrow.compute as pc
+
+    table = rows.with_format("arrow")[:][column] if len(rows) else None
+    if table is None:
+        return
+    paths = pc.struct_field(table, "path").filter(pc.is_null(pc.struct_field(table, "bytes"))).to_pylist()
+    for i, name in enumerate(paths):
+        if name is None:
+            continue
+        if root is None:
+            raise DatasetError(f"hf:{spec}: its image column names files ({name[:200]!r}) and it has no folder "
+                               "of its own to hold them; refused")
+        _inside(spec, root, name, f"column {column!r} names")
 
 
 def _hub_snapshot(spec: str) -> str | None:
@@ -666,7 +716,7 @@ def _open_hf(dataset: str, split: str) -> ImageSplit:
     import datasets
 
     spec, chosen = _hf_spec(dataset)
-    loaded, origin = _hf_load(spec)
+    loaded, origin, root, cache = _hf_load(spec)
     if split not in loaded:
         raise DatasetError(f"{dataset} has splits {sorted(loaded)}, not {split!r}")
     columns = {s: _hf_columns(dataset, d.features, chosen) for s, d in loaded.items()}
@@ -683,9 +733,10 @@ def _open_hf(dataset: str, split: str) -> ImageSplit:
         raise DatasetError(f"{dataset}: split {split!r} has label {int(labels.max())} beyond its "
                            f"{len(classes)} ClassLabel names")
     rows = ds.select_columns([image]).cast_column(image, datasets.Image(decode=False))
+    _paths_inside(spec, rows, image, root)
     fingerprint = getattr(ds, "_fingerprint", None)
     return ImageSplit(dataset, split, [f"{split}:{i}" for i in range(len(ds))], labels, classes,
-                      HFImages(rows, image, f"{dataset} {split}"),
+                      HFImages(rows, image, f"{dataset} {split}", cache),
                       attrs={"source": spec, "hub": origin, "layout": "huggingface-datasets", "image_column": image,
                              "label_column": label, "fingerprint": fingerprint,
                              "classes_source": "ClassLabel names" if classes is not None else
