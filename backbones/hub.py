@@ -249,7 +249,7 @@ def build(config: BackboneConfig, cfg: dict, path: Path | None):
         net = timm.create_model(arch, pretrained=True, pretrained_cfg=load_cfg, num_classes=num_classes, **kwargs)
     except RuntimeError as e:
         raise CheckpointMismatchError(f"checkpoint {str(path)!r} does not fit timm's {arch}: "
-                                      f"{' '.join(str(e).split())[:2000]}") from None
+                                      f"{' '.join(str(e).split())[:300]}") from None
     net.pretrained_cfg.pop("state_dict", None)  # no second reference to the weights
     net.reset_classifier(0)
     return net

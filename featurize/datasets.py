@@ -64,16 +64,11 @@ from PIL import Image
 from stores.items import of_bytes, of_name
 
 from .decode import to_rgb
+from .names import EMBEDDED, KNOWN, DatasetError, check_name  # noqa: F401 - EMBEDDED, KNOWN: public here too
 from .restricted_pickle import UnsafePickleError, restricted_load
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 SPLIT_FOLDERS = ("train", "val", "validation", "test")
-EMBEDDED = ("digits",)
-KNOWN = "imagenet, cifar10, cifar100, digits, imagefolder:PATH, webdataset (--data-dir) or hf:PATH_OR_NAME"
-
-
-class DatasetError(ValueError):
-    """A dataset name, split or on-disk layout that cannot be used (the message says what was expected)."""
 
 
 class FileImages:
@@ -765,7 +760,8 @@ def dataset_splits(dataset: str, data_dir: str | os.PathLike | None = None) -> l
         return list(_wds_layout(_need_dir(dataset, data_dir)))
     if dataset.startswith("hf:"):
         return list(_hf_load(_hf_spec(dataset)[0])[0])
-    raise DatasetError(f"unknown dataset {dataset!r}; use {KNOWN}")
+    check_name(dataset)
+    raise AssertionError(f"dataset {dataset!r} passed check_name but has no reader")
 
 
 def open_split(dataset: str, split: str, data_dir: str | os.PathLike | None = None) -> ImageSplit:
@@ -800,4 +796,5 @@ def open_split(dataset: str, split: str, data_dir: str | os.PathLike | None = No
         return _open_webdataset(_need_dir(dataset, data_dir), split)
     if dataset.startswith("hf:"):
         return _open_hf(dataset, split)
-    raise DatasetError(f"unknown dataset {dataset!r}; use {KNOWN}")
+    check_name(dataset)
+    raise AssertionError(f"dataset {dataset!r} passed check_name but has no reader")
