@@ -92,3 +92,27 @@ def test_built_in_datasets_name_rows_by_their_published_index(tmp_path):
     source, _ = make_source("digits", 16)  # DP-MAE's digits: featurize's train rows, the same items
     assert list(source.items) == open_split("digits", "train").items
     assert source.items[0] == name_item(open_split("digits", "train").ids[0])
+
+
+def test_cifar_rows_are_named_by_their_index_in_the_release(tmp_path):
+    from test_datasets import _cifar10_release
+
+    def name_item(name):
+        return hashlib.sha256(b"privlin.item-name\x00" + name.encode()).hexdigest()[:32]
+
+    _cifar10_release(tmp_path)  # five train batches of 4 rows: train row 5 is data_batch_2's row 1
+    train, test = open_split("cifar10", "train", tmp_path), open_split("cifar10", "test", tmp_path)
+    assert train.items[5] == name_item("cifar10:train:5") and test.items[0] == name_item("cifar10:test:0")
+    assert len(set(train.items) | set(test.items)) == len(train) + len(test)
+
+
+def test_a_hugging_face_dataset_of_the_same_files_names_the_same_items(folder, tmp_path):
+    pytest.importorskip("datasets")
+    from test_hf_datasets import write_parquet
+
+    root = write_parquet(tmp_path / "pq")  # the same PNG bytes, held in the Image column
+    out = tmp_path / "hf.zarr"
+    extract("pixels", f"hf:{root}", out=out, **RUN)
+    for split in N:
+        sp = stores.open(str(out))[split]
+        assert [str(t) for t in sp.items[:]] == [sha_item(png) for _, _, png in digit_rows(split)]
