@@ -116,3 +116,21 @@ def test_a_hugging_face_dataset_of_the_same_files_names_the_same_items(folder, t
     for split in N:
         sp = stores.open(str(out))[split]
         assert [str(t) for t in sp.items[:]] == [sha_item(png) for _, _, png in digit_rows(split)]
+
+
+def test_a_skipped_row_has_an_item_of_the_bytes_read_or_of_its_name_when_none_could_be(folder, tmp_path):
+    from stores.items import of_name
+
+    root = tmp_path / "f"
+    shutil.copytree(folder / "train", root)
+    first = sorted((root / "0").iterdir())
+    first[0].write_bytes(b"not an image")
+    first[1].unlink()
+    os.symlink(tmp_path / "nowhere.png", first[1])  # a dangling link: no bytes to name
+    out = tmp_path / "s.zarr"
+    res = extract("pixels", f"imagefolder:{root}", out=out, skip_bad=True, **RUN)
+    assert len(res["splits"][0]["skipped"]) == 2
+    sp = stores.open(str(out))["train"]
+    got = dict(zip([str(i) for i in sp.ids[:]], [str(t) for t in sp.items[:]]))
+    assert got[f"0/{first[0].name}"] == sha_item(b"not an image")
+    assert got[f"0/{first[1].name}"] == of_name(f"unread:imagefolder:{root}:0/{first[1].name}")
