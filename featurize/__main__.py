@@ -109,6 +109,9 @@ def _run(args) -> int:
         rate = s["rows"] / s["seconds"] if s["seconds"] > 0 else 0.0
         state = "complete" if s["complete"] else "waiting for other writers' shards"
         skipped = f", {len(s['skipped'])} skipped" if s["skipped"] else ""
+        if s["repeated_items"]:
+            skipped += (f"; NOTE: {s['repeated_items']} rows are byte-identical copies of another row's image (the "
+                        "same item: one image in several rows)")
         print(f"{result['out']} [{s['split']}]: {s['rows']} images in {s['shards']} shards, "
               f"{s['seconds']:.1f} s ({rate:.0f} img/s){skipped}; {state}", file=sys.stderr)
     return 0

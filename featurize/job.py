@@ -396,8 +396,9 @@ class _SplitJob:
         self.mine = [s for s in self.writer.shards_for(assignment.rank, assignment.world) if s in pending]
         self.bounds = [self.writer.shard_bounds(s) for s in self.mine]
         self.summary = {"split": source.split, "rows": sum(b - a for a, b in self.bounds), "shards": len(self.mine),
-                        "skipped": [], "seconds": 0.0}
+                        "skipped": [], "seconds": 0.0, "repeated_items": 0}
         self.t0, self.bar, self.in_flight, self.finished = None, None, [], False
+        self.keys: list[np.ndarray] = []  # 64 bits of each valid row's item, to count repeats at the end
         self.shards = iter(zip(self.mine, self.bounds))
 
     def start(self, t0: float) -> None:
@@ -436,6 +437,7 @@ class _SplitJob:
             self.summary["skipped"].append(source.ids[row])
         self.bar.update(len(rows))
         if rows[-1] + 1 == self.stop_row:  # shard complete: hand it to the writer thread
+            self.keys.append(np.array([int(t[:16], 16) for t in self.items[self.valid]], dtype=np.uint64))
             self.in_flight.append(pool.submit(self.writer.write_shard, self.shard, self.feats,
                                               source.labels[start:self.stop_row],
                                               np.asarray(source.ids[start:self.stop_row]), self.valid,
@@ -445,8 +447,12 @@ class _SplitJob:
             self._next_shard()
 
     def finish(self) -> dict:
+        """Wait for the shards in flight and mark the split done; ``repeated_items`` counts the rows (of this
+        writer's shards) whose item another row has too: byte-identical files, one image in several rows."""
         for f in self.in_flight:
             f.result()
+        keys = np.concatenate(self.keys) if self.keys else np.zeros(0, np.uint64)
+        self.summary["repeated_items"] = int(keys.size - np.unique(keys).size)
         if self.bar is not None:
             self.bar.close()
             self.summary["seconds"] = time.perf_counter() - self.t0
@@ -558,6 +564,7 @@ def extract_split(bb: Backbone, source: ImageSplit, out, *, assignment: ShardAss
     Returns
     -------
     dict with ``split``, ``rows`` (computed now), ``shards`` (written now), ``skipped`` (ids), ``seconds``,
+    ``repeated_items`` (rows written now whose item another of them has: byte-identical copies of one image),
     ``complete`` (every shard of the split done, by any writer).
     """
     return extract_splits(bb, [source], out, assignment=assignment, device=device, dtype=dtype,

@@ -134,3 +134,20 @@ def test_a_skipped_row_has_an_item_of_the_bytes_read_or_of_its_name_when_none_co
     got = dict(zip([str(i) for i in sp.ids[:]], [str(t) for t in sp.items[:]]))
     assert got[f"0/{first[0].name}"] == sha_item(b"not an image")
     assert got[f"0/{first[1].name}"] == of_name(f"unread:imagefolder:{root}:0/{first[1].name}")
+
+
+def test_byte_identical_copies_in_one_split_are_counted_and_said(folder, tmp_path, capsys):
+    from featurize.__main__ import main
+
+    root = tmp_path / "f"
+    shutil.copytree(folder / "train", root)
+    first = sorted((root / "0").iterdir())
+    shutil.copy(first[0], root / "1" / "copy.png")  # the same image under another name and class: a copy, no link
+    out = tmp_path / "s.zarr"
+    assert main(["--backbone", "pixels", "--dataset", f"imagefolder:{root}", "--out", str(out), "--num-workers",
+                 "0", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert "NOTE: 1 rows are byte-identical copies of another row's image" in err, err
+    sp = stores.open(str(out))["train"]
+    items = [str(t) for t in sp.items[:]]
+    assert len(items) - len(set(items)) == 1
