@@ -44,7 +44,10 @@ then private data, and privlin reads the class set from them only with a ``Priva
 
 Each image file appears once per split: the same file reached twice (a symlink or hard link, a symlink loop, a
 second link to a folder) is refused, because a row per path would count one person's image several times and
-silently weaken a per-image privacy guarantee by as much.
+silently weaken a per-image privacy guarantee by as much; so is a webdataset shard reached twice (in one split or
+two). Byte-identical copies under two names are one item in two rows: the job counts and says them
+(``repeated_items``). What is read is only the named data: an HF dataset's files outside its folder are refused
+(:mod:`featurize.hf`), and a tar's label member over ``MAX_LABEL_BYTES`` is refused before it is read.
 """
 from __future__ import annotations
 
