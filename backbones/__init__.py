@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from .errors import CheckpointMismatchError, WeightsNotFoundError
 from .lazy import lazy_exports
-from .registry import WEIGHTS_DIR_ENV, BackboneConfig, Preprocessing, get_config, list_backbones, register
+from .registry import (WEIGHTS_DIR_ENV, BackboneConfig, Preprocessing, check_name, get_config, list_backbones,
+                       register)
 
 #: Public name -> the module that defines it (torch-bound: loaded on first use).
 _LAZY = {"Backbone": "build", "build_architecture": "build", "load_backbone": "build",
@@ -25,6 +26,7 @@ _LAZY = {"Backbone": "build", "build_architecture": "build", "load_backbone": "b
          "BLOCK_TOKENS": "heads", "is_hub_name": "hub"}
 
 __all__ = ["Backbone", "BackboneConfig", "Preprocessing", "load_backbone", "build_architecture", "get_config",
-           "list_backbones", "register", "read_checkpoint", "resolve_weights", "sha256_file", "is_hub_name",
+           "list_backbones", "check_name", "register", "read_checkpoint", "resolve_weights", "sha256_file",
+           "is_hub_name",
            "WeightsNotFoundError", "CheckpointMismatchError", "WEIGHTS_DIR_ENV", "BLOCK_TOKENS"]
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

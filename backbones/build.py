@@ -125,7 +125,7 @@ def load_backbone(backbone: str | BackboneConfig, *, head: str | None = None,
         config, pretrained_cfg = hub.config_for(backbone)
         head = _check_head(config, head)
         hub.probe(config)  # a model the heads cannot pool is refused before its weights are fetched
-        path, origin = hub.weights_for(config, weights)
+        config, path, origin = hub.weights_for(config, weights)
         net = hub.build(config, pretrained_cfg, path)
         return _assemble(config, head, net, path, sha256_file(path), origin)
     config = get_config(backbone) if isinstance(backbone, str) else backbone

@@ -233,7 +233,7 @@ def load_strict(model: torch.nn.Module, state: dict[str, torch.Tensor], *, sourc
                         for k in set(state) & set(expected) if tuple(state[k].shape) != tuple(expected[k].shape))
     if missing or unexpected or mismatched:
         def show(keys):
-            return ", ".join(keys[:20]) + (f", ... ({len(keys)} in all)" if len(keys) > 20 else "") or "none"
+            return ", ".join(keys[:3]) + (f", ... ({len(keys)} in all)" if len(keys) > 3 else "") or "none"
         raise CheckpointMismatchError(
             f"checkpoint {source} does not fit the architecture: missing keys: {show(missing)}; "
             f"unexpected keys: {show(unexpected)}; shape mismatches: {show(mismatched)}",

@@ -14,6 +14,7 @@ from ``forward_features``, a list of ``blocks``, ``num_prefix_tokens``).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -27,6 +28,10 @@ _SAFE_ALTERNATIVES = {"pytorch_model.bin": "model.safetensors",
 #: pretrained_cfg fields that describe where the weights are, not what they are (never recorded).
 _NOT_RECORDED = ("state_dict", "file", "url", "label_names", "label_descriptions", "license", "notes",
                  "paper_ids", "paper_name", "origin_url")
+#: model_args of a hub config.json that would make timm read weights from elsewhere than the file loaded and
+#: recorded here (e.g. ``pretrained_cfg_overlay = {"file": "x.pth"}``): refused, so provenance is the bytes loaded.
+_LOADING_ARGS = ("pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "checkpoint_path", "cache_dir",
+                 "pretrained_strict")
 
 
 def is_hub_name(name: str) -> bool:
@@ -77,9 +82,10 @@ def download(repo: str, filename: str, revision: str | None = None) -> Path:
             if pickled and isinstance(try_to_load_from_cache(repo, pickled, revision=revision), str):
                 pickle_hint = (f" (the cache holds {pickled}, a pickle, which is not read from the hub: pass it as "
                                "--weights PATH if you trust it)")
+        files = " ".join(dict.fromkeys(("config.json", "model.safetensors" if filename == "config.json" else filename)))
         raise WeightsNotFoundError(
             f"{filename} of {at} is not in the Hugging Face cache {_cache_dir()} and {why}{pickle_hint}; fetch it "
-            f"where the hub is reachable with `hf download {repo} {filename} config.json"
+            f"where the hub is reachable with `hf download {repo} {files}"
             f"{' --revision ' + revision if revision else ''}` (same HF_HUB_CACHE/HF_HOME), or pass --weights PATH"
         ) from None
     except EntryNotFoundError:
@@ -112,6 +118,11 @@ def resolve(name: str) -> tuple[str, dict, dict]:
         if not timm.is_model(arch):
             raise ValueError(f"{name}: config.json names architecture {arch!r}, which this timm "
                              f"({timm.__version__}) does not know")
+        redirect = sorted(k for k in (model_args or {}) if k in _LOADING_ARGS)
+        if redirect:
+            raise ValueError(f"{name}: config.json's model_args set {', '.join(redirect)}, which would make timm "
+                             "load weights other than the repository's safetensors file recorded in the store; "
+                             "remove them, or pass the weights as --weights PATH")
         return arch, dict(model_args or {}), dict(cfg)
     arch, _ = split_model_name_tag(name)
     try:
@@ -162,13 +173,15 @@ def config_for(name: str) -> tuple[BackboneConfig, dict]:
     return config, cfg
 
 
-def weights_for(config: BackboneConfig, weights=None) -> tuple[Path, dict | None]:
-    """The weights file: ``weights`` if given (no origin), else the hub's safetensors file and its origin."""
+def weights_for(config: BackboneConfig, weights=None) -> tuple[BackboneConfig, Path, dict | None]:
+    """``(config, file, origin)``: ``weights`` if given (no origin; the config then records that local file, not
+    the hub's), else the hub's safetensors file and its origin."""
     if weights is not None:
         path = Path(weights).expanduser()
         if not path.is_file():
             raise WeightsNotFoundError(f"weights file {str(path)!r} for backbone {config.name!r} does not exist")
-        return path, None
+        return dataclasses.replace(config, weights_source="local file (--weights)", weights_file=path.name), path, \
+            None
     if not config.weights_source.startswith(HUB_PREFIX):
         where = f" (only {config.weights_source})" if config.weights_source else ""
         raise WeightsNotFoundError(
@@ -177,8 +190,8 @@ def weights_for(config: BackboneConfig, weights=None) -> tuple[Path, dict | None
     repo, revision = _split_revision(config.weights_source[len(HUB_PREFIX):])
     path = download(repo, config.weights_file, revision)
     commit = path.parent.name if path.parent.parent.name == "snapshots" else None
-    return path, {"repo": repo, "revision": commit, "requested_revision": revision or "main",
-                  "file": config.weights_file}
+    return config, path, {"repo": repo, "revision": commit, "requested_revision": revision or "main",
+                          "file": config.weights_file}
 
 
 def check_vit_shaped(net, name: str) -> None:
@@ -236,7 +249,7 @@ def build(config: BackboneConfig, cfg: dict, path: Path | None):
         net = timm.create_model(arch, pretrained=True, pretrained_cfg=load_cfg, num_classes=num_classes, **kwargs)
     except RuntimeError as e:
         raise CheckpointMismatchError(f"checkpoint {str(path)!r} does not fit timm's {arch}: "
-                                      f"{' '.join(str(e).split())[:2000]}") from None
+                                      f"{' '.join(str(e).split())[:300]}") from None
     net.pretrained_cfg.pop("state_dict", None)  # no second reference to the weights
     net.reset_classifier(0)
     return net

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
+import importlib.util
+import json
+import os
+import re
 from dataclasses import dataclass, field
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -102,11 +107,12 @@ class BackboneConfig:
         return self.heads[0]
 
     def as_dict(self) -> dict:
-        """JSON-ready description, recorded in store attributes."""
+        """JSON-ready description, recorded in store attributes: exactly its JSON round trip (tuples as lists, as
+        timm's ``pretrained_cfg`` holds them), so the store's copy compares equal to a rerun's."""
         out = dataclasses.asdict(self)
         out["preprocessing"] = self.preprocessing.as_dict()
         out["heads"] = list(self.heads)
-        return out
+        return json.loads(json.dumps(out))
 
 
 def _vit(patch, dim, depth, heads, img=224, **extra) -> dict:
@@ -149,6 +155,32 @@ def get_config(name: str) -> BackboneConfig:
 
 def list_backbones() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def check_name(name: str) -> None:
+    """Refuse a name that is no backbone (the :func:`get_config` error) without importing torch or timm, so a typo
+    is reported at once: a registry name, ``hf-hub:...``, or an architecture timm registers (``arch`` or
+    ``arch.tag``; its tag is checked when timm loads)."""
+    if name in _REGISTRY or name.startswith("hf-hub:") or name.split(".", 1)[0] in _timm_architectures():
+        return
+    get_config(name)
+
+
+@functools.lru_cache(maxsize=1)
+def _timm_architectures() -> frozenset:
+    """The model names timm registers, read from its source (each ``@register_model`` function) instead of by
+    importing it (seconds: torch): the same set as ``timm.list_models()`` (tests/test_backbones.py holds them
+    equal). Empty without timm."""
+    spec = importlib.util.find_spec("timm")
+    if spec is None or spec.origin is None:
+        return frozenset()
+    folder = os.path.join(os.path.dirname(spec.origin), "models")
+    names: set[str] = set()
+    for entry in os.scandir(folder):
+        if entry.name.endswith(".py"):
+            with open(entry.path, encoding="utf-8") as f:
+                names.update(re.findall(r"@register_model(?:\([^)]*\))?\s*\ndef (\w+)\(", f.read()))
+    return frozenset(names)
 
 
 for _cfg in (

@@ -76,9 +76,24 @@ def build_parser():
 
 
 def main(argv: list[str] | None = None) -> int:
-    """What ``featurize`` runs: parse (``--help`` and usage errors exit here, before torch is imported), then run."""
+    """What ``featurize`` runs: parse (``--help`` and usage errors exit here, before torch is imported), check the
+    dataset and backbone names (a typo answers at once, before the heavy imports), say what starts, then run."""
     args = build_parser().parse_args(argv)
-    return cli.entry_point(PROG, user_errors())(_run)(args)
+    from .names import DatasetError
+
+    code = cli.entry_point(PROG, (DatasetError, KeyError))(_check_names)(args)
+    return code or cli.entry_point(PROG, user_errors())(_run)(args)
+
+
+def _check_names(args) -> int:
+    from .names import check_name
+
+    check_name(args.dataset)
+    backbones.check_name(args.backbone)
+    if not args.no_progress:  # loading torch, the dataset's index and the model takes seconds before the first bar
+        print(f"{PROG}: loading {args.backbone} and listing {args.dataset}"
+              f"{' under ' + args.data_dir if args.data_dir else ''} ...", file=sys.stderr, flush=True)
+    return 0
 
 
 def _run(args) -> int:
@@ -94,6 +109,9 @@ def _run(args) -> int:
         rate = s["rows"] / s["seconds"] if s["seconds"] > 0 else 0.0
         state = "complete" if s["complete"] else "waiting for other writers' shards"
         skipped = f", {len(s['skipped'])} skipped" if s["skipped"] else ""
+        if s["repeated_items"]:
+            skipped += (f"; NOTE: {s['repeated_items']} rows are byte-identical copies of another row's image (the "
+                        "same item: one image in several rows)")
         print(f"{result['out']} [{s['split']}]: {s['rows']} images in {s['shards']} shards, "
               f"{s['seconds']:.1f} s ({rate:.0f} img/s){skipped}; {state}", file=sys.stderr)
     return 0

@@ -29,6 +29,12 @@ Row order is deterministic (class, then file name; the file's own order; shard n
 row order) and ids are stable: the path relative to the split folder, ``<batch file>:<row>`` for CIFAR,
 ``digits:<index>`` for digits, ``<shard>:<key>`` for webdataset, ``<split>:<row>`` for HF datasets. File names
 that are not valid UTF-8 keep their bytes as ``\\xNN`` escapes in ids and class names (a store holds text).
+Every row also has an item (:mod:`stores.items`), the identity of the source image the per-image privacy
+ledger accounts for, the same whichever store, copy, backbone or DP-MAE run reads it: for images held as files
+(image folders, webdataset members, an HF Image column, which holds encoded bytes or names a file) the hash of the
+bytes ``images.raw(i)`` returns, computed where the job's workers read them (``items=None`` here); for rows with
+no file of their own the hash of a public name, the dataset's published index (``digits:<index>`` as the id,
+``cifar10:train:<index>`` with the index counting rows across the batch files in release order): ``items``.
 Class lists come from the layout (folder names / metadata), the same for every split; they are public
 structure of the dataset, not statistics of its examples: a webdataset's from ``DIR/classes.txt`` (one name a
 line, label ``i`` on line ``i``) or ``DIR/classes.json`` (a list), an HF dataset's from its ``ClassLabel`` names.
@@ -38,7 +44,10 @@ then private data, and privlin reads the class set from them only with a ``Priva
 
 Each image file appears once per split: the same file reached twice (a symlink or hard link, a symlink loop, a
 second link to a folder) is refused, because a row per path would count one person's image several times and
-silently weaken a per-image privacy guarantee by as much.
+silently weaken a per-image privacy guarantee by as much; so is a webdataset shard reached twice (in one split or
+two). Byte-identical copies under two names are one item in two rows: the job counts and says them
+(``repeated_items``). What is read is only the named data: an HF dataset's files outside its folder are refused
+(:mod:`featurize.hf`), and a tar's label member over ``MAX_LABEL_BYTES`` is refused before it is read.
 """
 from __future__ import annotations
 
@@ -54,17 +63,14 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from stores.items import of_bytes, of_name
+
 from .decode import to_rgb
+from .names import EMBEDDED, KNOWN, DatasetError, check_name  # noqa: F401 - EMBEDDED, KNOWN: public here too
 from .restricted_pickle import UnsafePickleError, restricted_load
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 SPLIT_FOLDERS = ("train", "val", "validation", "test")
-EMBEDDED = ("digits",)
-KNOWN = "imagenet, cifar10, cifar100, digits, imagefolder:PATH, webdataset (--data-dir) or hf:PATH_OR_NAME"
-
-
-class DatasetError(ValueError):
-    """A dataset name, split or on-disk layout that cannot be used (the message says what was expected)."""
 
 
 class FileImages:
@@ -116,6 +122,9 @@ class ImageSplit:
         job's draft and device decode paths take.
     attrs : dict
         Where the data came from (root folder, split rule), recorded in the store.
+    items : list of str or None
+        Each row's item where it is a public name's (built-in datasets); None where the images are encoded files,
+        whose items are the hashes of ``images.raw(i)``, taken by :func:`row_item` where the bytes are read.
     """
 
     dataset: str
@@ -125,6 +134,7 @@ class ImageSplit:
     classes: list
     images: object
     attrs: dict = field(default_factory=dict)
+    items: list | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -134,6 +144,16 @@ class ImageSplit:
 
     def describe(self, i: int) -> str:
         return f"{self.images.describe(i)} (id {self.ids[i]!r})"
+
+
+def row_item(source: ImageSplit, i: int, data: bytes | None = None) -> str:
+    """Row ``i``'s item: its public name's (``source.items``), else the hash of its file's bytes ``data`` (those
+    ``source.images.raw(i)`` returned, so the bytes decoded are the bytes named: one read)."""
+    if source.items is not None:
+        return source.items[i]
+    if data is None:
+        raise ValueError(f"the item of {source.describe(i)} needs its bytes")
+    return of_bytes(data)
 
 
 # --------------------------------------------------------------------------------------------- folder layouts
@@ -287,7 +307,8 @@ def _open_cifar(dataset: str, data_dir: Path, split: str) -> ImageSplit:
         raise DatasetError(f"{dataset}: labels outside [0, {len(classes)})")
     return ImageSplit(dataset, split, ids, labels, classes,
                       ArrayImages(np.ascontiguousarray(np.concatenate(pixels)), f"{dataset} {split}"),
-                      attrs={"root": str(root.resolve()), "layout": "cifar-python"})
+                      attrs={"root": str(root.resolve()), "layout": "cifar-python"},
+                      items=[of_name(f"{dataset}:{split}:{i}") for i in range(len(labels))])
 
 
 # --------------------------------------------------------------------------------------------- embedded
@@ -295,22 +316,36 @@ def _open_cifar(dataset: str, data_dir: Path, split: str) -> ImageSplit:
 DIGITS_TEST_FRACTION, DIGITS_SEED = 0.2, 0
 
 
-def _open_digits(split: str) -> ImageSplit:
+def digits_rows(split: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, labels)`` of the embedded digits' ``split``: the published indices (sorted) of scikit-learn's
+    ``load_digits`` it holds, by the public rule ``train_test_split(test_size=0.2, stratify=y, random_state=0)``;
+    DP-MAE's ``digits`` takes the same rows (one rule)."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
     if split not in ("train", "test"):
         raise DatasetError(f"digits has splits ['test', 'train'], not {split!r}")
-    digits = load_digits()
-    y = digits.target.astype(np.int64)
+    y = load_digits().target.astype(np.int64)
     train, test = train_test_split(np.arange(len(y)), test_size=DIGITS_TEST_FRACTION, stratify=y,
                                    random_state=DIGITS_SEED)
     rows = np.sort(train if split == "train" else test)
-    pixels = np.rint(digits.images[rows] * (255.0 / 16.0)).astype(np.uint8)
-    return ImageSplit("digits", split, [f"digits:{i}" for i in rows], y[rows], [str(c) for c in range(10)],
+    return rows, y[rows]
+
+
+def digits_items(rows) -> list[str]:
+    """The items of digits' rows ``rows`` (published indices): the hashes of their names ``digits:<index>``."""
+    return [of_name(f"digits:{i}") for i in rows]
+
+
+def _open_digits(split: str) -> ImageSplit:
+    from sklearn.datasets import load_digits
+    rows, labels = digits_rows(split)
+    pixels = np.rint(load_digits().images[rows] * (255.0 / 16.0)).astype(np.uint8)
+    return ImageSplit("digits", split, [f"digits:{i}" for i in rows], labels, [str(c) for c in range(10)],
                       ArrayImages(pixels, f"digits {split}"),
                       attrs={"source": "sklearn.datasets.load_digits",
                              "split_rule": f"train_test_split(test_size={DIGITS_TEST_FRACTION}, stratify=y, "
-                                           f"random_state={DIGITS_SEED})"})
+                                           f"random_state={DIGITS_SEED})"},
+                      items=digits_items(rows))
 
 
 # --------------------------------------------------------------------------------------------- webdataset shards
@@ -318,6 +353,8 @@ def _open_digits(split: str) -> ImageSplit:
 TAR_IMAGE_EXTENSIONS = tuple(e.lstrip(".") for e in IMAGE_EXTENSIONS)
 CLASS_FILES = ("classes.txt", "classes.json")
 _TAR_BLOCK = 512
+#: A sample's ``.cls``/``.json`` is read whole for its label; a larger one is refused before it is read.
+MAX_LABEL_BYTES = 1 << 20
 
 
 class TarImages:
@@ -356,7 +393,7 @@ def _wds_layout(root: Path) -> dict[str, list[Path]]:
                            "shards can be read by offset (decompress them)")
     folders = {s: sorted((root / s).glob("*.tar")) for s in SPLIT_FOLDERS if (root / s).is_dir()}
     if folders:
-        return {s: shards for s, shards in folders.items() if shards} or {}
+        return _once(root, {s: shards for s, shards in folders.items() if shards})
     flat = sorted(root.glob("*.tar"))
     named = {s: [p for p in flat if re.match(rf"{s}(?:[-_.]|$)", p.name)] for s in SPLIT_FOLDERS}
     named = {s: shards for s, shards in named.items() if shards}
@@ -365,8 +402,26 @@ def _wds_layout(root: Path) -> dict[str, list[Path]]:
         if left:
             raise DatasetError(f"webdataset: shards {left[:3]} in {str(root)!r} belong to no split (named "
                                f"{'/'.join(sorted(named))}-*.tar); rename them or move them out")
-        return named
-    return {"train": flat} if flat else {}
+        return _once(root, named)
+    return _once(root, {"train": flat} if flat else {})
+
+
+def _once(root: Path, layout: dict[str, list[Path]]) -> dict[str, list[Path]]:
+    """``layout``, refused if it holds no shard, or if one shard file is reached twice (a symlink or hard link, in
+    one split or two): its images would count once per path."""
+    if not layout:
+        raise DatasetError(f"webdataset: no .tar shards under {str(root)!r} (expected <split>/*.tar, "
+                           "<split>-*.tar or *.tar)")
+    seen: dict[tuple, str] = {}
+    for shards in layout.values():
+        for path in shards:
+            st = path.stat()
+            rel = text(path.relative_to(root).as_posix())
+            if (st.st_dev, st.st_ino) in seen:
+                raise DatasetError(f"webdataset: shards {rel!r} and {seen[st.st_dev, st.st_ino]!r} are the same file "
+                                   "(a symlink or hard link): its images would count twice; keep one of them")
+            seen[st.st_dev, st.st_ino] = rel
+    return layout
 
 
 def _wds_classes(root: Path) -> tuple[list[str] | None, str]:
@@ -443,6 +498,9 @@ def _index_shard(path: Path, rel: str):
                         raise DatasetError(f"webdataset: shard {rel!r}: sample {key!r} has two images")
                     sample["image"] = (m.offset_data, m.size)
                 elif ext in ("cls", "json"):
+                    if m.size > MAX_LABEL_BYTES:
+                        raise DatasetError(f"webdataset: shard {rel!r}: {m.name!r} holds {m.size} bytes, more than "
+                                           f"a label file's {MAX_LABEL_BYTES} (not read)")
                     sample["files"][ext] = tf.extractfile(m).read()
             end = tf.offset
             f.seek(end)
@@ -460,9 +518,6 @@ def _index_shard(path: Path, rel: str):
 
 def _open_webdataset(root: Path, split: str) -> ImageSplit:
     layout = _wds_layout(root)
-    if not layout:
-        raise DatasetError(f"webdataset: no .tar shards under {str(root)!r} (expected <split>/*.tar, "
-                           "<split>-*.tar or *.tar)")
     if split not in layout:
         raise DatasetError(f"webdataset has splits {sorted(layout)}, not {split!r}")
     classes, source = _wds_classes(root)
@@ -481,158 +536,6 @@ def _open_webdataset(root: Path, split: str) -> ImageSplit:
     return ImageSplit("webdataset", split, ids, np.asarray(labels, dtype=np.int64), classes, TarImages(members),
                       attrs={"root": text(str(root.resolve())), "layout": "webdataset", "classes_source": source,
                              "shards": [text(p.relative_to(root).as_posix()) for p in layout[split]]})
-
-
-# --------------------------------------------------------------------------------------------- Hugging Face datasets
-
-class HFImages:
-    """The image column of a Hugging Face ``datasets.Dataset``, decoded here (as every other source is)."""
-
-    def __init__(self, dataset, column: str, origin: str):
-        self.dataset, self.column, self.origin = dataset, column, origin
-
-    def read(self, i: int) -> Image.Image:
-        with Image.open(io.BytesIO(self.raw(i))) as im:
-            return to_rgb(im)
-
-    def raw(self, i: int) -> bytes:
-        """Row ``i``'s encoded image: the bytes the dataset holds, else those of the file it names; for decoders
-        that take bytes (JPEG draft mode, the device's decoder)."""
-        value = self.dataset[i][self.column]
-        if value is None:
-            raise ValueError("no image in this row")
-        data, path = value.get("bytes"), value.get("path")
-        if data is not None:
-            return bytes(data)
-        with open(path, "rb") as f:
-            return f.read()
-
-    def describe(self, i: int) -> str:
-        return f"{self.origin} row {i}"
-
-
-def _hf_spec(dataset: str) -> tuple[str, dict]:
-    spec, _, options = dataset[len("hf:"):].partition("#")
-    if not spec:
-        raise DatasetError("hf needs a dataset: hf:PATH_OR_NAME")
-    chosen = {}
-    for item in filter(None, options.split(",")):
-        name, eq, value = item.partition("=")
-        if name not in ("image", "label") or not eq or not value:
-            raise DatasetError(f"{dataset}: options after '#' are image=COLUMN and label=COLUMN, got {item!r}")
-        chosen[name] = value
-    return spec, chosen
-
-
-def _hf_load(spec: str):
-    """``(splits as a DatasetDict, origin)``: ``save_to_disk`` folders by ``load_from_disk``, other folders and hub
-    names by ``load_dataset``; offline, a hub name whose files are in the HF hub cache (``hf download --repo-type
-    dataset NAME``) loads from that snapshot, and ``origin`` records its repository and commit."""
-    try:
-        import datasets
-    except ImportError:
-        raise DatasetError("hf: datasets need the Hugging Face `datasets` package: pip install 'privlin[hf]'") \
-            from None
-    path = Path(spec).expanduser()
-    origin = None
-    try:
-        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
-            loaded = datasets.load_from_disk(str(path))
-        elif path.exists():
-            loaded = datasets.load_dataset(str(path))
-        else:
-            snapshot = _hub_snapshot(spec) if datasets.config.HF_HUB_OFFLINE else None
-            if snapshot is not None:
-                origin = {"repo": spec.partition("@")[0], "revision": Path(snapshot).name}
-            loaded = datasets.load_dataset(snapshot or spec)
-    except (FileNotFoundError, ValueError, ConnectionError, OSError) as e:
-        from huggingface_hub import constants
-
-        where = "" if path.exists() else (
-            f" It is no local folder, and as a hub name it is in neither the HF hub cache {constants.HF_HUB_CACHE} "
-            f"nor the datasets cache {datasets.config.HF_DATASETS_CACHE}"
-            f"{' (HF_HUB_OFFLINE=1 forbids downloading)' if datasets.config.HF_HUB_OFFLINE else ''}: fetch it "
-            f"where the hub is reachable (`hf download --repo-type dataset {spec.partition('@')[0]}`, same HF_HOME), "
-            "or pass its folder.")
-        raise DatasetError(f"hf:{spec}: cannot load it as a Hugging Face dataset ({type(e).__name__}: "
-                           f"{' '.join(str(e).split())[:500]}).{where}") from None
-    if isinstance(loaded, datasets.Dataset):
-        loaded = datasets.DatasetDict({"train": loaded})
-    return loaded, origin
-
-
-def _hub_snapshot(spec: str) -> str | None:
-    """The cached snapshot folder of hub dataset ``spec`` (``org/name[@revision]``), or None; never downloads."""
-    from huggingface_hub import snapshot_download
-
-    repo, _, revision = spec.partition("@")
-    try:
-        return snapshot_download(repo, repo_type="dataset", revision=revision or None, local_files_only=True)
-    except Exception:  # noqa: BLE001 - not cached, or not a repository name: load_dataset reports it
-        return None
-
-
-def _hf_columns(dataset: str, features, chosen: dict) -> tuple[str, str, list[str] | None]:
-    """``(image column, label column, class names or None)`` from the dataset's features (its public schema)."""
-    import datasets
-
-    def pick(kind, candidates, preferred):
-        if kind in chosen:
-            if chosen[kind] not in features:
-                raise DatasetError(f"{dataset}: no column {chosen[kind]!r}; columns: {list(features)}")
-            return chosen[kind]
-        if len(candidates) == 1:
-            return candidates[0]
-        for name in preferred:
-            if name in candidates:
-                return name
-        what = "several" if candidates else "no"
-        raise DatasetError(f"{dataset}: {what} {kind} columns ({candidates or list(features)}); choose one with "
-                           f"hf:NAME#{kind}=COLUMN")
-
-    images = [c for c, f in features.items() if isinstance(f, datasets.Image)]
-    image = pick("image", images, ("image", "img"))
-    if not isinstance(features[image], datasets.Image):
-        raise DatasetError(f"{dataset}: column {image!r} is {features[image]}, not an Image column")
-    labels = [c for c, f in features.items() if isinstance(f, datasets.ClassLabel)] or \
-        [c for c in ("label", "labels") if c in features]
-    label = pick("label", labels, ("label", "labels"))
-    feature = features[label]
-    if isinstance(feature, datasets.ClassLabel):
-        return image, label, [str(n) for n in feature.names]
-    if not (isinstance(feature, datasets.Value) and feature.dtype.startswith(("int", "uint"))):
-        raise DatasetError(f"{dataset}: label column {label!r} is {feature}, not a ClassLabel or integer column")
-    return image, label, None
-
-
-def _open_hf(dataset: str, split: str) -> ImageSplit:
-    import datasets
-
-    spec, chosen = _hf_spec(dataset)
-    loaded, origin = _hf_load(spec)
-    if split not in loaded:
-        raise DatasetError(f"{dataset} has splits {sorted(loaded)}, not {split!r}")
-    columns = {s: _hf_columns(dataset, d.features, chosen) for s, d in loaded.items()}
-    image, label, classes = columns[split]
-    if any(c[2] != classes for c in columns.values()):
-        raise DatasetError(f"{dataset}: the splits' class lists differ ({ {s: c[2] for s, c in columns.items()} }); "
-                           "one store needs one")
-    ds = loaded[split]
-    labels = np.asarray(ds.with_format("numpy")[label], dtype=np.int64)
-    if labels.size and labels.min() < 0:
-        raise DatasetError(f"{dataset}: split {split!r} row {int(np.argmin(labels))} has label "
-                           f"{int(labels.min())} (no label); remove unlabelled rows first")
-    if classes is not None and labels.size and labels.max() >= len(classes):
-        raise DatasetError(f"{dataset}: split {split!r} has label {int(labels.max())} beyond its "
-                           f"{len(classes)} ClassLabel names")
-    rows = ds.select_columns([image]).cast_column(image, datasets.Image(decode=False))
-    fingerprint = getattr(ds, "_fingerprint", None)
-    return ImageSplit(dataset, split, [f"{split}:{i}" for i in range(len(ds))], labels, classes,
-                      HFImages(rows, image, f"{dataset} {split}"),
-                      attrs={"source": spec, "hub": origin, "layout": "huggingface-datasets", "image_column": image,
-                             "label_column": label, "fingerprint": fingerprint,
-                             "classes_source": "ClassLabel names" if classes is not None else
-                             "none: the label column is not a ClassLabel, so no class list is published"})
 
 
 # --------------------------------------------------------------------------------------------- public
@@ -656,8 +559,11 @@ def dataset_splits(dataset: str, data_dir: str | os.PathLike | None = None) -> l
     if dataset == "webdataset":
         return list(_wds_layout(_need_dir(dataset, data_dir)))
     if dataset.startswith("hf:"):
-        return list(_hf_load(_hf_spec(dataset)[0])[0])
-    raise DatasetError(f"unknown dataset {dataset!r}; use {KNOWN}")
+        from .hf import hf_splits
+
+        return hf_splits(dataset)
+    check_name(dataset)
+    raise AssertionError(f"dataset {dataset!r} passed check_name but has no reader")
 
 
 def open_split(dataset: str, split: str, data_dir: str | os.PathLike | None = None) -> ImageSplit:
@@ -691,5 +597,8 @@ def open_split(dataset: str, split: str, data_dir: str | os.PathLike | None = No
     if dataset == "webdataset":
         return _open_webdataset(_need_dir(dataset, data_dir), split)
     if dataset.startswith("hf:"):
-        return _open_hf(dataset, split)
-    raise DatasetError(f"unknown dataset {dataset!r}; use {KNOWN}")
+        from .hf import open_hf
+
+        return open_hf(dataset, split)
+    check_name(dataset)
+    raise AssertionError(f"dataset {dataset!r} passed check_name but has no reader")

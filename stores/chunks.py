@@ -115,7 +115,7 @@ class ShardFiles:
             raise self._corrupt(shard, array, f"checksum of {what} does not match (damaged bytes)")
 
     def read_small(self, shard: int, array: str, record: FileRecord) -> np.ndarray:
-        """The ``shard_rows`` values of ``shard`` in labels, valid or ids (rows past N are padding)."""
+        """The ``shard_rows`` values of ``shard`` in labels, valid, ids or items (rows past N are padding)."""
         f = self._open(shard, array, record)
         try:
             raw = f.pread(f.size, 0)
@@ -124,9 +124,9 @@ class ShardFiles:
         payload = raw[:-CRC_BYTES]
         self._check(shard, array, payload, raw[-CRC_BYTES:], record.crc32c[0], "the chunk")
         n = self.layout.shard_rows
-        if array == "ids":
+        if array in ("ids", "items"):
             values = _VLEN.decode(bytes(payload))
-            out = np.array(list(values), dtype=np.dtypes.StringDType())
+            out = np.array(list(values), dtype="U32" if array == "items" else np.dtypes.StringDType())
         else:
             out = np.frombuffer(payload, dtype=_DECODE[array])
         if out.shape != (n,):

@@ -22,3 +22,7 @@ class IncompleteStoreError(StoreError):
 
 class ShardClaimedError(StoreError):
     """Another writer owns this shard: two writers on one shard would lose data."""
+
+
+class NotAStoreError(StoreError):
+    """A path that is no feature store at all (a file): a usage mistake, like a path that does not exist."""

@@ -1,7 +1,9 @@
 """The on-disk layout of a split: which arrays, their chunking and codecs.
 
-One split = one zarr group holding ``features`` (N, D), ``labels`` (N,), ``ids`` (N,), ``valid`` (N,) and
-``done`` (n_shards,). Every array is cut at the same row boundaries (one *shard* = ``shard_rows`` rows), so a
+One split = one zarr group holding ``features`` (N, D), ``labels`` (N,), ``ids`` (N,), ``items`` (N,), ``valid``
+(N,) and ``done`` (n_shards,). ``items`` (each row's source item, ``stores.items``) exists in splits whose sealed
+attributes say so (:data:`ITEMS_ATTR`); splits written before it have none and read their items from their ids
+(:func:`default_items`). Every array is cut at the same row boundaries (one *shard* = ``shard_rows`` rows), so a
 writer that owns a shard owns every byte of it in every array: concurrent writers never share a chunk file.
 Every chunk carries a crc32c checksum, so a flipped byte is an error, never data; each done shard also has a
 manifest (see ``manifest``) so a missing, empty, moved or swapped chunk file is an error too. Array metadata is
@@ -21,8 +23,9 @@ from zarr.codecs import Crc32cCodec
 from zarr.core.buffer import default_buffer_prototype
 
 FORMAT = "privlin-feature-store/2"  # /1 had no manifests and no checksummed metadata
-ARRAYS = ("features", "labels", "ids", "valid", "done")
-ROW_ARRAYS = ("features", "labels", "ids", "valid")  # cut into one chunk file per shard
+ARRAYS = ("features", "labels", "ids", "items", "valid", "done")
+ROW_ARRAYS = ("features", "labels", "ids", "items", "valid")  # cut into one chunk file per shard
+ITEMS_ATTR = "row_items"  # sealed split attribute: True where the split has an ``items`` array
 FEATURE_DTYPES = ("float16", "float32")
 SHARD_TARGET_BYTES = 16 << 20  # shards of ~16 MiB: big sequential reads, few files
 CHUNK_TARGET_BYTES = 1 << 20  # inner chunks of ~1 MiB: the unit a checksum covers
@@ -61,6 +64,24 @@ class SplitLayout:
     def inner_chunks(self) -> int:
         """Checksummed inner chunks in one features shard file."""
         return self.shard_rows // self.chunk_rows
+
+
+def arrays_of(attrs) -> tuple[str, ...]:
+    """The arrays of a split with attributes ``attrs``: without ``items`` where it was written before them."""
+    return ARRAYS if attrs.get(ITEMS_ATTR) else tuple(a for a in ARRAYS if a != "items")
+
+
+def row_arrays_of(attrs) -> tuple[str, ...]:
+    return tuple(a for a in arrays_of(attrs) if a in ROW_ARRAYS)
+
+
+def default_items(ids) -> np.ndarray:
+    """The items of rows written without any (a hand-written store, or one written before items existed): each
+    row's id as a public name, ``stores.items.of_name("id:" + id)``. Two such stores with the same ids name the same
+    items (a shared budget, never a smaller one); they match no file's content item."""
+    from .items import of_name
+
+    return np.array([of_name("id:" + str(i)) for i in np.asarray(ids).tolist()], dtype="U32")
 
 
 def chunk_key(array: str, shard: int) -> str:
@@ -110,6 +131,8 @@ def array_specs(layout: SplitLayout) -> dict[str, dict]:
         "labels": dict(shape=(n,), dtype="int64", chunks=(s,), compressors=crc, fill_value=-1,
                        dimension_names=("sample",), attributes=by_id),
         "ids": dict(shape=(n,), dtype=str, chunks=(s,), compressors=crc, dimension_names=("sample",)),
+        "items": dict(shape=(n,), dtype=str, chunks=(s,), compressors=crc, dimension_names=("sample",),
+                      attributes=by_id),
         "valid": dict(shape=(n,), dtype="bool", chunks=(s,), compressors=crc, fill_value=False,
                       dimension_names=("sample",), attributes=by_id),
         "done": dict(shape=(layout.n_shards,), dtype="bool", chunks=(1,), compressors=crc, fill_value=False,

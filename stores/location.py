@@ -17,7 +17,7 @@ from zarr.abc.store import ByteRequest, Store
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-from .errors import StoreError
+from .errors import NotAStoreError, StoreError
 
 PARTIAL_GLOB = ".*.partial"  # zarr's local store writes KEY.<uuid>.partial, then renames it to KEY
 
@@ -34,7 +34,7 @@ def make_store(location, *, read_only: bool) -> Store:
         return zarr.storage.FsspecStore.from_url(location, read_only=read_only)
     path = location[len("file://"):] if location.startswith("file://") else location
     if os.path.exists(path) and not os.path.isdir(path):
-        raise StoreError(f"{path!r} is a file, not a feature store (a folder)")
+        raise NotAStoreError(f"{path!r} is a file, not a feature store (a folder)")
     if read_only and not os.path.isdir(path):
         raise FileNotFoundError(f"no feature store at {path!r}")
     if not read_only and os.path.isdir(path) and not os.path.exists(os.path.join(path, "zarr.json")):

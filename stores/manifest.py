@@ -19,7 +19,7 @@ from zarr.abc.store import RangeByteRequest, SuffixByteRequest
 
 from . import location
 from .errors import CorruptStoreError
-from .layout import ROW_ARRAYS, SplitLayout, chunk_key
+from .layout import SplitLayout, chunk_key
 
 FORMAT = "privlin-shard-manifest/1"
 CRC_BYTES = 4
@@ -80,9 +80,9 @@ def _record(store, split_path: str, array: str, shard: int, layout: SplitLayout)
                       tuple(_crc(c) for c in crcs) + (None,) * (layout.inner_chunks - used) + (_crc(raw_index),))
 
 
-def build(store, split_path: str, split: str, shard: int, layout: SplitLayout) -> bytes:
-    """The manifest of a written shard, as the bytes to store under :func:`manifest_key`."""
-    files = {a: _record(store, split_path, a, shard, layout) for a in ROW_ARRAYS}
+def build(store, split_path: str, split: str, shard: int, layout: SplitLayout, *, arrays) -> bytes:
+    """The manifest of a written shard (its row ``arrays``), as the bytes to store under :func:`manifest_key`."""
+    files = {a: _record(store, split_path, a, shard, layout) for a in arrays}
     body = {"format": FORMAT, "split": split, "shard": shard, "rows": list(layout.shard_bounds(shard)),
             "layout": layout.as_attrs(),
             "files": {a: {"key": chunk_key(a, shard), "size": r.size, "crc32c": list(r.crc32c)}
@@ -98,8 +98,9 @@ def _with_digest(body: dict) -> bytes:
     return json.dumps({**body, "sha256": _digest(body)}, sort_keys=True, indent=1).encode()
 
 
-def load(raw: bytes | None, split: str, shard: int, layout: SplitLayout) -> Manifest:
-    """Parse and check a stored manifest; :class:`CorruptStoreError` naming the shard when anything is off."""
+def load(raw: bytes | None, split: str, shard: int, layout: SplitLayout, *, arrays) -> Manifest:
+    """Parse and check a stored manifest listing the row ``arrays``; :class:`CorruptStoreError` naming the shard
+    when anything is off."""
     where = f"split {split!r}, shard {shard}"
 
     def bad(what):
@@ -128,6 +129,6 @@ def load(raw: bytes | None, split: str, shard: int, layout: SplitLayout) -> Mani
                  for a, f in body["files"].items()}
     except (KeyError, TypeError, ValueError):
         raise bad(f"manifest ({manifest_key(shard)}) lacks file records") from None
-    if set(files) != set(ROW_ARRAYS):
-        raise bad(f"manifest ({manifest_key(shard)}) lists arrays {sorted(files)}, not {list(ROW_ARRAYS)}")
+    if set(files) != set(arrays):
+        raise bad(f"manifest ({manifest_key(shard)}) lists arrays {sorted(files)}, not {sorted(arrays)}")
     return Manifest(shard, files)

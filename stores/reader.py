@@ -16,7 +16,8 @@ import zarr.errors
 
 from . import buffers, chunks, location, manifest, seal
 from .errors import CorruptStoreError, IncompleteStoreError, StoreError
-from .layout import ARRAYS, FORMAT, ROW_ARRAYS, SplitLayout, done_key, expected_metadata, metadata_json
+from .layout import ARRAYS, FORMAT, ITEMS_ATTR, SplitLayout, arrays_of, default_items, done_key, expected_metadata, \
+    metadata_json, row_arrays_of
 
 FORMAT_PREFIX = "privlin-feature-store/"
 
@@ -64,10 +65,10 @@ def child_groups(group: zarr.Group) -> dict[str, zarr.Group]:
             raise CorruptStoreError(f"metadata (zarr.json) under {group.store!r} is unreadable: {e}") from None
 
 
-def split_arrays(group: zarr.Group, split: str) -> tuple[dict, list[str]]:
-    """The split's arrays that exist, and the names of those that do not; unreadable metadata names its array."""
+def split_arrays(group: zarr.Group, split: str, arrays=ARRAYS) -> tuple[dict, list[str]]:
+    """The split's ``arrays`` that exist, and the names of those that do not; unreadable metadata names its array."""
     present, missing = {}, []
-    for a in ARRAYS:
+    for a in arrays:
         try:
             with quiet():
                 node = group[a]
@@ -239,12 +240,13 @@ class Split:
                              "rerun featurize into a new --out")
         seal.check(attrs, f"split {name!r} (zarr.json)", split=name)
         self.layout = SplitLayout.from_attrs(attrs)
-        present, missing = split_arrays(group, name)
+        self.arrays, self.row_arrays = arrays_of(attrs), row_arrays_of(attrs)
+        present, missing = split_arrays(group, name, self.arrays)
         if missing:
             raise IncompleteStoreError(f"split {name!r} was not fully created (arrays {missing} missing: its writer "
                                        "died while creating it); rerun the extraction job")
         expected = expected_metadata(self.layout)
-        for a in ARRAYS:
+        for a in self.arrays:
             if metadata_json(present[a].metadata) != expected[a]:
                 raise CorruptStoreError(f"split {name!r}, array {a!r}: metadata ({name}/{a}/zarr.json) differs "
                                         "from the split's layout (damaged)", split=name, array=a)
@@ -258,6 +260,18 @@ class Split:
     features = property(lambda self: RowArray(self, "features"), doc="(N, D) rows; slicing returns verified NumPy")
     labels = property(lambda self: RowArray(self, "labels"), doc="(N,) int64; slicing returns verified NumPy")
     ids = property(lambda self: RowArray(self, "ids"), doc="(N,) str: stable row identifiers")
+
+    @property
+    def items_recorded(self) -> bool:
+        """Whether the split records its rows' items; False for a split written before items existed, whose
+        :attr:`items` are its ids as public names (``layout.default_items``)."""
+        return bool(self.attrs.get(ITEMS_ATTR))
+
+    @property
+    def items(self):
+        """(N,) str: each row's source item (``stores.items``), skipped rows included; slicing returns verified
+        NumPy. A split written before items existed gives ``layout.default_items`` of its ids (an array)."""
+        return RowArray(self, "items") if self.items_recorded else default_items(self.ids[:])
     dim = property(lambda self: self.layout.dim, doc="feature dimension D")
 
     @property
@@ -292,7 +306,7 @@ class Split:
     def _manifest(self, shard: int) -> manifest.Manifest:
         if shard not in self._manifests:
             raw = location.get_bytes(self._group.store, f"{self._group.path}/{manifest.manifest_key(shard)}")
-            self._manifests[shard] = manifest.load(raw, self.name, shard, self.layout)
+            self._manifests[shard] = manifest.load(raw, self.name, shard, self.layout, arrays=self.row_arrays)
         return self._manifests[shard]
 
     # ------------------------------------------------------------------------------------------ reads
@@ -438,7 +452,7 @@ class Split:
                 m = self._manifest(shard)
                 a, b = self.layout.shard_bounds(shard)
                 self._files.read_features(shard, scratch[:b - a], m.files["features"])
-                for array in ROW_ARRAYS[1:]:
+                for array in self.row_arrays[1:]:
                     self._files.read_small(shard, array, m.files[array])
             except CorruptStoreError as e:
                 found.append(e)
@@ -456,7 +470,7 @@ class Split:
             raise summarize(found)
 
 
-_SMALL_DTYPES = {"labels": np.int64, "valid": bool}
+_SMALL_DTYPES = {"labels": np.int64, "valid": bool, "items": "U32"}
 
 
 def is_done(done: zarr.Array, split: str, shard: int) -> bool:

@@ -20,7 +20,7 @@ import zarr
 
 from . import location, manifest, seal
 from .errors import CorruptStoreError, IncompleteStoreError
-from .layout import ROW_ARRAYS, SplitLayout, canonical, chunk_key, done_key, expected_documents
+from .layout import SplitLayout, arrays_of, canonical, chunk_key, done_key, expected_documents, row_arrays_of
 from .reader import Split, quiet, split_arrays
 from .writer import consolidate, read_doc
 
@@ -97,6 +97,8 @@ def _repair_split(store, name: str, doc: dict) -> tuple[list[str], bool]:
         return actions, True
     layout = SplitLayout.from_attrs(attrs)
     for array, expected in expected_documents(layout).items():
+        if array not in arrays_of(attrs):
+            continue
         key = f"{name}/{array}/zarr.json"
         try:
             current = read_doc(store, key)
@@ -108,7 +110,7 @@ def _repair_split(store, name: str, doc: dict) -> tuple[list[str], bool]:
             actions.append(f"split {name!r}: rewrote the metadata of array {array!r} from the layout")
     with quiet():
         group = zarr.open_group(store, path=name, mode="r+", use_consolidated=False)
-    _, missing = split_arrays(group, name)
+    _, missing = split_arrays(group, name, arrays_of(attrs))
     if missing:
         return actions + [f"split {name!r}: arrays {missing} not created yet (the job creates them when "
                           "rerun)"], False
@@ -117,7 +119,7 @@ def _repair_split(store, name: str, doc: dict) -> tuple[list[str], bool]:
                       if not isinstance(e, IncompleteStoreError) and getattr(e, "shard", None) is not None})
     for shard in damaged:
         keys = [done_key(shard), manifest.manifest_key(shard), f"claims/{shard}"] + \
-               [chunk_key(a, shard) for a in ROW_ARRAYS]
+               [chunk_key(a, shard) for a in row_arrays_of(attrs)]
         location.delete_keys(store, [f"{name}/{k}" for k in keys])
     if damaged:
         group.attrs.put(seal.sealed({**attrs, "complete": False}))

@@ -25,10 +25,11 @@ import numpy as np
 import zarr
 from zarr.errors import ContainsArrayError, ContainsGroupError
 
+from . import items as item_ids
 from . import location, manifest, provenance, seal
 from .errors import CorruptStoreError, ShardClaimedError, StoreError
-from .layout import ARRAYS, FORMAT, ROW_ARRAYS, SplitLayout, array_specs, canonical, choose_layout, chunk_key, \
-    done_key, expected_metadata, metadata_json
+from .layout import ARRAYS, FORMAT, ITEMS_ATTR, SplitLayout, array_specs, arrays_of, canonical, choose_layout, \
+    chunk_key, default_items, done_key, expected_metadata, metadata_json, row_arrays_of
 from .reader import FORMAT_PREFIX, Split, is_done, quiet, split_arrays
 
 MAX_LISTED_SKIPS = 10_000
@@ -93,7 +94,8 @@ def create_split(url, split: str, *, n_rows: int, dim: int, dtype: str = "float1
         root.attrs.put(seal.sealed(merged))
     try:
         group = root.create_group(split, attributes=seal.sealed(
-            {**(attrs or {}), **layout.as_attrs(), "split": split, **provenance.stamp(), "complete": False}))
+            {**(attrs or {}), **layout.as_attrs(), "split": split, **provenance.stamp(), "complete": False,
+             ITEMS_ATTR: True}))
     except ContainsGroupError:  # exists, or another writer created it after our check
         group = zarr.open_group(store, path=split, mode="r+", use_consolidated=False)
         if existing_split is None and SplitLayout.from_attrs(group.attrs) != layout:
@@ -149,6 +151,9 @@ def _preflight(store, url, split: str, layout: SplitLayout, root_attrs: dict):
             what = f"written as {fmt!r}" if fmt.startswith(FORMAT_PREFIX) else "not a feature-store split"
             raise StoreError(f"{split!r} in {location.describe(url)} is {what}, not {FORMAT!r}: use another --out")
         seal.check(existing_split, f"split {split!r} ({split}/zarr.json)", split=split)
+        if not existing_split.get(ITEMS_ATTR):
+            raise StoreError(f"split {split!r} in {location.describe(url)} was written before row items existed "
+                             "(it still reads; it cannot be resumed): use another --out (nothing was written)")
         existing = SplitLayout.from_attrs(existing_split)
         if existing != layout:
             raise ValueError(f"split {split!r} exists with layout {existing}, not {layout}: "
@@ -197,6 +202,8 @@ class SplitWriter:
     def __init__(self, store, group, split, layout: SplitLayout, writer_id: str):
         self._store, self._group, self.split, self.layout = store, group, split, layout
         self.writer_id = str(writer_id)
+        if arrays_of(group.attrs) != ARRAYS:
+            raise StoreError(f"split {split!r} was written before row items existed: it cannot be resumed")
         with quiet():  # every chunk is written, even all-fill ones: absence always means damage
             self._arrays = {name: group[name].with_config({"write_empty_chunks": True}) for name in ARRAYS}
         expected = expected_metadata(layout)
@@ -239,7 +246,7 @@ class SplitWriter:
     def _claim_key(self, shard: int) -> str:
         return self._key(f"claims/{shard}")
 
-    def _check_rows(self, shard, features, labels, ids, valid):
+    def _check_rows(self, shard, features, labels, ids, valid, items):
         start, stop = self.shard_bounds(shard)
         n = stop - start
         features = np.asarray(features)
@@ -271,9 +278,10 @@ class SplitWriter:
                 text.encode("utf-8")
             except UnicodeEncodeError:
                 raise ValueError(f"ids must be valid UTF-8 text; row {start + i} is {str(text)!r}") from None
-        return stored, labels.astype(np.int64), ids, valid
+        items = default_items(ids) if items is None else item_ids.check(items, n)
+        return stored, labels.astype(np.int64), ids, valid, items
 
-    def write_shard(self, shard: int, features, labels, ids, valid=None) -> bool:
+    def write_shard(self, shard: int, features, labels, ids, valid=None, items=None) -> bool:
         """Write every row of ``shard``, make it durable, record its manifest and mark it done.
 
         Parameters
@@ -285,6 +293,10 @@ class SplitWriter:
             Stable row identifiers (e.g. file paths relative to the dataset root), valid UTF-8.
         valid : bool array (stop - start,), optional
             False for rows that hold no example (skipped unreadable images); readers drop them.
+        items : array of str (stop - start,), optional
+            Each row's source item (``stores.items``: the hash of the source file's bytes, or of a public name),
+            what a privacy ledger charges. None: each id as a public name (``layout.default_items``), for stores
+            written by hand, where an id names the example.
 
         Returns
         -------
@@ -294,19 +306,20 @@ class SplitWriter:
         Raises
         ------
         ValueError
-            Bad shapes, NaN/inf, non-integer or negative labels, ids that are not UTF-8: nothing is written.
+            Bad shapes, NaN/inf, non-integer or negative labels, ids that are not UTF-8, malformed items: nothing is
+            written.
         ShardClaimedError
             Another writer id owns the shard.
         """
         self.shard_bounds(shard)  # IndexError naming the range before any read or write
         if is_done(self._arrays["done"], self.split, shard):
             return False
-        stored, labels, ids, valid = self._check_rows(shard, features, labels, ids, valid)
+        stored, labels, ids, valid, items = self._check_rows(shard, features, labels, ids, valid, items)
         owner = location.set_text_if_absent(self._store, self._claim_key(shard), self.writer_id)
         if owner != self.writer_id:
             raise ShardClaimedError(f"shard {shard} of split {self.split!r} is claimed by writer {owner!r}, "
                                     f"not {self.writer_id!r}; two writers on one shard would lose data")
-        data_keys = [self._key(chunk_key(a, shard)) for a in ROW_ARRAYS]
+        data_keys = [self._key(chunk_key(a, shard)) for a in row_arrays_of(self._group.attrs)]
         mark_keys = [self._key(manifest.manifest_key(shard)), self._key(done_key(shard))]
         # temporary files a killed write of this shard left behind: ours to remove, this writer holds the claim
         location.remove_partials(self._store, data_keys + mark_keys + [self._claim_key(shard)])
@@ -314,9 +327,11 @@ class SplitWriter:
         self._arrays["features"][start:stop] = stored
         self._arrays["labels"][start:stop] = labels
         self._arrays["ids"][start:stop] = ids
+        self._arrays["items"][start:stop] = items
         self._arrays["valid"][start:stop] = valid
         location.fsync_keys(self._store, data_keys)
-        record = manifest.build(self._store, self._group.path, self.split, shard, self.layout)
+        record = manifest.build(self._store, self._group.path, self.split, shard, self.layout,
+                                arrays=row_arrays_of(self._group.attrs))
         location.put_bytes(self._store, mark_keys[0], record)
         location.fsync_keys(self._store, mark_keys[:1])
         self._arrays["done"][shard] = True  # last: a crash before this line leaves the shard to redo

@@ -414,8 +414,8 @@ def test_pin_bytes_asks_the_pin_memory_thread_for_the_jpeg_bytes_too(monkeypatch
     asked = []
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: asked.append(t.shape) or t)
     data = jpeg_bytes(photo(64, 48))
-    items = [(0, 0, "jpeg", (torch.frombuffer(bytearray(data), dtype=torch.uint8), (64, 48))),
-             (0, 1, "image", torch.zeros((3, 8, 8), dtype=torch.uint8))]
+    items = [(0, 0, "jpeg", (torch.frombuffer(bytearray(data), dtype=torch.uint8), (64, 48)), "0" * 32),
+             (0, 1, "image", torch.zeros((3, 8, 8), dtype=torch.uint8), "1" * 32)]
     job._Collate(8)(items).pin_memory()
     assert asked == [(1, 3, 8, 8)]
     asked.clear()

@@ -124,3 +124,51 @@ def test_a_hub_dataset_in_the_hub_cache_loads_offline(offline_hub):
     source = open_split("hf:privlin-test/digits", "test")
     assert source.classes == NAMES and source.attrs["hub"] == {"repo": "privlin-test/digits", "revision": commit}
     assert np.array_equal(np.asarray(source.read(2)), np.asarray(open_split("digits", "test").read(2)))
+
+
+def _files(root):
+    return {p for p in root.rglob("*") if p.is_file() or p.is_symlink()}
+
+
+def test_a_folder_dataset_writes_nothing_outside_out(offline_hub, tmp_path, monkeypatch):
+    """Issue 45.4: the datasets library wrote its Arrow cache under HF_HOME/datasets; now a temporary folder,
+    removed when the job ends, so the only new files are the store's."""
+    import tempfile
+
+    folder = write_folder(tmp_path / "folder")
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    before = _files(tmp_path)
+    out = tmp_path / "out.zarr"
+    assert main(["--backbone", "pixels", "--dataset", f"hf:{folder}", "--split", "test", "--out", str(out),
+                 "--num-workers", "0", "--no-progress"]) == 0
+    import gc
+
+    gc.collect()
+    new = {p for p in _files(tmp_path) - before if out not in p.parents}
+    assert new == set(), sorted(map(str, new))[:5]
+    assert len(stores.open(str(out))["test"]) == N["test"]
+
+
+def test_data_files_outside_the_dataset_folder_are_refused(offline_hub, tmp_path):
+    write_folder(tmp_path / "outside")
+    root = tmp_path / "ds"
+    root.mkdir()
+    (root / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+                                    "    path: ../outside/train/*/*.png\n---\n")
+    with pytest.raises(DatasetError, match="data_files names .*outside the dataset's folder") as err:
+        open_split(f"hf:{root}", "train")
+    assert "\n" not in str(err.value)
+
+
+def test_an_image_column_naming_a_file_outside_the_dataset_is_refused(offline_hub, tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    secret = tmp_path / "elsewhere" / "x.png"
+    secret.write_bytes(digit_rows("train")[0][2])
+    ds = datasets.Dataset.from_dict({"img": [{"bytes": None, "path": str(secret)}], "label": [0]},
+                                    features=datasets.Features({"img": datasets.Image(),
+                                                                "label": datasets.ClassLabel(names=NAMES)}))
+    (tmp_path / "pq" / "data").mkdir(parents=True)
+    ds.to_parquet(str(tmp_path / "pq" / "data" / "train-00000-of-00001.parquet"))  # keeps the path, not the bytes
+    with pytest.raises(DatasetError, match="column 'img' names .*outside the dataset's folder"):
+        open_split(f"hf:{tmp_path / 'pq'}", "train")

@@ -222,3 +222,53 @@ def test_other_vit_shaped_models(offline_hub, arch, args, heads):
     if "cls" not in heads:
         with pytest.raises(ValueError, match="class token"):
             backbones.load_backbone(name, head="cls")
+
+
+def test_a_config_json_that_redirects_the_weights_is_refused(offline_hub, tmp_path):
+    """Issue 45.4: ``pretrained_cfg_overlay = {file: <local .pth>}`` made timm load that file while the store
+    recorded the repository's safetensors hash; refused, so what is recorded is what is loaded."""
+    import timm
+
+    torch.manual_seed(1)
+    state = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=7, **MICRO_ARGS).state_dict()
+    torch.save({k: torch.zeros_like(v) for k, v in state.items()}, tmp_path / "other.pth")
+    args = {**MICRO_ARGS, "pretrained_cfg_overlay": {"file": str(tmp_path / "other.pth")}}
+    put(offline_hub, "privlin-test/overlay", {"config.json": config_bytes("vit_tiny_patch16_224", args, MICRO_CFG, 7),
+                                              "model.safetensors": safetensors_bytes(state)})
+    with pytest.raises(ValueError, match="model_args set pretrained_cfg_overlay") as err:
+        backbones.load_backbone("hf-hub:privlin-test/overlay")
+    assert "\n" not in str(err.value)
+
+
+def test_a_timm_store_can_be_resumed_and_rerun_and_records_a_local_weights_file(tagged, tmp_path):
+    """Issue 47.1: timm's pretrained_cfg holds tuples, which never equalled their JSON round trip in the store, so
+    the same command again was refused; with --weights the store named the hub's file instead of the one loaded."""
+    import timm
+    from safetensors.torch import save_file
+
+    import stores
+    from featurize.__main__ import main
+
+    out = tmp_path / "t.zarr"
+    args = ["--backbone", TAGGED, "--head", "cls", "--dataset", "digits", "--split", "test", "--out", str(out),
+            "--num-workers", "0", "--no-progress", "--shard-rows", "120", "--batch-size", "60"]
+    assert main(args) == 0
+    assert main(args) == 0  # a finished run, again: nothing to do, not "holds another extraction"
+    torch.manual_seed(5)
+    save_file(timm.create_model("test_vit", pretrained=False, num_classes=0).state_dict(), tmp_path / "w.safetensors")
+    out2 = tmp_path / "w.zarr"
+    assert main(args[:-8] + [str(out2), "--num-workers", "0", "--no-progress", "--weights",
+                             str(tmp_path / "w.safetensors")]) == 0
+    config = stores.open(str(out2)).attrs["backbone_config"]
+    assert config["weights_file"] == "w.safetensors" and not config["weights_source"].startswith("hf-hub:")
+    assert stores.open(str(out2)).attrs["weights_sha256"] == backbones.sha256_file(tmp_path / "w.safetensors")
+
+
+def test_the_offline_hint_names_the_config_and_the_weights(offline_hub):
+    """Issue 47.6: the hint said ``config.json config.json``; it names what a hub backbone needs."""
+    with pytest.raises(backbones.WeightsNotFoundError) as err:
+        backbones.load_backbone("hf-hub:nobody/nothing")
+    assert "`hf download nobody/nothing config.json model.safetensors`" in str(err.value)
+    with pytest.raises(backbones.WeightsNotFoundError) as err:
+        backbones.load_backbone(TAGGED)
+    assert f"`hf download timm/{TAGGED} config.json model.safetensors`" in str(err.value)
