@@ -98,3 +98,11 @@ def digits():
     X, y = load_digits(return_X_y=True)
     X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
     return train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)
+
+
+@pytest.fixture(autouse=True)
+def ledger_home(tmp_path_factory, monkeypatch):
+    """Every test charges its own ledger home (a fresh folder; its subprocesses inherit it), never the user's."""
+    home = tmp_path_factory.mktemp("ledger-home")
+    monkeypatch.setenv("PRIVLIN_LEDGER_HOME", str(home))
+    return home
