@@ -11,7 +11,6 @@ from typing import Iterable, Mapping, Sequence
 from dp_accounting import dp_event as _ev
 
 from .. import accounting
-from ..events import describe
 from ..report import relation_label
 from . import LEDGER_FILENAME, storage
 from .entry import LedgerEntry, jsonable
@@ -452,8 +451,7 @@ class PrivacyLedger:
         if not doc.entries:
             lines.append("  (no mechanisms recorded)")
         for i, e in enumerate(doc.entries):
-            lines.append(f"  {i + 1:3d}  {e.time}  {e.mechanism:<28s} ε={e.epsilon:<8.4g} δ={e.delta:<8.2g} "
-                         f"{describe(e.event)}")
+            lines.append(f"  {i + 1:3d}  {e.time}  {e.mechanism:<34s} ε={e.epsilon:<8.4g} δ={e.delta:.2g}")
         cap = doc.cap or self._requested_cap
         delta = self.default_delta(doc.entries, cap) if delta is None else delta
         if doc.entries:

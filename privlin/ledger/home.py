@@ -200,6 +200,11 @@ class SqliteHome:
                                  (s.key, len(s), s.values.tobytes()))
         self._sets.setdefault(s.key, s)
 
+    def has_set(self, key: str) -> bool:
+        with self._damage():
+            return key in self._sets or self._conn().execute("SELECT 1 FROM sets WHERE key = ?", (key,)).fetchone() \
+                is not None
+
     def get_set(self, key: str) -> ItemSet:
         if key not in self._sets:
             with self._damage():
@@ -253,6 +258,9 @@ class ObjectHome:
         if not self.fs.exists(path):  # content-addressed: a concurrent writer writes the same bytes
             self.fs.pipe_file(path, s.values.tobytes())
         self._sets.setdefault(s.key, s)
+
+    def has_set(self, key: str) -> bool:
+        return key in self._sets or self.fs.exists(self._set_path(key))
 
     def get_set(self, key: str) -> ItemSet:
         if key not in self._sets:

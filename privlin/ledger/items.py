@@ -20,7 +20,6 @@ import numpy as np
 from dp_accounting import dp_event as _ev
 
 from .. import accounting
-from ..events import describe
 from ..report import relation_label
 from . import home as _home
 from .core import PrivacyBudgetExceeded, PrivacyLedger, _check_cap, _now
@@ -296,10 +295,6 @@ class ItemLedger(PrivacyLedger):
         cap = self.cap
         lines.append(f"cap: ε={cap[0]:g} at δ={cap[1]:g}" if cap is not None else "cap: none")
         return "\n".join(lines)
-
-    def describe_entries(self) -> list[str]:
-        """Each entry's event in words (long: every σ), for ``--verbose`` displays."""
-        return [describe(e.event) for e in self.entries]
 
     def __repr__(self) -> str:
         return f"ItemLedger({self.where}, cap={self.cap})"
