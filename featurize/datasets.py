@@ -29,6 +29,12 @@ Row order is deterministic (class, then file name; the file's own order; shard n
 row order) and ids are stable: the path relative to the split folder, ``<batch file>:<row>`` for CIFAR,
 ``digits:<index>`` for digits, ``<shard>:<key>`` for webdataset, ``<split>:<row>`` for HF datasets. File names
 that are not valid UTF-8 keep their bytes as ``\\xNN`` escapes in ids and class names (a store holds text).
+Every row also has an item (:mod:`stores.items`), the identity of the source image the per-image privacy
+ledger accounts for, the same whichever store, copy, backbone or DP-MAE run reads it: for images held as files
+(image folders, webdataset members, an HF Image column, which holds encoded bytes or names a file) the hash of the
+bytes ``images.raw(i)`` returns, computed where the job's workers read them (``items=None`` here); for rows with
+no file of their own the hash of a public name, the dataset's published index (``digits:<index>`` as the id,
+``cifar10:train:<index>`` with the index counting rows across the batch files in release order): ``items``.
 Class lists come from the layout (folder names / metadata), the same for every split; they are public
 structure of the dataset, not statistics of its examples: a webdataset's from ``DIR/classes.txt`` (one name a
 line, label ``i`` on line ``i``) or ``DIR/classes.json`` (a list), an HF dataset's from its ``ClassLabel`` names.
@@ -53,6 +59,8 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from stores.items import of_bytes, of_name
 
 from .decode import to_rgb
 from .restricted_pickle import UnsafePickleError, restricted_load
@@ -116,6 +124,9 @@ class ImageSplit:
         job's draft and device decode paths take.
     attrs : dict
         Where the data came from (root folder, split rule), recorded in the store.
+    items : list of str or None
+        Each row's item where it is a public name's (built-in datasets); None where the images are encoded files,
+        whose items are the hashes of ``images.raw(i)``, taken by :func:`row_item` where the bytes are read.
     """
 
     dataset: str
@@ -125,6 +136,7 @@ class ImageSplit:
     classes: list
     images: object
     attrs: dict = field(default_factory=dict)
+    items: list | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -134,6 +146,16 @@ class ImageSplit:
 
     def describe(self, i: int) -> str:
         return f"{self.images.describe(i)} (id {self.ids[i]!r})"
+
+
+def row_item(source: ImageSplit, i: int, data: bytes | None = None) -> str:
+    """Row ``i``'s item: its public name's (``source.items``), else the hash of its file's bytes ``data`` (those
+    ``source.images.raw(i)`` returned, so the bytes decoded are the bytes named: one read)."""
+    if source.items is not None:
+        return source.items[i]
+    if data is None:
+        raise ValueError(f"the item of {source.describe(i)} needs its bytes")
+    return of_bytes(data)
 
 
 # --------------------------------------------------------------------------------------------- folder layouts
@@ -287,7 +309,8 @@ def _open_cifar(dataset: str, data_dir: Path, split: str) -> ImageSplit:
         raise DatasetError(f"{dataset}: labels outside [0, {len(classes)})")
     return ImageSplit(dataset, split, ids, labels, classes,
                       ArrayImages(np.ascontiguousarray(np.concatenate(pixels)), f"{dataset} {split}"),
-                      attrs={"root": str(root.resolve()), "layout": "cifar-python"})
+                      attrs={"root": str(root.resolve()), "layout": "cifar-python"},
+                      items=[of_name(f"{dataset}:{split}:{i}") for i in range(len(labels))])
 
 
 # --------------------------------------------------------------------------------------------- embedded
@@ -295,22 +318,36 @@ def _open_cifar(dataset: str, data_dir: Path, split: str) -> ImageSplit:
 DIGITS_TEST_FRACTION, DIGITS_SEED = 0.2, 0
 
 
-def _open_digits(split: str) -> ImageSplit:
+def digits_rows(split: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, labels)`` of the embedded digits' ``split``: the published indices (sorted) of scikit-learn's
+    ``load_digits`` it holds, by the public rule ``train_test_split(test_size=0.2, stratify=y, random_state=0)``;
+    DP-MAE's ``digits`` takes the same rows (one rule)."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
     if split not in ("train", "test"):
         raise DatasetError(f"digits has splits ['test', 'train'], not {split!r}")
-    digits = load_digits()
-    y = digits.target.astype(np.int64)
+    y = load_digits().target.astype(np.int64)
     train, test = train_test_split(np.arange(len(y)), test_size=DIGITS_TEST_FRACTION, stratify=y,
                                    random_state=DIGITS_SEED)
     rows = np.sort(train if split == "train" else test)
-    pixels = np.rint(digits.images[rows] * (255.0 / 16.0)).astype(np.uint8)
-    return ImageSplit("digits", split, [f"digits:{i}" for i in rows], y[rows], [str(c) for c in range(10)],
+    return rows, y[rows]
+
+
+def digits_items(rows) -> list[str]:
+    """The items of digits' rows ``rows`` (published indices): the hashes of their names ``digits:<index>``."""
+    return [of_name(f"digits:{i}") for i in rows]
+
+
+def _open_digits(split: str) -> ImageSplit:
+    from sklearn.datasets import load_digits
+    rows, labels = digits_rows(split)
+    pixels = np.rint(load_digits().images[rows] * (255.0 / 16.0)).astype(np.uint8)
+    return ImageSplit("digits", split, [f"digits:{i}" for i in rows], labels, [str(c) for c in range(10)],
                       ArrayImages(pixels, f"digits {split}"),
                       attrs={"source": "sklearn.datasets.load_digits",
                              "split_rule": f"train_test_split(test_size={DIGITS_TEST_FRACTION}, stratify=y, "
-                                           f"random_state={DIGITS_SEED})"})
+                                           f"random_state={DIGITS_SEED})"},
+                      items=digits_items(rows))
 
 
 # --------------------------------------------------------------------------------------------- webdataset shards

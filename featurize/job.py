@@ -32,10 +32,11 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
 import stores
+from stores.items import ITEM_CHARS, of_name
 from backbones import Backbone, load_backbone
 
 from . import decode
-from .datasets import ImageSplit, dataset_splits, open_split
+from .datasets import ImageSplit, dataset_splits, open_split, row_item
 
 FEATURE_DTYPES = ("float16", "float32")
 
@@ -144,11 +145,13 @@ def worker_context():
 
 
 class _Rows(Dataset):
-    """``(split index, row)`` -> ``(split index, row, kind, payload)``; runs in DataLoader workers.
+    """``(split index, row)`` -> ``(split index, row, kind, payload, item)``; runs in DataLoader workers.
 
     ``kind`` is ``"image"`` (payload: the ``uint8 (3, crop, crop)`` tensor), ``"jpeg"`` (payload: the file's bytes
     as a ``uint8`` tensor and its ``(width, height)``, left to the device; ``decode="device"`` only) or
     ``"error"`` (payload: the decoder's message).  Sources without file bytes (arrays) decode through ``read``.
+    ``item`` is the row's item (:func:`featurize.datasets.row_item`), from the bytes read here for decoding (one
+    read per file); None only where the file could not be read (the row is then an error).
     With ``worker_every = n``, device mode leaves row ``i`` of a split to the workers (PIL, draft) where
     ``i % n == n - 1`` (:func:`decode.on_device`).
     """
@@ -162,34 +165,37 @@ class _Rows(Dataset):
 
     def __getitem__(self, key):
         k, i = key
-        source = self.sources[k]
+        source, item = self.sources[k], None
         try:
             raw = getattr(source.images, "raw", None)
-            if self.mode == "full" or raw is None:
-                return k, i, "image", self.transform(source.read(i))
+            if raw is None:
+                return k, i, "image", self.transform(source.read(i)), row_item(source, i)
             data = raw(i)
+            item = row_item(source, i, data)
             if self.mode == "device" and decode.on_device(i, self.worker_every):
                 size = decode.device_jpeg_size(data)
                 if size is not None:
-                    return k, i, "jpeg", (torch.frombuffer(bytearray(data), dtype=torch.uint8), size)
-            return k, i, "image", self.transform(decode.open_rgb(data, self.pre))
+                    return k, i, "jpeg", (torch.frombuffer(bytearray(data), dtype=torch.uint8), size), item
+            image = decode.open_rgb(data, self.pre, draft=self.mode != "full")
+            return k, i, "image", self.transform(image), item
         except Exception as e:  # noqa: BLE001 - any decoder failure is reported with the file name
-            return k, i, "error", f"{type(e).__name__}: {e}"
+            return k, i, "error", f"{type(e).__name__}: {e}", item
 
 
 class _Batch:
     """One batch as the workers hand it over: decoded images stacked, JPEG bytes for the device in one buffer.
 
-    ``keys[p] = (split index, row)`` for batch position ``p``; ``images[j]`` is position ``cpu_pos[j]``; the JPEG
-    of position ``jpeg_pos[j]`` is ``buffer[offsets[j]:offsets[j + 1]]`` of size ``sizes[j]``; ``errors`` maps
-    positions to messages.
+    ``keys[p] = (split index, row)`` and ``items[p]`` its item for batch position ``p``; ``images[j]`` is position
+    ``cpu_pos[j]``; the JPEG of position ``jpeg_pos[j]`` is ``buffer[offsets[j]:offsets[j + 1]]`` of size
+    ``sizes[j]``; ``errors`` maps positions to messages.
     """
 
-    def __init__(self, items, crop: int, pin_bytes: bool = False):
+    def __init__(self, rows, crop: int, pin_bytes: bool = False):
         self.pin_bytes = pin_bytes
-        self.keys = [(k, i) for k, i, _, _ in items]
+        self.keys = [(k, i) for k, i, _, _, _ in rows]
+        self.items = [item for *_, item in rows]
         self.cpu_pos, images, self.jpeg_pos, jpegs, self.sizes, self.errors = [], [], [], [], [], {}
-        for p, (_, _, kind, payload) in enumerate(items):
+        for p, (_, _, kind, payload, _) in enumerate(rows):
             if kind == "image":
                 self.cpu_pos.append(p)
                 images.append(payload)
@@ -408,12 +414,16 @@ class _SplitJob:
             self.shard, (self.start_row, self.stop_row) = nxt
             self.feats = np.empty((self.stop_row - self.start_row, self.bb.dim), dtype=np.float32)
             self.valid = np.ones(self.stop_row - self.start_row, dtype=bool)
+            self.items = np.empty(self.stop_row - self.start_row, dtype=f"U{ITEM_CHARS}")
 
-    def add(self, rows: np.ndarray, feats: np.ndarray, errors: dict, pool: ThreadPoolExecutor) -> None:
-        """Rows ``rows`` (consecutive, inside the current shard) and their features; ``errors[p]`` for position
-        ``p`` of ``rows`` stops the job, or with ``skip_bad`` records the row as skipped."""
+    def add(self, rows: np.ndarray, items: list, feats: np.ndarray, errors: dict, pool: ThreadPoolExecutor) -> None:
+        """Rows ``rows`` (consecutive, inside the current shard), their items and features; ``errors[p]`` for
+        position ``p`` of ``rows`` stops the job, or with ``skip_bad`` records the row as skipped (its item that of
+        the bytes read, or, for a file that could not be read, of the public name ``unread:<dataset>:<id>``: the
+        row holds no example, so no mechanism reads it)."""
         start, source = self.start_row, self.source
         self.feats[rows[0] - start:rows[-1] + 1 - start] = feats
+        self.items[rows[0] - start:rows[-1] + 1 - start] = [item or "" for item in items]
         for p, err in sorted(errors.items()):
             row = int(rows[p])
             if not self.skip_bad:
@@ -421,12 +431,15 @@ class _SplitJob:
                                         "Fix or remove it, or pass --skip-bad to record it as skipped")
             self.valid[row - start] = False
             self.feats[row - start] = 0.0
+            if items[p] is None:
+                self.items[row - start] = of_name(f"unread:{source.dataset}:{source.ids[row]}")
             self.summary["skipped"].append(source.ids[row])
         self.bar.update(len(rows))
         if rows[-1] + 1 == self.stop_row:  # shard complete: hand it to the writer thread
             self.in_flight.append(pool.submit(self.writer.write_shard, self.shard, self.feats,
                                               source.labels[start:self.stop_row],
-                                              np.asarray(source.ids[start:self.stop_row]), self.valid))
+                                              np.asarray(source.ids[start:self.stop_row]), self.valid,
+                                              items=self.items))
             while len(self.in_flight) > 1:
                 self.in_flight.pop(0).result()
             self._next_shard()
@@ -482,11 +495,11 @@ def extract_splits(bb: Backbone, sources: list[ImageSplit], out, *, assignment: 
                     images.record_stream(torch.cuda.current_stream(device))
                 feats = _forward(bb.model, images, device).float()
                 if not cuda:
-                    return batch.keys, feats, errors, None
+                    return batch.keys, batch.items, feats, errors, None
                 host = feats.to("cpu", non_blocking=True)  # page-locked, copied once the forward is done
-                return batch.keys, host, errors, torch.cuda.current_stream(device).record_event()
+                return batch.keys, batch.items, host, errors, torch.cuda.current_stream(device).record_event()
 
-            def finish(keys, feats, errors, done):
+            def finish(keys, items, feats, errors, done):
                 if done is not None:
                     done.synchronize()  # this batch's features are on the host; later forwards may still run
                 k = keys[0][0]  # a batch never straddles a shard, so never a split
@@ -496,7 +509,7 @@ def extract_splits(bb: Backbone, sources: list[ImageSplit], out, *, assignment: 
                         began[0] = time.perf_counter()
                 if jobs[k].t0 is None:
                     jobs[k].start(began[0])
-                jobs[k].add(np.asarray([i for _, i in keys]), feats.numpy(), errors, pool)
+                jobs[k].add(np.asarray([i for _, i in keys]), items, feats.numpy(), errors, pool)
 
             queued = None
             ahead = feed.ahead if feed.ahead is not None else int(device.type == "cuda")

@@ -1,7 +1,12 @@
 """Image sources for MAE training: synthetic (public), digits and image folders (private).
 
 A source is anything with ``len(src)`` and ``src[indices] -> (B, 3, H, W)``
-float32 in [0, 1]; training normalizes with the ImageNet mean/std of MAE, the
+float32 in [0, 1]; a private one also has ``items``, each image's item
+(:mod:`stores.items`) computed as featurize computes it, so a DP-MAE run and
+a feature store of the same images name the same items (the per-image
+ledger charges DP-MAE's run to them): a file's bytes hash for a folder (taken
+by its pre-flight, which reads every file), ``digits:<index>`` for digits.
+Training normalizes with the ImageNet mean/std of MAE, the
 same preprocessing the ViP backbones use. Indexed access (rather than a
 DataLoader iterator) is what Poisson sampling and exact resumption need: a
 step's batch is a function of the sampling generator's state alone.
@@ -9,12 +14,13 @@ step's batch is a function of the sampling generator's state alone.
 from __future__ import annotations
 
 import functools
-import hashlib
 import io
 import os
 
 import numpy as np
 import torch
+
+from stores.items import ITEM_CHARS, of_bytes
 
 from .synthetic import ShaderImages
 
@@ -40,21 +46,21 @@ def normalize(imgs: torch.Tensor) -> torch.Tensor:
 
 
 class TensorImages:
-    """An in-memory source: ``images`` (N, 3, H, W) float32 in [0, 1]."""
+    """An in-memory source: ``images`` (N, 3, H, W) float32 in [0, 1]; ``items`` their items, if they have any."""
 
-    def __init__(self, images: torch.Tensor):
+    def __init__(self, images: torch.Tensor, items=None):
         if images.ndim != 4 or images.shape[1] != 3:
             raise ValueError(f"images must be (N, 3, H, W), got {tuple(images.shape)}")
         self.images = images.float().contiguous()
+        self.items = None if items is None else np.asarray(items, dtype=str)
+        if self.items is not None and self.items.shape != (images.shape[0],):
+            raise ValueError(f"items must have one entry per image ({images.shape[0]}), got {self.items.shape}")
 
     def __len__(self) -> int:
         return self.images.shape[0]
 
     def __getitem__(self, indices) -> torch.Tensor:
         return self.images[torch.as_tensor(np.asarray(indices, dtype=np.int64))]
-
-
-DIGITS_TEST_FRACTION, DIGITS_SEED = 0.2, 0  # the same public split rule as featurize's embedded digits
 
 
 @functools.lru_cache(maxsize=2)
@@ -88,16 +94,20 @@ def digits_split(split: str = "train", size: int = 32):
     images : torch.Tensor, shape (N, 3, size, size), float32 in [0, 1]
     labels : numpy.ndarray, shape (N,), int64
     """
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
+    from featurize.datasets import DatasetError, digits_rows
 
-    if split not in ("train", "test"):
-        raise ValueError(f"digits has splits 'train' and 'test', not {split!r}")
-    y = load_digits().target.astype(np.int64)
-    train, test = train_test_split(np.arange(len(y)), test_size=DIGITS_TEST_FRACTION, stratify=y,
-                                   random_state=DIGITS_SEED)
-    rows = np.sort(train if split == "train" else test)
-    return _digits_pixels(size)[torch.from_numpy(rows)], y[rows]
+    try:
+        rows, labels = digits_rows(split)
+    except DatasetError as e:
+        raise ValueError(str(e)) from None
+    return _digits_pixels(size)[torch.from_numpy(rows)], labels
+
+
+def digits_source(split: str, size: int) -> TensorImages:
+    """The digits' ``split`` as a source whose items are featurize's (``digits:<index>``)."""
+    from featurize.datasets import digits_items, digits_rows
+
+    return TensorImages(digits_split(split, size)[0], items=digits_items(digits_rows(split)[0]))
 
 
 class FolderImages:
@@ -105,7 +115,9 @@ class FolderImages:
 
     Labels are ignored (MAE is self-supervised). The file list is fixed when
     the source is made (N is public). :meth:`preflight` reads and decodes
-    every file once before training and keeps each file's sha256; from then
+    every file once before training and keeps each file's item
+    (:func:`stores.items.of_bytes` of its bytes, as featurize names it, so
+    ``items`` is known from then; a 128-bit content hash); from then
     on a read whose bytes differ from the pre-flight (changed, replaced,
     deleted, unreadable) is either an error naming the file (non-private
     runs) or, in a DP run, the null image of the zero-out relation: an
@@ -124,7 +136,7 @@ class FolderImages:
         self.transform = transforms.Compose([transforms.Resize(size), transforms.CenterCrop(size),
                                              transforms.ToTensor()])
         self.paths = [path for path, _ in datasets.ImageFolder(root).samples]  # lists only; decodes nothing
-        self.digests: np.ndarray | None = None  # (N, 32) sha256 of each file's bytes at the pre-flight
+        self.items: np.ndarray | None = None  # (N,) each file's item (its bytes' hash) at the pre-flight
         self.null_on_change = False
         self.changed_read = False  # a read differed from the pre-flight (DP: counted as a null image)
 
@@ -137,22 +149,22 @@ class FolderImages:
         with Image.open(io.BytesIO(data)) as im:
             return self.transform(im.convert("RGB"))[:3].expand(3, -1, -1)
 
-    def _read(self, i: int) -> tuple[bytes, bytes]:
+    def _read(self, i: int) -> tuple[bytes, str]:
         with open(self.paths[i], "rb") as f:
             data = f.read()
-        return data, hashlib.sha256(data).digest()
+        return data, of_bytes(data)
 
-    def _check(self, i: int) -> tuple[bytes | None, str | None]:
-        """The pre-flight of file ``i``: its sha256, or why it cannot be trained on."""
+    def _check(self, i: int) -> tuple[str | None, str | None]:
+        """The pre-flight of file ``i``: its item, or why it cannot be trained on."""
         try:
-            data, digest = self._read(i)
+            data, item = self._read(i)
             self._decode(data)
-            return digest, None
+            return item, None
         except Exception as e:  # unreadable, truncated, not an image, a decompression bomb ...
             return None, _reason(e)
 
     def preflight(self, progress: bool = True, null_on_change: bool = False, workers: int | None = None) -> None:
-        """Read and decode every file once, before training; keep each file's sha256.
+        """Read and decode every file once, before training; keep each file's item (``items``).
 
         Decoding runs in threads (PIL releases the GIL while it decodes); a bar shows progress. It is a check of
         the files by whoever runs the job (who holds them), made before any noisy step, and nothing of it is
@@ -174,7 +186,7 @@ class FolderImages:
         from tqdm.auto import tqdm
 
         n = len(self.paths)
-        digests = np.zeros((n, 32), dtype=np.uint8)
+        items = np.empty(n, dtype=f"U{ITEM_CHARS}")
         bad: list[tuple[int, str]] = []
         block = 1024  # bounded work in flight: the list of files may be long
         with ThreadPoolExecutor(max_workers=workers or min(8, os.cpu_count() or 1)) as pool, \
@@ -182,9 +194,9 @@ class FolderImages:
                      dynamic_ncols=True) as bar:
             for start in range(0, n, block):
                 idx = range(start, min(n, start + block))
-                for i, (digest, error) in zip(idx, pool.map(self._check, idx)):
+                for i, (item, error) in zip(idx, pool.map(self._check, idx)):
                     if error is None:
-                        digests[i] = np.frombuffer(digest, dtype=np.uint8)
+                        items[i] = item
                     else:
                         bad.append((i, error))
                 bar.update(len(idx))
@@ -193,15 +205,15 @@ class FolderImages:
             more = f" (and {len(bad) - 1} other files)" if len(bad) > 1 else ""
             raise ValueError(f"{self.paths[i]}: cannot be decoded ({error}){more}; repair or remove it before "
                              f"training (checked before the first step: nothing was trained)")
-        self.digests, self.null_on_change, self.changed_read = digests, bool(null_on_change), False
+        self.items, self.null_on_change, self.changed_read = items, bool(null_on_change), False
 
     def _load(self, i: int) -> torch.Tensor:
-        if self.digests is None:
+        if self.items is None:
             data, _ = self._read(i)
             return self._decode(data)
         try:
-            data, digest = self._read(i)
-            if digest != self.digests[i].tobytes():
+            data, item = self._read(i)
+            if item != self.items[i]:
                 raise ValueError("its bytes differ from the pre-flight")
             return self._decode(data)
         except Exception as e:
@@ -235,7 +247,7 @@ def make_source(spec: str, size: int, seed: int = 0):
     if spec == "synthetic":
         return ShaderImages(size, seed=seed), False
     if spec == "digits":
-        return TensorImages(digits_split("train", size)[0]), True
+        return digits_source("train", size), True
     if spec.startswith("imagefolder:"):
         return FolderImages(spec.split(":", 1)[1], size), True
     raise ValueError(f"unknown data spec {spec!r}; use synthetic, digits or imagefolder:PATH")
