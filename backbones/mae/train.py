@@ -542,6 +542,7 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
                       f"run ends above its planned epsilon", stacklevel=2)
     if isinstance(source, FolderImages):  # every file read and decoded before anything is trained
         source.preflight(progress=progress and rank == 0, null_on_change=s.dp)
+    ledger = _charge_ledger(run, source, s) if s.dp and rank == 0 else None  # before the first step
     if rank == 0:  # what earlier runs in this --out that were killed mid-write left behind
         for path in (ckpt, run.journal, export_path(s)):
             if path is not None:
@@ -599,11 +600,54 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
                       sample_rate=acc.sample_rate, delta=acc.delta, accountant=acc.accountant, dp_steps=acc.steps,
                       steps_redone=acc.steps - run.step, changed_files_read=bool(run.changed_read),
                       neighboring_relation=acc.neighboring_relation, neighbouring=acc.neighbouring,
-                      dp_event=acc.dp_event(), seeded=dict(run.seeded))
+                      dp_event=acc.dp_event(), seeded=dict(run.seeded), ledger=ledger)
     if s.export and rank == 0 and run.step == s.steps:
         result["export"] = export_path(s)
         result["export_sha256"] = export_encoder(run.model, result["export"], provenance=_provenance(s, result))
     return result
+
+
+LEDGER_RUN = "ledger_run.json"  # the run's id in the ledger home (public: names its entries, not a secret)
+
+
+def _charge_ledger(run: "_Run", source, s: TrainSettings) -> dict | None:
+    """Charge the ledger home, before the first step, for every noisy step this run will have taken: the steps its
+    journal counts (stops included) plus those left to train, on the items it reads (``source.items``, as featurize
+    names them, so a store of the same images composes with this run). A resumed run charges only steps not charged
+    yet (entries ``dpmae-<run>-<total>``). Returns ``{"items_set", "ledger_entry", "home"}``; None without items
+    (public synthetic data). A cap on the items refuses the run here (:class:`privlin.ledger.PrivacyBudgetExceeded`).
+    """
+    items = getattr(source, "items", None)
+    if items is None:
+        return None
+    import json
+
+    from privlin.ledger import PrivacyLedger
+
+    path = os.path.join(s.out, LEDGER_RUN)
+    if os.path.exists(path):
+        with open(path) as f:
+            run_id = str(json.load(f)["run"])
+    else:
+        import uuid
+
+        run_id = uuid.uuid4().hex
+        os.makedirs(s.out, exist_ok=True)
+        with open(path, "w") as f:
+            json.dump({"run": run_id}, f)
+    led = PrivacyLedger.for_items(items, label=f"DP-MAE on {s.data}")
+    acc = run.accountant
+    planned = acc.steps + max(0, s.steps - run.step)  # noisy steps begun (journal) + steps left
+    charged = sum(int(e.params.get("steps", 0)) for e in led.entries if e.params.get("run") == run_id)
+    first = f"dpmae-{run_id}-"
+    if planned > charged:
+        more = dataclasses.replace(acc, steps=planned - charged)
+        led.charge(more.dp_event(), mechanism="backbone DP training (DP-MAE)", epsilon=more.update(), delta=acc.delta,
+                   params={"run": run_id, "steps": planned - charged, "data": s.data},
+                   neighbouring=acc.neighboring_relation.lower(),
+                   entry_id=f"{first}{planned}")
+    ids = [e.id for e in led.entries if e.id.startswith(first)]
+    return {"items_set": led.scope.key, "ledger_entry": ids[0] if ids else None, "home": led.home.where}
 
 
 def _no_step_taken(ckpt: str, journal: str) -> bool:
@@ -626,6 +670,8 @@ def _provenance(s: TrainSettings, result: dict) -> dict:
     if s.dp:
         prov["privacy"] = {k: result[k] for k in ("epsilon", "delta", "noise_multiplier", "sample_rate", "accountant",
                                                    "neighboring_relation", "neighbouring", "n_private")}
+        if result.get("ledger"):  # which items it read and its ledger entry: what a store's fit matches it by
+            prov["privacy"].update(items_set=result["ledger"]["items_set"], ledger_entry=result["ledger"]["ledger_entry"])
         seeded = result["seeded"]
         prov["privacy"].update(
             clip=s.clip, steps=result["dp_steps"], steps_redone=result["steps_redone"],
