@@ -145,7 +145,8 @@ class ArraySource(Source):
             yield self.X[start:start + rows], self.y[start:start + rows]
 
     def ledger(self, *, cap=None, ledger=None):
-        """A given ledger, else an in-memory one when a cap is given, else none (arrays have no home)."""
+        """A given ledger (``PrivacyLedger.for_items(ids)`` or ``for_split`` charge the rows' items in the ledger home),
+        else an in-memory one when a cap is given, else none: arrays without item ids compose with nothing else."""
         from .ledger import PrivacyLedger
 
         if ledger is not None:
