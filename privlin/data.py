@@ -237,7 +237,7 @@ class SplitSource(Source):
             if self.url is not None:
                 led = PrivacyLedger.for_split(self.url, self.split.name)
             else:
-                led = ItemLedger(self.split.items[:], label=label_of("(no path)", self.split.name))
+                led = ItemLedger(self.split.item_bytes(), label=label_of("(no path)", self.split.name))
             self._ledger = led
         led = self._ledger
         if ledger is not None and not (isinstance(ledger, ItemLedger) and ledger.home.where == led.home.where):

@@ -25,7 +25,7 @@ from typing import Iterator
 
 import numpy as np
 
-from . import storage
+import privlin.ledger.storage as storage  # not ``from . import``: the package's lazy __getattr__ would load core
 
 __all__ = ["location", "open_home", "ItemSet", "SqliteHome", "ObjectHome", "ENV"]
 
@@ -74,15 +74,29 @@ class ItemSet:
 
     @classmethod
     def of(cls, items) -> "ItemSet":
-        """The set of ``items`` (32-hex-character strings, ``stores.items``); one line naming a malformed one."""
-        from stores.items import check
+        """The set of ``items`` (32-hex-character strings, or their ASCII bytes ``S32`` as ``Split.item_bytes`` gives
+        them; ``stores.items``); one line naming a malformed one."""
+        from stores.items import ITEM_CHARS, check
 
-        arr = check(items)
-        try:
-            raw = bytes.fromhex("".join(arr.tolist()))
-        except ValueError:  # pragma: no cover - check() refused it already
-            raise ValueError("items must be hex") from None
-        values = np.unique(np.frombuffer(raw, dtype=f"S{ITEM_BYTES}"))
+        arr = np.asarray(items)
+        if arr.ndim == 1 and arr.dtype == f"S{ITEM_CHARS}":
+            chars = arr.view(np.uint8).reshape(-1, ITEM_CHARS)
+        else:
+            if arr.ndim != 1 or arr.dtype.kind != "U" or arr.dtype.itemsize > 4 * ITEM_CHARS:
+                arr = check(arr.astype(str) if arr.dtype.kind == "S" else arr)  # any other spelling, or the error
+            try:
+                chars = arr.astype(f"S{ITEM_CHARS}").view(np.uint8).reshape(-1, ITEM_CHARS)
+            except UnicodeEncodeError:
+                check(arr)
+                raise
+        nibbles = _HEX[chars]
+        if (nibbles == 255).any():
+            check(arr.astype(str) if arr.dtype.kind == "S" else arr)
+            raise ValueError("items must be lowercase hex")  # pragma: no cover - check() names the row
+        raw = np.ascontiguousarray((nibbles[:, 0::2] << 4) | nibbles[:, 1::2])
+        values = np.sort(raw.view(f"S{ITEM_BYTES}").ravel())
+        if values.size > 1:
+            values = values[np.concatenate(([True], values[1:] != values[:-1]))]
         return cls(values, cls.key_of(values))
 
     @staticmethod
@@ -106,6 +120,10 @@ class ItemSet:
             return np.zeros(len(self), bool)
         at = np.minimum(np.searchsorted(other.values, self.values), len(other) - 1)
         return other.values[at] == self.values
+
+
+_HEX = np.full(256, 255, np.uint8)  # ASCII code -> its hex digit's value, 255 for anything else
+_HEX[np.frombuffer(b"0123456789abcdef", np.uint8)] = np.arange(16, dtype=np.uint8)
 
 
 def chain(previous: str, record: dict) -> str:

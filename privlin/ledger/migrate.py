@@ -25,7 +25,7 @@ def split_ledger(store_url, split: str, *, home=None, **kwargs) -> ItemLedger:
     if split not in st.splits:
         raise FileNotFoundError(f"no split {split!r} in the store at {url} (its splits: {st.splits})")
     sp = st[split]
-    led = ItemLedger(sp.items[:], home=home, label=label_of(url, split), **kwargs)
+    led = ItemLedger(sp.item_bytes(), home=home, label=label_of(url, split), **kwargs)
     import_store_ledger(url, split, led)
     return led
 
