@@ -291,7 +291,8 @@ class ItemLedger(PrivacyLedger):
         if entries:
             eps = self.spent(delta)[0]
             how = accounting.composition_name(e.event for e in entries)
-            lines.append(f"total, worst of {len(self.scope)} items ({how} composition): ε={eps:.4g} at δ={delta:.3g}")
+            lines.append(f"total, worst of {len(self.scope)} items ({how} composition of {len(entries)} entries): "
+                         f"ε={eps:.4g} at δ={delta:.3g}")
         cap = self.cap
         lines.append(f"cap: ε={cap[0]:g} at δ={cap[1]:g}" if cap is not None else "cap: none")
         return "\n".join(lines)
