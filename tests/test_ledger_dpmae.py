@@ -4,8 +4,6 @@ import os
 
 import numpy as np
 import pytest
-from dp_accounting import NeighboringRelation
-from dp_accounting.pld import pld_privacy_accountant
 
 import backbones.mae.train as train_mod
 import stores
@@ -15,6 +13,7 @@ from privlin.ledger import PrivacyBudgetExceeded, PrivacyLedger
 from stores import items as item_ids
 from test_mae import _one_thread  # noqa: F401  (autouse: one torch thread, as in test_mae)
 from test_mae_cli import _dp
+from test_ledger_home import _pld
 from test_mae_stop import _folder
 
 pytestmark = pytest.mark.filterwarnings("ignore:--.*-seed makes the DP:UserWarning")
@@ -30,13 +29,6 @@ def _store_of(url, files):
                   np.array([os.path.basename(f) for f in files]), items=items)
     assert w.finalize()
     return str(url)
-
-
-def _pld(events, delta):
-    acc = pld_privacy_accountant.PLDAccountant(NeighboringRelation.REPLACE_SPECIAL)
-    for e in events:
-        acc.compose(e)
-    return acc.get_epsilon(delta)
 
 
 def test_dpmae_over_any_spelling_of_a_folder_charges_the_same_items(tmp_path, monkeypatch):

@@ -168,7 +168,8 @@ def test_a_damaged_home_is_one_line_and_never_a_lower_total(ledger_home):
     path = ledger_home / "ledger.sqlite"
     with sqlite3.connect(path) as db:  # an edited σ: the chain breaks
         body = db.execute("SELECT body FROM records").fetchone()[0]
-        db.execute("UPDATE records SET body = ?", (body.replace('"noise_multiplier": 3.0', '"noise_multiplier": 30.0'),))
+        edited = body.replace('"noise_multiplier": 3.0', '"noise_multiplier": 30.0')
+        db.execute("UPDATE records SET body = ?", (edited,))
     with pytest.raises(LedgerDamaged) as e:
         PrivacyLedger.for_items(IMAGES).spent()
     assert str(e.value).count("\n") == 0 and str(path) in str(e.value) and "hash chain" in str(e.value)

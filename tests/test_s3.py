@@ -164,8 +164,8 @@ def _charge_until_refused(url, worker, sigma, cap, tries, results):
 
 
 def test_processes_charging_one_s3_ledger_lose_no_entry_and_never_pass_the_cap(s3, monkeypatch):
-    """Four processes charge the same split's items in a ledger home on S3 four times each under a cap that admits only some
-    charges: every admitted charge is recorded exactly once, every refused one is not, and the total stays under
+    """Four processes charge the same split's items in a ledger home on S3 four times each under a cap that admits
+    only some charges: every admitted charge is recorded exactly once, every refused one is not, and the total stays under
     the cap with no room for one more (the lease serialises writers across processes; If-Match guards the write).
     The writers are forked from this process (no second import of the library), each with its own S3 client."""
     import multiprocessing as mp

@@ -671,7 +671,8 @@ def _provenance(s: TrainSettings, result: dict) -> dict:
         prov["privacy"] = {k: result[k] for k in ("epsilon", "delta", "noise_multiplier", "sample_rate", "accountant",
                                                    "neighboring_relation", "neighbouring", "n_private")}
         if result.get("ledger"):  # which items it read and its ledger entry: what a store's fit matches it by
-            prov["privacy"].update(items_set=result["ledger"]["items_set"], ledger_entry=result["ledger"]["ledger_entry"])
+            ledger = result["ledger"]
+            prov["privacy"].update(items_set=ledger["items_set"], ledger_entry=ledger["ledger_entry"])
         seeded = result["seeded"]
         prov["privacy"].update(
             clip=s.clip, steps=result["dp_steps"], steps_redone=result["steps_redone"],
