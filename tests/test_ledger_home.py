@@ -292,3 +292,12 @@ class TestHomeConformance:
         with pytest.raises(LedgerDamaged) as e:
             _ledger(home_url, IMAGES).spent()
         assert str(e.value).count("\n") == 0 and home_url.split("://")[-1] in str(e.value)
+
+
+def test_a_budget_above_a_stored_cap_is_refused_and_raises_no_cap():
+    fit, delta = ev.GaussianDpEvent(4.0), 1e-5
+    PrivacyLedger.for_items(IMAGES[:10]).set_cap(1.0, delta)
+    with pytest.raises(PrivacyBudgetExceeded, match="above the cap"):
+        PrivacyLedger.for_items(IMAGES, cap=(50.0, delta)).charge(fit, mechanism="fit", epsilon=1, delta=delta)
+    assert PrivacyLedger.for_items(IMAGES[:10]).cap == (1.0, delta)
+    assert PrivacyLedger.for_items(IMAGES[10:]).cap is None  # nothing recorded by the refused charge

@@ -204,6 +204,8 @@ class ItemLedger(PrivacyLedger):
                                 neighbouring=rel, params=jsonable(dict(params or {})),
                                 **({"id": entry_id} if entry_id else {}))
             body = entry.to_dict()  # validate before writing
+            for g in groups:  # a budget above a stored cap is refused before anything is written
+                self._cap_after(g.cap)
             try:
                 self._check_groups(groups, event, entry.mechanism, rel)
             except PrivacyBudgetExceeded as e:
