@@ -5,9 +5,8 @@ import os
 import numpy as np
 import pytest
 
-import backbones.mae.train as train_mod
 import stores
-from backbones.mae.checkpoint import STEP_JOURNAL, write_step_journal
+from backbones.mae.checkpoint import STEP_JOURNAL, load_checkpoint, write_step_journal
 from backbones.mae.train import train
 from privlin.ledger import PrivacyBudgetExceeded, PrivacyLedger
 from stores import items as item_ids
@@ -68,4 +67,5 @@ def test_a_resumed_run_charges_the_steps_its_journal_counts(tmp_path):
     assert done["dp_steps"] == 5
     assert sum(e.params["steps"] for e in led.entries) == 5  # 4 charged first, 1 more for the step redone
     assert len({e.params["run"] for e in led.entries}) == 1
-    assert train_mod.LEDGER_RUN in os.listdir(s.out)
+    saved = load_checkpoint(os.path.join(s.out, "checkpoint.pth"))["config"]["ledger_run"]
+    assert saved == led.entries[0].params["run"]  # the run's id, kept in its checkpoints

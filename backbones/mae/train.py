@@ -294,6 +294,7 @@ class _Run:
         self.journal = os.path.join(s.out, STEP_JOURNAL)  # a DP run's count of noisy steps begun (write-ahead)
         self.redone = 0  # noisy steps lost at the last stop (taken after the checkpoint resumed from)
         self.changed_read = False  # a training file read during the run differed from the pre-flight (DP)
+        self.ledger_run: str | None = None  # the run's id in the ledger home (public), kept in its checkpoints
         if s.dp:
             n = n_private
             q = s.sample_rate if s.sample_rate is not None else min(1.0, s.batch_size / n)
@@ -338,7 +339,7 @@ class _Run:
                         rng={k: g.get_state() for k, g in self.gens.items()},  # public, non-private runs only
                         accountant=self.accountant.to_dict() if self.accountant else None,
                         config={"settings": _public_settings(self.s), "seeded": dict(self.seeded),
-                                "mae": dataclasses.asdict(self.model.cfg)},
+                                "mae": dataclasses.asdict(self.model.cfg), "ledger_run": self.ledger_run},
                         history=None if self.s.dp else self.history)
 
     def restore(self, path: str) -> None:
@@ -362,6 +363,7 @@ class _Run:
         for k, flag in ck["config"].get("seeded", {}).items():
             self.seeded[k] = bool(self.seeded.get(k)) or bool(flag)
         self.step = int(ck["step"])
+        self.ledger_run = ck["config"].get("ledger_run")
         self.history = [list(h) for h in ck["history"] or []]
         if ck["accountant"] is not None:
             self.accountant = DPAccountantState(**ck["accountant"])
@@ -607,34 +609,22 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
     return result
 
 
-LEDGER_RUN = "ledger_run.json"  # the run's id in the ledger home (public: names its entries, not a secret)
-
-
 def _charge_ledger(run: "_Run", source, s: TrainSettings) -> dict | None:
     """Charge the ledger home, before the first step, for every noisy step this run will have taken: the steps its
     journal counts (stops included) plus those left to train, on the items it reads (``source.items``, as featurize
     names them, so a store of the same images composes with this run). A resumed run charges only steps not charged
-    yet (entries ``dpmae-<run>-<total>``). Returns ``{"items_set", "ledger_entry", "home"}``; None without items
-    (public synthetic data). A cap on the items refuses the run here (:class:`privlin.ledger.PrivacyBudgetExceeded`).
+    yet (entries ``dpmae-<run>-<total>``; the run's id is kept in its checkpoints). Returns ``{"items_set",
+    "ledger_entry", "home"}``; None without items (public synthetic data). A cap on the items refuses the run here
+    (:class:`privlin.ledger.PrivacyBudgetExceeded`).
     """
     items = getattr(source, "items", None)
     if items is None:
         return None
-    import json
+    import uuid
 
     from privlin.ledger import PrivacyLedger
 
-    path = os.path.join(s.out, LEDGER_RUN)
-    if os.path.exists(path):
-        with open(path) as f:
-            run_id = str(json.load(f)["run"])
-    else:
-        import uuid
-
-        run_id = uuid.uuid4().hex
-        os.makedirs(s.out, exist_ok=True)
-        with open(path, "w") as f:
-            json.dump({"run": run_id}, f)
+    run.ledger_run = run_id = run.ledger_run or uuid.uuid4().hex  # a run resumed from before ledger homes: a new id
     led = PrivacyLedger.for_items(items, label=f"DP-MAE on {s.data}")
     acc = run.accountant
     planned = acc.steps + max(0, s.steps - run.step)  # noisy steps begun (journal) + steps left
