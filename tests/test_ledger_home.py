@@ -301,3 +301,22 @@ def test_a_budget_above_a_stored_cap_is_refused_and_raises_no_cap():
         PrivacyLedger.for_items(IMAGES, cap=(50.0, delta)).charge(fit, mechanism="fit", epsilon=1, delta=delta)
     assert PrivacyLedger.for_items(IMAGES[:10]).cap == (1.0, delta)
     assert PrivacyLedger.for_items(IMAGES[10:]).cap is None  # nothing recorded by the refused charge
+
+
+def test_pixels_and_vip_toy_stores_of_the_digits_share_one_budget(tmp_path):
+    """The real path: featurize writes each row's item (digits: their published index), so the quickstart's two
+    stores of the same images are one budget."""
+    import featurize
+
+    urls = []
+    for backbone in ("pixels", "vip_toy"):
+        urls.append(str(tmp_path / f"{backbone}.zarr"))
+        featurize.extract(backbone, "digits", splits=["train"], out=urls[-1], device="cpu", num_workers=0,
+                          progress=False)
+    for url in urls:
+        _fit(url)
+    leds = [PrivacyLedger.for_split(url, "train") for url in urls]
+    assert leds[0].scope.key == leds[1].scope.key and len(leds[0].scope) == 1437
+    assert len(leds[0].entries) == len(leds[1].entries) == 2
+    assert leds[0].spent() == leds[1].spent()
+    assert leds[0].spent()[0] == pytest.approx(_pld(_events(leds[0]), leds[0].spent()[1]), rel=1e-6)
