@@ -16,13 +16,14 @@ What it does, and what is private:
    privately centered with 5% of the budget, and for ``sgd`` privately standardized with 15%, and whitened
    where that release resolves);
    δ = 1e-5; zero-out neighbours (N public).
-   Each point is the mean ± sd over ``--seeds`` noise draws from OS entropy.  Every fit is charged to the ledger
-   beside the store.
+   Each point is the mean ± sd over ``--seeds`` noise draws from OS entropy.  Every fit is charged to the digits'
+   images in the ledger home.
 3. The dashed lines are non-private references: k-NN accuracy (faiss, cosine, k=10) on the same features.
 4. What it cost: each point's ε is one model's guarantee; producing the whole figure cost the composition of
-   every fit on the store (privlin's sweep total, printed and written on the figure), and the ledger beside each
-   store keeps the running total (printed): rerunning charges the stores again.  The k-NN reference is a
-   non-private release on the train split, so that ledger's total is ∞.
+   every fit on the store (privlin's sweep total, printed and written on the figure), and the ledger home keeps
+   the images' running total (printed): both stores hold the same images, so their fits compose on one budget, and
+   rerunning charges them again.  The k-NN reference is a non-private release on the train split, so that total is
+   ∞.
 
 The class list (the digits 0–9) is public; accuracies are on the test split, which is only evaluated, never used
 to choose anything.  Every stage that runs longer than a few seconds (loading torch or JAX, featurizing, each
@@ -189,11 +190,12 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copyfile(csv_path, os.path.join("docs", "quickstart.csv"))
     print(format_table(summary, knn))
     print(f"\nAccuracy in %, mean ± sd of {args.seeds} noise draws. δ = {DELTA:g}, zero-out neighbours (N public); "
-          f"each ε is one model's guarantee.\nPrivacy spent (privlin's ledger beside each store):")
+          f"each ε is one model's guarantee.\nPrivacy spent (privlin's ledger home, the images of each store; both "
+          f"stores hold the same images):")
     for line in lines:
         print("  " + line)
     if any(before for *_, before in spent):
-        print("  (rerunning the quickstart charges its stores again: the totals above include earlier runs)")
+        print("  (rerunning the quickstart charges its images again: the totals above include earlier runs)")
     print(f"wrote {csv_path} and {png} in {time.time() - t0:.0f} s")
     return 0
 

@@ -145,7 +145,8 @@ class ArraySource(Source):
             yield self.X[start:start + rows], self.y[start:start + rows]
 
     def ledger(self, *, cap=None, ledger=None):
-        """A given ledger, else an in-memory one when a cap is given, else none (arrays have no home)."""
+        """A given ledger (``PrivacyLedger.for_items(ids)`` or ``for_split`` charge the rows' items in the ledger home),
+        else an in-memory one when a cap is given, else none: arrays without item ids compose with nothing else."""
         from .ledger import PrivacyLedger
 
         if ledger is not None:
@@ -177,6 +178,7 @@ class SplitSource(Source):
         self.n_local, self.n_local_max = counts[_process_index()], max(counts)
         self._shard_rows = lay.shard_rows
         self.itemsize = 2 if np.dtype(lay.dtype) == np.float16 else 4
+        self._ledger = None  # the split's item ledger, made at the first charge (reads the items once)
 
     @property
     def n_valid(self) -> int:
@@ -225,36 +227,61 @@ class SplitSource(Source):
         return names
 
     def ledger(self, *, cap=None, ledger=None):
-        """The ledger file beside the split: always charged (a ``ledger`` argument may only name that file)."""
+        """The ledger of the split's items in the ledger home (every row, skipped ones included), always charged:
+        a ``ledger`` argument may only be a ledger on the same home. A ledger file the store kept before the home is
+        imported first (:mod:`privlin.ledger.migrate`)."""
         from .ledger import PrivacyLedger
+        from .ledger.items import ItemLedger, label_of
 
-        if self.url is None:
-            if ledger is None:
-                raise ValueError("this split's store has no path or URL to keep a ledger beside; "
-                                 "pass ledger=PrivacyLedger(path)")
-            return ArraySource.ledger(self, cap=cap, ledger=ledger)
-        led = PrivacyLedger.for_split(self.url, self.split.name, anchored=True, cap=cap)
-        if ledger is not None and ledger.path != led.path:
-            raise ValueError(f"a store split is charged on its own ledger ({led.path}); the ledger passed "
-                             f"({ledger.where}) would bypass it")
+        if self._ledger is None:
+            if self.url is not None:
+                led = PrivacyLedger.for_split(self.url, self.split.name)
+            else:
+                led = ItemLedger(self.split.item_bytes(), label=label_of("(no path)", self.split.name))
+            self._ledger = led
+        led = self._ledger
+        if ledger is not None and not (isinstance(ledger, ItemLedger) and ledger.home.where == led.home.where):
+            raise ValueError(f"a store split is charged on its items in the ledger home ({led.home.where}); the "
+                             f"ledger passed ({ledger.where}) would bypass it")
+        led = ItemLedger(led.scope, home=led.home.where, label=led.label, cap=cap,
+                         neighbouring=led._requested_relation)
         self._record_backbone_training(led)
         return led
 
     def _record_backbone_training(self, led) -> None:
-        """Charge, once, the DP training of the backbone on these very rows (featurize records it in the store)."""
-        from .events import event_from_dict
+        """Charge, once, the DP training of the backbone on the items it read (featurize records it in the store).
 
+        DP-MAE charges the home itself before its first step (entry ``ledger_entry`` of its record): then the items
+        compose already. A record from another home names its items' set: charged on that set when this home holds
+        it, on these rows when it is theirs; an older record without items is matched by dataset string and N."""
         record = (self.store.attrs if self.store is not None else self.split.attrs).get("weights_privacy")
-        dataset = (self.store.attrs if self.store is not None else self.split.attrs).get("dataset")
-        if not record or record.get("dataset") != dataset or self.split.name != "train" or record.get("n") != self.n:
+        if not record:
             return
-        entry_id = "backbone-" + str(record["weights_sha256"])[:32]
-        if any(e.id == entry_id for e in led.entries):
+        from .events import event_from_dict
+        from .ledger.items import ItemLedger
+
+        entry_id = record.get("ledger_entry") or "backbone-" + str(record["weights_sha256"])[:32]
+        if any(r["kind"] == "entry" and r["body"].get("id") == entry_id for r in led.home.records()):
             return
-        led.charge(event_from_dict(record["dp_event"]), mechanism="backbone DP training (DP-MAE)",
-                   epsilon=float(record["epsilon"]), delta=float(record["delta"]), entry_id=entry_id,
-                   params={"weights_sha256": record["weights_sha256"], "n": record["n"]},
-                   neighbouring=record["neighbouring"])
+        key = record.get("items_set")
+        if key is None:
+            dataset = (self.store.attrs if self.store is not None else self.split.attrs).get("dataset")
+            if record.get("dataset") != dataset or self.split.name != "train" or record.get("n") != self.n:
+                return
+            target = led
+        elif key == led.scope.key:
+            target = led
+        elif led.home.has_set(key):
+            target = ItemLedger(led.home.get_set(key), home=led.home.where, label="the backbone's DP training set")
+        else:
+            warnings.warn(f"the backbone's DP training ({str(record['weights_sha256'])[:12]}) read an item set this "
+                          f"ledger home ({led.home.where}) has never recorded (trained under another home): its "
+                          "budget is not composed with these rows'", PrivacyLeakWarning, stacklevel=4)
+            return
+        target.charge(event_from_dict(record["dp_event"]), mechanism="backbone DP training (DP-MAE)",
+                      epsilon=float(record["epsilon"]), delta=float(record["delta"]), entry_id=entry_id,
+                      params={"weights_sha256": record["weights_sha256"], "n": record["n"]},
+                      neighbouring=record["neighbouring"])
 
 
 def row_labels(y) -> np.ndarray:

@@ -124,9 +124,10 @@ class ShardFiles:
         payload = raw[:-CRC_BYTES]
         self._check(shard, array, payload, raw[-CRC_BYTES:], record.crc32c[0], "the chunk")
         n = self.layout.shard_rows
-        if array in ("ids", "items"):
-            values = _VLEN.decode(bytes(payload))
-            out = np.array(list(values), dtype="U32" if array == "items" else np.dtypes.StringDType())
+        if array == "items":
+            out = _fixed_text(payload, 32)
+        elif array == "ids":
+            out = np.array(list(_VLEN.decode(bytes(payload))), dtype=np.dtypes.StringDType())
         else:
             out = np.frombuffer(payload, dtype=_DECODE[array])
         if out.shape != (n,):
@@ -164,3 +165,16 @@ class ShardFiles:
                     out[a - first_row:b - first_row] = target[a - c0:b - c0]
         finally:
             f.close()
+
+
+def _fixed_text(payload, width: int) -> np.ndarray:
+    """A vlen-utf8 chunk of ASCII texts of ``width`` characters each (row items) as ASCII bytes ``S<width>``, parsed
+    with NumPy (the codec's list of Python strings costs ~1 s per million rows); other texts through the codec."""
+    raw = np.frombuffer(payload, np.uint8)
+    n = int(raw[:4].view("<u4")[0]) if raw.size >= 4 else -1
+    if n >= 0 and raw.size == 4 + n * (4 + width):
+        rec = raw[4:].reshape(n, 4 + width)
+        if (np.ascontiguousarray(rec[:, :4]).view("<u4").ravel() == width).all() and (rec[:, 4:] < 128).all():
+            return np.ascontiguousarray(rec[:, 4:]).view(f"S{width}").ravel()
+    return np.array([str(v).encode("utf-8", "backslashreplace") for v in _VLEN.decode(bytes(payload))],
+                    dtype=f"S{width + 1}")  # a longer or non-ASCII one stays malformed (checked by its reader)

@@ -210,14 +210,18 @@ class RowArray:
             i = int(key) + (self.shape[0] if key < 0 else 0)
             if not 0 <= i < self.shape[0]:
                 raise IndexError(f"row {key} out of range for {self.shape[0]} rows")
-            return self._split._rows(self.name, i, i + 1)[(0, *rest)]
+            return self._read(i, i + 1)[(0, *rest)]
         if not isinstance(key, slice):
             raise TypeError("index rows with an int or a slice (then NumPy indexing on the result)")
         start, stop, step = key.indices(self.shape[0])
         lo, hi = (start, stop) if step > 0 else (stop + 1, start + 1)
-        rows = self._split._rows(self.name, lo, max(lo, hi))
+        rows = self._read(lo, max(lo, hi))
         picked = rows[::step] if step > 0 else rows[::-1][::-step]
         return picked[(slice(None), *rest)] if rest else picked
+
+    def _read(self, start: int, stop: int) -> np.ndarray:
+        rows = self._split._rows(self.name, start, stop)
+        return rows.astype("U32") if self.name == "items" else rows  # items are read as ASCII bytes
 
     def __repr__(self) -> str:
         return f"RowArray({self._split.name!r}/{self.name}, shape={self.shape}, dtype={self.dtype})"
@@ -272,6 +276,12 @@ class Split:
         """(N,) str: each row's source item (``stores.items``), skipped rows included; slicing returns verified
         NumPy. A split written before items existed gives ``layout.default_items`` of its ids (an array)."""
         return RowArray(self, "items") if self.items_recorded else default_items(self.ids[:])
+
+    def item_bytes(self) -> np.ndarray:
+        """Every row's item as 32 ASCII bytes (``S32``, what a ledger hashes: a quarter of :attr:`items`' memory)."""
+        if not self.items_recorded:
+            return default_items(self.ids[:]).astype("S32")
+        return self._rows("items", 0, self.layout.n_rows)
     dim = property(lambda self: self.layout.dim, doc="feature dimension D")
 
     @property
@@ -470,7 +480,7 @@ class Split:
             raise summarize(found)
 
 
-_SMALL_DTYPES = {"labels": np.int64, "valid": bool, "items": "U32"}
+_SMALL_DTYPES = {"labels": np.int64, "valid": bool, "items": "S32"}
 
 
 def is_done(done: zarr.Array, split: str, shard: int) -> bool:

@@ -66,16 +66,23 @@ def blobs():
     return _blobs
 
 
-def _write_store(url, splits, *, shard_rows=64, chunk_rows=32, dtype="float32", attrs=None, valid=None):
+def _write_store(url, splits, *, shard_rows=64, chunk_rows=32, dtype="float32", attrs=None, valid=None,
+                 own_items=True):
+    """Write ``splits`` ({name: (X, y)}) with row ids ``f"{name}{row}"``. ``own_items``: each row's item is a name
+    unique to this store, so each test store's rows are their own images with their own budget; False: the items
+    follow the ids (``stores.layout.default_items``), so stores written so hold the same images."""
     import stores
+    from stores.items import of_name
 
+    prefix = uuid.uuid4().hex
     for name, (X, y) in splits.items():
         w = stores.create_split(url, name, n_rows=len(y), dim=X.shape[1], dtype=dtype, shard_rows=shard_rows,
                                 chunk_rows=min(chunk_rows, shard_rows), attrs=dict(attrs or {"backbone": "test"}))
         for i in w.pending():
             a, b = w.shard_bounds(i)
             v = None if valid is None or name not in valid else valid[name][a:b]
-            w.write_shard(i, X[a:b], y[a:b], np.array([f"{name}{j}" for j in range(a, b)]), v)
+            items = [of_name(f"test store {prefix}: {name}{j}") for j in range(a, b)] if own_items else None
+            w.write_shard(i, X[a:b], y[a:b], np.array([f"{name}{j}" for j in range(a, b)]), v, items=items)
         assert w.finalize()
     return stores.open(url)
 
@@ -98,3 +105,11 @@ def digits():
     X, y = load_digits(return_X_y=True)
     X = (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
     return train_test_split(X, y, test_size=0.2, stratify=y, random_state=0)
+
+
+@pytest.fixture(autouse=True)
+def ledger_home(tmp_path_factory, monkeypatch):
+    """Every test charges its own ledger home (a fresh folder; its subprocesses inherit it), never the user's."""
+    home = tmp_path_factory.mktemp("ledger-home")
+    monkeypatch.setenv("PRIVLIN_LEDGER_HOME", str(home))
+    return home

@@ -7,7 +7,7 @@ import pytest
 import privlin
 import stores
 from privlin import data
-from privlin.ledger import PrivacyLedger, ledger_path
+from privlin.ledger import PrivacyLedger
 
 K = 4
 
@@ -210,13 +210,14 @@ def test_store_errors(make_store, blobs, tmp_path):
 
 
 @pytest.mark.parametrize("where", ["local", "memory"])
-def test_a_store_split_charges_the_ledger_beside_it_and_nothing_else(make_store, blobs, where):
+def test_a_store_split_charges_its_items_in_the_home_and_nothing_else(make_store, blobs, where, ledger_home):
     X, y = blobs(64, seed=4)
     st = make_store({"train": (X, y), "test": (X, y)}, where=where)
     for given in (st.url, st, st["train"]):
         led = data.as_source(given, "train").ledger()
-        assert led.path == PrivacyLedger(ledger_path(st.url, "train")).path
-    assert data.as_source(st, "test").ledger().path == PrivacyLedger(ledger_path(st.url, "test")).path
+        assert led.path == str(ledger_home / "ledger.sqlite")
+        assert led.scope.key == PrivacyLedger.for_items(st["train"].items[:]).scope.key
+    assert data.as_source(st, "test").ledger().scope.key != led.scope.key  # other ids: other items
     foreign = PrivacyLedger.in_memory()
     with pytest.raises(ValueError, match="would bypass it"):
         data.as_source(st, "train").ledger(ledger=foreign)

@@ -22,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIT = ev.GaussianDpEvent(3.0)
 CENTER = ev.GaussianDpEvent(10.0)
 SWEEP = ev.SelfComposedDpEvent(ev.PoissonSampledDpEvent(0.1, ev.GaussianDpEvent(1.5)), 10)
+ITEMS = [f"{i:032x}" for i in range(20)]
 
 
 def _pld_direct(events, delta, relation=NeighboringRelation.REPLACE_SPECIAL):
@@ -62,16 +63,15 @@ def test_event_from_dict_admits_only_known_events_and_numbers(bad):
         E.event_from_dict(bad)
 
 
-def test_two_fits_and_a_sweep_total_equals_dp_accounting(tmp_path):
-    store = tmp_path / "feat.zarr"
-    led = L.PrivacyLedger.for_split(str(store), "train")
-    assert led.path == str(store) + "/train/" + L.LEDGER_FILENAME and led.neighbouring == "replace_special"
+def test_two_fits_and_a_sweep_total_equals_dp_accounting(ledger_home):
+    led = L.PrivacyLedger.for_items(ITEMS)
+    assert led.path == str(ledger_home / "ledger.sqlite") and led.neighbouring == "replace_special"
     led.charge(CENTER, mechanism="private_centering", epsilon=0.5, delta=1e-6)
     led.charge(FIT, mechanism="privlin.fit/dp_adam", epsilon=1.5, delta=1e-5)
     led.charge(FIT, mechanism="privlin.fit/dp_adam", epsilon=1.5, delta=1e-5)
     led.charge(SWEEP, mechanism="privlin.sweep", epsilon=4.0, delta=1e-5, params={"lr": [0.1, 1.0]})
     # a fresh object on the same path sees the same history
-    again = L.PrivacyLedger.for_split(str(store), "train")
+    again = L.PrivacyLedger.for_items(ITEMS[::-1])  # the same items, in any order
     assert [e.mechanism for e in again.entries] == ["private_centering", "privlin.fit/dp_adam",
                                                     "privlin.fit/dp_adam", "privlin.sweep"]
     eps, delta = again.spent(1e-5)
@@ -123,9 +123,10 @@ def test_in_memory_ledger_saves_and_merges(tmp_path):
 
 
 def test_fsspec_memory_url():
-    led = L.PrivacyLedger.for_split("memory://ledger-test/store.zarr", "test")
+    led = L.PrivacyLedger.for_items(ITEMS, home="memory://ledger-test/home")
     led.charge(FIT, mechanism="fit", epsilon=1.5, delta=1e-5)
-    assert len(L.PrivacyLedger("memory://ledger-test/store.zarr/test/privacy_ledger.json")) == 1
+    assert len(L.PrivacyLedger.for_items(ITEMS[:3], home="memory://ledger-test/home")) == 1
+    assert len(L.PrivacyLedger.for_items(ITEMS[:3])) == 0  # another home
 
 
 def test_crash_during_write_keeps_the_old_file(tmp_path, monkeypatch):
@@ -194,6 +195,9 @@ def test_concurrent_processes_lose_no_entry(tmp_path):
 
 
 def test_cli_prints_history_and_total(tmp_path):
+    from faults.inject import write_store
+
+    write_store(str(tmp_path / "s.zarr"))
     led = L.PrivacyLedger.for_split(str(tmp_path / "s.zarr"), "train")
     led.charge(FIT, mechanism="privlin.fit/dp_adam", epsilon=1.5, delta=1e-5)
     led.charge(SWEEP, mechanism="privlin.sweep", epsilon=4, delta=1e-5)
@@ -207,13 +211,21 @@ def test_cli_prints_history_and_total(tmp_path):
     assert f"ε={total:.4g} at δ=1e-05" in out.stdout
 
 def test_cli_json(tmp_path, capsys):
+    from faults.inject import write_store
+
+    write_store(str(tmp_path / "s.zarr"))
     led = L.PrivacyLedger.for_split(str(tmp_path / "s.zarr"), "train")
     led.charge(FIT, mechanism="privlin.fit/dp_adam", epsilon=1.5, delta=1e-5)
-    assert ledger_main([led.path, "--json", "--delta", "1e-5"]) == 0
-    assert json.loads(capsys.readouterr().out)["epsilon"] == pytest.approx(_pld_direct([FIT], 1e-5))
-    assert ledger_main([str(tmp_path / "s.zarr"), "--split", "train"]) == 0
-    assert "privlin.fit/dp_adam" in capsys.readouterr().out
+    assert ledger_main([str(tmp_path / "s.zarr"), "--json", "--delta", "1e-5"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and json.loads(out)["epsilon"] == pytest.approx(_pld_direct([FIT], 1e-5))
+    assert ledger_main([str(tmp_path / "s.zarr" / "train")]) == 0
+    out = capsys.readouterr().out
+    assert "privlin.fit/dp_adam" in out and "σ" not in out  # one short line per entry
     assert ledger_main([str(tmp_path / "empty")]) == 1
+    (tmp_path / "notes.txt").write_text("x")
+    assert ledger_main([str(tmp_path / "notes.txt")]) == 2  # a file: the wording of `python -m stores`
+    assert "is a file, not a feature store" in capsys.readouterr().err
 
 
 def test_a_total_is_reported_at_the_caps_delta_else_the_smallest_entrys(tmp_path):
@@ -234,33 +246,27 @@ def test_a_total_is_reported_at_the_caps_delta_else_the_smallest_entrys(tmp_path
 
 
 def test_cli_shows_sets_lowers_and_raises_a_cap_with_a_note(tmp_path, capsys):
-    import stores.anchor
     from faults.inject import write_store
 
     url = str(tmp_path / "s.zarr")
     write_store(url)
-    assert ledger_main([url, "--split", "train", "--set-cap", "2", "1e-5"]) == 0  # a first cap, no ledger yet
+    assert ledger_main([url, "--split", "train", "--set-cap", "2", "1e-5"]) == 0  # a first cap, nothing charged yet
     assert "cap: ε=2 at δ=1e-05" in capsys.readouterr().out
-    led = L.PrivacyLedger.for_split(url, "train")  # the CLI moved the split's anchor: the ledger reads
+    led = L.PrivacyLedger.for_split(url, "train")
     led.charge(FIT, mechanism="fit", epsilon=1.5, delta=1e-5)
-    assert stores.anchor.ledger_anchor(url, "train")["entries"] == 1
     assert ledger_main([url, "--split", "train", "--set-cap", "1.5", "1e-5"]) == 0  # lowering: no note needed
     capsys.readouterr()
     assert ledger_main([url, "--split", "train", "--set-cap", "5", "1e-5"]) == 2  # raising without a note
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "needs a note" in err and led.path in err
     assert led.cap == (1.5, 1e-5)
-    assert ledger_main([led.path, "--set-cap", "5", "1e-5", "--note", "approved by the data owner"]) == 0
+    assert ledger_main([url, "--set-cap", "5", "1e-5", "--note", "approved by the data owner"]) == 0
     out = capsys.readouterr().out
-    assert "cap: ε=5 at δ=1e-05" in out and "(approved by the data owner)" in out
-    assert [(c["epsilon"], c["note"]) for c in json.loads(open(led.path).read())["caps"]] == [
-        (2.0, ""), (1.5, ""), (5.0, "approved by the data owner")]
-    assert ledger_main([url, "--set-cap", "5", "1e-5"]) == 0  # one split ledger under the store: that one
-    led.charge(FIT, mechanism="fit", epsilon=1.5, delta=1e-5)  # the anchor still matches
-    assert ledger_main([led.path, "--set-cap", "1", "1e-5"]) == 0
-    with pytest.raises(L.PrivacyBudgetExceeded):  # the cap the CLI set binds the next charge
-        led.charge(FIT, mechanism="fit", epsilon=1.5, delta=1e-5)
-
+    assert "cap: ε=5 at δ=1e-05" in out
+    caps = [(r["body"]["epsilon"], r["body"]["note"]) for r in led.home.records() if r["kind"] == "cap"]
+    assert caps == [(2.0, ""), (1.5, ""), (5.0, "approved by the data owner")]
+    led.charge(FIT, mechanism="fit", epsilon=1.5, delta=1e-5)
+    assert ledger_main([url, "--set-cap", "1", "1e-5"]) == 0
 
 def test_an_in_memory_ledger_refuses_to_travel_and_a_file_ledger_pickles(tmp_path, blobs):
     import pickle

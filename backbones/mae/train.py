@@ -294,6 +294,7 @@ class _Run:
         self.journal = os.path.join(s.out, STEP_JOURNAL)  # a DP run's count of noisy steps begun (write-ahead)
         self.redone = 0  # noisy steps lost at the last stop (taken after the checkpoint resumed from)
         self.changed_read = False  # a training file read during the run differed from the pre-flight (DP)
+        self.ledger_run: str | None = None  # the run's id in the ledger home (public), kept in its checkpoints
         if s.dp:
             n = n_private
             q = s.sample_rate if s.sample_rate is not None else min(1.0, s.batch_size / n)
@@ -338,7 +339,7 @@ class _Run:
                         rng={k: g.get_state() for k, g in self.gens.items()},  # public, non-private runs only
                         accountant=self.accountant.to_dict() if self.accountant else None,
                         config={"settings": _public_settings(self.s), "seeded": dict(self.seeded),
-                                "mae": dataclasses.asdict(self.model.cfg)},
+                                "mae": dataclasses.asdict(self.model.cfg), "ledger_run": self.ledger_run},
                         history=None if self.s.dp else self.history)
 
     def restore(self, path: str) -> None:
@@ -362,6 +363,7 @@ class _Run:
         for k, flag in ck["config"].get("seeded", {}).items():
             self.seeded[k] = bool(self.seeded.get(k)) or bool(flag)
         self.step = int(ck["step"])
+        self.ledger_run = ck["config"].get("ledger_run")
         self.history = [list(h) for h in ck["history"] or []]
         if ck["accountant"] is not None:
             self.accountant = DPAccountantState(**ck["accountant"])
@@ -542,6 +544,7 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
                       f"run ends above its planned epsilon", stacklevel=2)
     if isinstance(source, FolderImages):  # every file read and decoded before anything is trained
         source.preflight(progress=progress and rank == 0, null_on_change=s.dp)
+    ledger = _charge_ledger(run, source, s) if s.dp and rank == 0 else None  # before the first step
     if rank == 0:  # what earlier runs in this --out that were killed mid-write left behind
         for path in (ckpt, run.journal, export_path(s)):
             if path is not None:
@@ -599,11 +602,42 @@ def train(s: TrainSettings, resume: bool = False, progress: bool = True, stop_af
                       sample_rate=acc.sample_rate, delta=acc.delta, accountant=acc.accountant, dp_steps=acc.steps,
                       steps_redone=acc.steps - run.step, changed_files_read=bool(run.changed_read),
                       neighboring_relation=acc.neighboring_relation, neighbouring=acc.neighbouring,
-                      dp_event=acc.dp_event(), seeded=dict(run.seeded))
+                      dp_event=acc.dp_event(), seeded=dict(run.seeded), ledger=ledger)
     if s.export and rank == 0 and run.step == s.steps:
         result["export"] = export_path(s)
         result["export_sha256"] = export_encoder(run.model, result["export"], provenance=_provenance(s, result))
     return result
+
+
+def _charge_ledger(run: "_Run", source, s: TrainSettings) -> dict | None:
+    """Charge the ledger home, before the first step, for every noisy step this run will have taken: the steps its
+    journal counts (stops included) plus those left to train, on the items it reads (``source.items``, as featurize
+    names them, so a store of the same images composes with this run). A resumed run charges only steps not charged
+    yet (entries ``dpmae-<run>-<total>``; the run's id is kept in its checkpoints). Returns ``{"items_set",
+    "ledger_entry", "home"}``; None without items (public synthetic data). A cap on the items refuses the run here
+    (:class:`privlin.ledger.PrivacyBudgetExceeded`).
+    """
+    items = getattr(source, "items", None)
+    if items is None:
+        return None
+    import uuid
+
+    from privlin.ledger import PrivacyLedger
+
+    run.ledger_run = run_id = run.ledger_run or uuid.uuid4().hex  # a run resumed from before ledger homes: a new id
+    led = PrivacyLedger.for_items(items, label=f"DP-MAE on {s.data}")
+    acc = run.accountant
+    planned = acc.steps + max(0, s.steps - run.step)  # noisy steps begun (journal) + steps left
+    charged = sum(int(e.params.get("steps", 0)) for e in led.entries if e.params.get("run") == run_id)
+    first = f"dpmae-{run_id}-"
+    if planned > charged:
+        more = dataclasses.replace(acc, steps=planned - charged)
+        led.charge(more.dp_event(), mechanism="backbone DP training (DP-MAE)", epsilon=more.update(), delta=acc.delta,
+                   params={"run": run_id, "steps": planned - charged, "data": s.data},
+                   neighbouring=acc.neighboring_relation.lower(),
+                   entry_id=f"{first}{planned}")
+    ids = [e.id for e in led.entries if e.id.startswith(first)]
+    return {"items_set": led.scope.key, "ledger_entry": ids[0] if ids else None, "home": led.home.where}
 
 
 def _no_step_taken(ckpt: str, journal: str) -> bool:
@@ -626,6 +660,9 @@ def _provenance(s: TrainSettings, result: dict) -> dict:
     if s.dp:
         prov["privacy"] = {k: result[k] for k in ("epsilon", "delta", "noise_multiplier", "sample_rate", "accountant",
                                                    "neighboring_relation", "neighbouring", "n_private")}
+        if result.get("ledger"):  # which items it read and its ledger entry: what a store's fit matches it by
+            ledger = result["ledger"]
+            prov["privacy"].update(items_set=ledger["items_set"], ledger_entry=ledger["ledger_entry"])
         seeded = result["seeded"]
         prov["privacy"].update(
             clip=s.clip, steps=result["dp_steps"], steps_redone=result["steps_redone"],

@@ -1,25 +1,25 @@
-"""A privacy ledger: what a private split has already paid, and the cap it may not pass.
+"""A privacy ledger: what the items (images, by content) in private data have already paid, and the cap they may
+not pass.
 
-Every mechanism run on a private split (a fit, a sweep, a private selection, a non-private release such as
-a k-NN accuracy) is recorded as a dp-accounting event before it reads a row; the ledger composes them into the
-total spent (:func:`privlin.accounting.compose_epsilon`: exact GDP when every entry is a full-batch Gaussian, else
-PLD).
+Every mechanism run on private rows (a fit, a sweep, a private selection, a non-private release such as a k-NN
+accuracy, DP-MAE's training) is recorded as a dp-accounting event before it reads a row, on the set of items it
+reads, in one ledger home outside the stores (:mod:`privlin.ledger.home`: SQLite in the user's data directory by
+default, ``$PRIVLIN_LEDGER_HOME`` for another place or ``s3://`` for a team).  An item's spend is the composition of
+the entries that read it; a split's total and a cap check are its worst item's (:mod:`privlin.ledger.items`:
+:func:`privlin.accounting.compose_epsilon`, exact GDP when every entry is a full-batch Gaussian, else PLD).
 
-The ledger is policy, not a per-call argument: its document stores the neighbouring relation and the cap,
-and every charge is checked against the stored cap, whoever charges.  A cap passed by a caller may set or
-lower it; raising it is an explicit, recorded act (:meth:`PrivacyLedger.set_cap`).
+The ledger is policy, not a per-call argument: caps are stored on item sets, and every charge is checked against
+the stored caps of its items, whoever charges.  A cap passed by a caller may set or lower it; raising it is an
+explicit, recorded act (:meth:`PrivacyLedger.set_cap`).
 
-Where it lives: ``<store>/<split>/privacy_ledger.json`` beside a store split (:func:`ledger_path`); arrays get
-an in-memory ledger unless one is given.  Storage: :mod:`privlin.ledger.storage`; command line:
-``python -m privlin.ledger PATH``.
+Routes: ``PrivacyLedger.for_split(store, split)`` (a store split's items; a ``privacy_ledger.json`` the store kept
+before is imported once, :mod:`privlin.ledger.migrate`), ``PrivacyLedger.for_items(ids)`` (arrays with item ids);
+arrays without ids get an in-memory ledger (:class:`PrivacyLedger` ``in_memory``) or a ledger file
+(``PrivacyLedger(path)``), which compose with nothing else.  Command line: ``python -m privlin.ledger PATH``.
 
-Tamper-evident: every state of the document carries the sha256 of its entries, caps and relation, chained to
-the state before (:func:`_head`); a store split's ledger is anchored in the split's sealed metadata
-(``stores.anchor``), so a deleted, emptied, truncated or edited ledger fails closed
-(:class:`LedgerDamaged`) instead of resetting the split's budget.
-
-What it protects against: mistakes (a forgotten earlier fit, a second notebook, a rerun, a cleanup that
-deleted a file).  Not against someone who rewrites the store's metadata and the ledger together.
+Tamper-evident: every record of the home is hash-chained, every item set checked against its hash; a damaged home
+is one line (:class:`LedgerDamaged`), never a lower total.  What it does not protect against (a re-encoded image is a
+new item; two homes): PRIVACY.md.
 """
 from __future__ import annotations
 

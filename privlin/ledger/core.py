@@ -11,10 +11,10 @@ from typing import Iterable, Mapping, Sequence
 from dp_accounting import dp_event as _ev
 
 from .. import accounting
-from ..events import describe
 from ..report import relation_label
 from . import LEDGER_FILENAME, storage
 from .entry import LedgerEntry, jsonable
+from .home import LedgerDamaged
 
 __all__ = ["LEDGER_FILENAME", "PrivacyBudgetExceeded", "LedgerDamaged", "LedgerEntry", "PrivacyLedger",
            "ledger_path"]
@@ -26,8 +26,6 @@ class PrivacyBudgetExceeded(RuntimeError):
     """A mechanism would push a split's total ε past its cap; nothing was read."""
 
 
-class LedgerDamaged(ValueError):
-    """The ledger does not match its hash chain or its anchor in the store: nothing is charged or read."""
 
 
 def _head(previous: str, neighbouring, caps, entries) -> str:
@@ -193,17 +191,22 @@ class PrivacyLedger:
 
     @classmethod
     def for_split(cls, store_url: str | os.PathLike, split: str, *, anchored: bool | None = None,
-                  **kwargs) -> "PrivacyLedger":
-        """The ledger beside split ``split`` of the store at ``store_url``, anchored in the split's sealed metadata
-        (every handle on a split's ledger must move its anchor, or the next one reads the ledger as damaged).
-        ``anchored``: None anchors it where the split exists (beside a path with no store: an unanchored file);
-        True requires the split."""
-        from stores.anchor import has_split
+                  home=None, **kwargs) -> "PrivacyLedger":
+        """The ledger of the items of split ``split`` of the store at ``store_url``, in the ledger home
+        (:class:`privlin.ledger.items.ItemLedger`): every store, copy and backbone of the same images shares it.
+        A ledger file the store kept before (``<split>/privacy_ledger.json``) is imported first, once.
+        ``anchored`` is accepted for older callers and ignored (the home is outside the store)."""
+        from .migrate import split_ledger
 
-        url = os.fspath(store_url)
-        if anchored is None:
-            anchored = has_split(url, split)
-        return cls(ledger_path(url, split), anchor=StoreAnchor(url, split) if anchored else None, **kwargs)
+        return split_ledger(store_url, split, home=home, **kwargs)
+
+    @classmethod
+    def for_items(cls, items, *, label: str | None = None, home=None, **kwargs) -> "PrivacyLedger":
+        """The ledger of ``items`` (``stores.items`` ids, one per row a mechanism reads) in the ledger home: what
+        arrays with item ids charge (``Split.items`` gives a store's)."""
+        from .items import ItemLedger
+
+        return ItemLedger(items, label=label, home=home, **kwargs)
 
     @classmethod
     def load(cls, path, **kwargs) -> "PrivacyLedger":
@@ -310,7 +313,7 @@ class PrivacyLedger:
         Returns the projected total ε at the cap's δ; without a cap, ``nan``.
         """
         doc = self._doc()
-        cap = self._cap_after(doc)
+        cap = self._cap_after(doc.cap)
         if cap is None:
             return math.nan
         return self._check(doc.entries, event, mechanism, cap, self._relation_of(doc))
@@ -326,9 +329,10 @@ class PrivacyLedger:
                 f"ledger: {self.where}). Nothing was read.")
         return total
 
-    def _cap_after(self, doc: _Document) -> tuple[float, float] | None:
-        """The cap once this handle's requested cap is applied: it may set or lower the stored one, never raise it."""
-        stored, asked = doc.cap, self._requested_cap
+    def _cap_after(self, stored) -> tuple[float, float] | None:
+        """The cap once this handle's requested cap is applied: it may set or lower the ``stored`` one, never raise
+        it."""
+        asked = self._requested_cap
         if asked is None or asked == stored:
             return stored
         if stored is not None and (asked[0] > stored[0] or asked[1] > stored[1]):
@@ -377,7 +381,7 @@ class PrivacyLedger:
             if entry_id and any(e.id == entry_id for e in doc.entries):
                 return next(e for e in doc.entries if e.id == entry_id)
             entry.to_dict()  # validate before writing
-            cap = self._cap_after(doc)
+            cap = self._cap_after(doc.cap)
             if cap is not None:
                 try:
                     self._check(doc.entries, event, entry.mechanism, cap, rel)
@@ -420,7 +424,7 @@ class PrivacyLedger:
             rel = self._relation_of(doc)
             seen = {e.id for e in doc.entries}
             new = [e for e in entries if e.id not in seen]
-            cap = self._cap_after(doc)
+            cap = self._cap_after(doc.cap)
             if cap is not None and new:
                 self._check(doc.entries, _ev.ComposedDpEvent([e.event for e in new]), "merged entries", cap, rel)
             doc.neighbouring = rel
@@ -447,8 +451,7 @@ class PrivacyLedger:
         if not doc.entries:
             lines.append("  (no mechanisms recorded)")
         for i, e in enumerate(doc.entries):
-            lines.append(f"  {i + 1:3d}  {e.time}  {e.mechanism:<28s} ε={e.epsilon:<8.4g} δ={e.delta:<8.2g} "
-                         f"{describe(e.event)}")
+            lines.append(f"  {i + 1:3d}  {e.time}  {e.mechanism:<34s} ε={e.epsilon:<8.4g} δ={e.delta:.2g}")
         cap = doc.cap or self._requested_cap
         delta = self.default_delta(doc.entries, cap) if delta is None else delta
         if doc.entries:

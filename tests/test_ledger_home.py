@@ -1,0 +1,322 @@
+"""One budget for the people in the data: every store, copy and route of the same images charges their items in one
+ledger home; totals are per item (worst item), exact, checked against dp-accounting and the GDP closed form."""
+import math
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tarfile
+import textwrap
+
+import numpy as np
+import pytest
+from dp_accounting import NeighboringRelation
+from dp_accounting import dp_event as ev
+from dp_accounting.pld import pld_privacy_accountant
+from scipy.stats import norm
+
+import privlin
+import stores
+from privlin.ledger import LedgerDamaged, PrivacyBudgetExceeded, PrivacyLedger
+from stores import items as item_ids
+from test_s3 import BUCKET, s3  # noqa: F401 - the moto S3 server fixture, for the S3 home
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+N = 200
+IMAGES = [item_ids.of_bytes(f"image file {i}".encode()) for i in range(N)]  # one folder of images
+
+
+def _pld(events, delta):
+    acc = pld_privacy_accountant.PLDAccountant(NeighboringRelation.REPLACE_SPECIAL)
+    for e in events:
+        acc.compose(e)
+    return acc.get_epsilon(delta)
+
+
+def _gdp_epsilon(mu, delta):
+    """ε at δ of μ-GDP (Dong, Roth, Su): the root of Φ(-ε/μ + μ/2) - e^ε Φ(-ε/μ - μ/2) = δ."""
+    from scipy.optimize import brentq
+
+    return brentq(lambda e: norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2) - delta, 0, 100)
+
+
+def _store(url, dim, rows=slice(None), seed=0):
+    """A store of the images ``IMAGES[rows]`` as one backbone would featurize them (its own dim and features)."""
+    items = np.array(IMAGES[rows])
+    n = len(items)
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % 3
+    X = (rng.standard_normal((n, dim)) + y[:, None]).astype(np.float32)
+    w = stores.create_split(url, "train", n_rows=n, dim=dim, dtype="float32", shard_rows=64, chunk_rows=32,
+                            root_attrs={"dataset": "imagefolder:imgs", "classes": ["a", "b", "c"]})
+    for s in w.pending():
+        a, b = w.shard_bounds(s)
+        w.write_shard(s, X[a:b], y[a:b], np.array([f"img/{i}.png" for i in range(a, b)]), items=items[a:b])
+    assert w.finalize()
+    return str(url)
+
+
+def _fit(url, **kw):
+    return privlin.fit(url, epsilon=1.0, method="adam1", **{"random_state": 0, **kw})
+
+
+def _events(led):
+    return [e.event for e in led.entries]
+
+
+def test_two_stores_of_one_folder_compose_on_one_budget(tmp_path):
+    pixels, vip = _store(tmp_path / "pixels.zarr", 12), _store(tmp_path / "vip.zarr", 20, seed=1)
+    _fit(pixels)
+    _fit(vip)
+    for url in (pixels, vip):
+        led = PrivacyLedger.for_split(url, "train")
+        assert len(led.entries) == 2  # both stores' fits, whichever store is asked
+        eps, delta = led.spent()
+        assert eps == pytest.approx(_pld(_events(led), delta), rel=1e-6)
+        assert eps > 1.3  # more than one fit's ε=1
+    with pytest.raises(PrivacyBudgetExceeded, match="past the cap"):
+        _fit(pixels, budget=(eps * 1.1, 1e-5))
+
+
+@pytest.mark.parametrize("how", ["copy", "restored tar", "re-extraction"])
+def test_a_copy_a_restored_tar_and_a_reextraction_show_the_full_spend(tmp_path, how):
+    url = _store(tmp_path / "s.zarr", 12)
+    with tarfile.open(tmp_path / "backup.tar", "w") as tar:
+        tar.add(url, arcname="s.zarr")  # a backup before any fit
+    _fit(url)
+    _fit(url, random_state=1)
+    full = PrivacyLedger.for_split(url, "train").spent()
+    if how == "copy":
+        other = str(tmp_path / "copy.zarr")
+        shutil.copytree(url, other)
+    elif how == "restored tar":
+        shutil.rmtree(url)
+        with tarfile.open(tmp_path / "backup.tar") as tar:
+            tar.extractall(tmp_path, filter="data")
+        other = url
+    else:
+        shutil.rmtree(url)
+        other = _store(tmp_path / "again.zarr", 12, seed=5)
+    assert PrivacyLedger.for_split(other, "train").spent() == full
+    with pytest.raises(PrivacyBudgetExceeded):
+        _fit(other, budget=(full[0] + 0.1, 1e-5))
+
+
+def test_the_arrays_route_with_item_ids_charges_the_same_budget(tmp_path):
+    url = _store(tmp_path / "s.zarr", 12)
+    X, y = stores.open(url)["train"].to_numpy()
+    privlin.DPLinearClassifier(epsilon=1.0, method="adam1", classes=range(3), random_state=0,
+                               ledger=PrivacyLedger.for_split(url, "train")).fit(X, y)
+    privlin.DPLinearClassifier(epsilon=1.0, method="adam1", classes=range(3), random_state=0,
+                               ledger=PrivacyLedger.for_items(IMAGES)).fit(X, y)
+    _fit(url)
+    led = PrivacyLedger.for_split(url, "train")
+    assert len(led.entries) == 3
+    assert led.spent()[0] == pytest.approx(_pld(_events(led), led.spent()[1]), rel=1e-6)
+
+
+def test_disjoint_halves_compose_per_item():
+    sigma, delta = 4.0, 1e-5
+    fit = ev.GaussianDpEvent(sigma)
+    first, second = PrivacyLedger.for_items(IMAGES[:N // 2]), PrivacyLedger.for_items(IMAGES[N // 2:])
+    first.charge(fit, mechanism="fit on the first half", epsilon=1, delta=delta)
+    second.charge(fit, mechanism="fit on the second half", epsilon=1, delta=delta)
+    one = _gdp_epsilon(1 / sigma, delta)
+    assert one == pytest.approx(_pld([fit], delta), rel=1e-3)  # the closed form beside dp-accounting
+    whole = PrivacyLedger.for_items(IMAGES)
+    assert whole.spent(delta)[0] == pytest.approx(one, rel=1e-6)  # each item read once: one fit's ε
+    assert len(whole.groups()) == 2 and len(whole.entries) == 2
+    first.charge(fit, mechanism="again", epsilon=1, delta=delta)
+    two = _gdp_epsilon(math.sqrt(2) / sigma, delta)  # μ composes as √(μ₁² + μ₂²)
+    assert whole.spent(delta)[0] == pytest.approx(two, rel=1e-6)
+    assert second.spent(delta)[0] == pytest.approx(one, rel=1e-6)
+
+
+def test_a_superset_is_checked_at_its_worst_item():
+    fit, delta = ev.GaussianDpEvent(4.0), 1e-5
+    tenth = PrivacyLedger.for_items(IMAGES[:N // 10])  # a quick 10% store
+    for _ in range(3):
+        tenth.charge(fit, mechanism="quick fit", epsilon=1, delta=delta)
+    extra = [item_ids.of_bytes(b"an extra image")]
+    superset = PrivacyLedger.for_items(IMAGES + extra, cap=(_pld([fit] * 3, delta) * 1.05, delta))
+    assert superset.spent(delta)[0] == pytest.approx(_pld([fit] * 3, delta), rel=1e-6)
+    with pytest.raises(PrivacyBudgetExceeded):  # the 10% items would pass the cap; the others would not
+        superset.charge(fit, mechanism="fit on train plus extra", epsilon=1, delta=delta)
+    assert len(superset.entries) == 3
+    PrivacyLedger.for_items(IMAGES[N // 10:] + extra).charge(fit, mechanism="the rest", epsilon=1, delta=delta)
+
+
+def test_a_store_ledger_file_is_imported_once(tmp_path):
+    from privlin.ledger.core import StoreAnchor, ledger_path
+
+    url = _store(tmp_path / "s.zarr", 12)
+    old = PrivacyLedger(ledger_path(url, "train"), anchor=StoreAnchor(url, "train"))  # as stores kept it before
+    old.charge(ev.GaussianDpEvent(3.0), mechanism="an old fit", epsilon=1.5, delta=1e-5)
+    old.set_cap(4.0, 1e-5)
+    copy = str(tmp_path / "copy.zarr")
+    shutil.copytree(url, copy)
+    led = PrivacyLedger.for_split(url, "train")
+    assert [e.mechanism for e in led.entries] == ["an old fit"] and led.cap == (4.0, 1e-5)
+    assert [e.mechanism for e in PrivacyLedger.for_split(copy, "train").entries] == ["an old fit"]  # not twice
+    assert len(led.home.records()) == 2
+
+
+def test_a_damaged_home_is_one_line_and_never_a_lower_total(ledger_home):
+    led = PrivacyLedger.for_items(IMAGES)
+    led.charge(ev.GaussianDpEvent(3.0), mechanism="fit", epsilon=1.5, delta=1e-5)
+    path = ledger_home / "ledger.sqlite"
+    with sqlite3.connect(path) as db:  # an edited σ: the chain breaks
+        body = db.execute("SELECT body FROM records").fetchone()[0]
+        edited = body.replace('"noise_multiplier": 3.0', '"noise_multiplier": 30.0')
+        db.execute("UPDATE records SET body = ?", (edited,))
+    with pytest.raises(LedgerDamaged) as e:
+        PrivacyLedger.for_items(IMAGES).spent()
+    assert str(e.value).count("\n") == 0 and str(path) in str(e.value) and "hash chain" in str(e.value)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE records SET body = ?", (body,))
+        db.execute("UPDATE sets SET items = ?", (b"\0" * 16 * N,))  # a damaged item set
+    from privlin.ledger import home
+
+    home._OPEN.clear()  # as another process sees it: no set cached
+    with pytest.raises(LedgerDamaged, match="item set"):
+        PrivacyLedger.for_items(IMAGES[:5]).spent()
+    with open(path, "r+b") as f:
+        f.write(b"garbage" * 20)
+    with pytest.raises(LedgerDamaged) as e:
+        PrivacyLedger.for_items(IMAGES).charge(ev.GaussianDpEvent(3.0), mechanism="fit", epsilon=1.5, delta=1e-5)
+    assert str(e.value).count("\n") == 0 and str(path) in str(e.value)
+
+
+def test_kill_inside_a_charge_leaves_a_consistent_home(ledger_home):
+    """A process charging in a loop is killed (SIGKILL) at random moments; the home always opens, its chain holds,
+    and every entry recorded is whole."""
+    script = textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {ROOT!r})
+        from dp_accounting import dp_event as ev
+        from privlin.ledger import PrivacyLedger
+        led = PrivacyLedger.for_items([f"{{i:032x}}" for i in range(5000)])
+        print("ready", flush=True)
+        i = 0
+        while True:
+            led.charge(ev.GaussianDpEvent(100.0), mechanism=f"c{{i}}", epsilon=0.01, delta=1e-9)
+            i += 1
+    """)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "ready"
+        import time
+
+        time.sleep(rng.uniform(0.2, 1.0))
+        p.kill()
+        p.wait()
+        led = PrivacyLedger.for_items([f"{i:032x}" for i in range(5000)])
+        entries = led.entries
+        assert len({e.id for e in entries}) == len(entries)
+    assert len(entries) > 0
+
+
+def _ledger(home_url, items):
+    return PrivacyLedger.for_items(items, home=home_url)
+
+
+@pytest.fixture(params=["sqlite", "s3"])
+def home_url(request, tmp_path):
+    """Every backend of the ledger home: the local SQLite default and S3 (the moto server of test_s3)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "home")
+    import uuid
+
+    request.getfixturevalue("s3")
+    return f"s3://{BUCKET}/{uuid.uuid4().hex}/home"
+
+
+class TestHomeConformance:
+    """What every ledger home backend must do, run against each."""
+
+    def test_charges_compose_per_item_as_dp_accounting(self, home_url):
+        fit, sweep = ev.GaussianDpEvent(3.0), ev.SelfComposedDpEvent(
+            ev.PoissonSampledDpEvent(0.1, ev.GaussianDpEvent(1.5)), 10)
+        _ledger(home_url, IMAGES).charge(fit, mechanism="fit", epsilon=1, delta=1e-5)
+        _ledger(home_url, IMAGES[:10]).charge(sweep, mechanism="sweep", epsilon=4, delta=1e-5)
+        assert _ledger(home_url, IMAGES).spent(1e-5)[0] == pytest.approx(_pld([fit, sweep], 1e-5), rel=1e-6)
+        assert _ledger(home_url, IMAGES[10:]).spent(1e-5)[0] == pytest.approx(_pld([fit], 1e-5), rel=1e-6)
+
+    def test_a_cap_refuses_and_records_nothing(self, home_url):
+        fit = ev.GaussianDpEvent(3.0)
+        led = _ledger(home_url, IMAGES)
+        led.request_cap((_pld([fit], 1e-5) * 1.2, 1e-5))
+        led.charge(fit, mechanism="fit", epsilon=1, delta=1e-5)
+        with pytest.raises(PrivacyBudgetExceeded, match="Nothing was read"):
+            _ledger(home_url, IMAGES[:3]).charge(fit, mechanism="fit", epsilon=1, delta=1e-5)
+        assert len(_ledger(home_url, IMAGES).entries) == 1
+
+    def test_processes_under_a_cap_admit_exactly_what_fits(self, home_url):
+        fit, k = ev.GaussianDpEvent(8.0), 5
+        cap = (_pld([fit] * k, 1e-5) * 1.001, 1e-5)
+        _ledger(home_url, IMAGES).set_cap(*cap)
+        worker = textwrap.dedent(f"""
+            import sys; sys.path.insert(0, {ROOT!r})
+            from dp_accounting import dp_event as ev
+            from privlin.ledger import PrivacyLedger, PrivacyBudgetExceeded
+            led = PrivacyLedger.for_items({IMAGES!r}, home={home_url!r})
+            ok = 0
+            for i in range(3):
+                try:
+                    led.charge(ev.GaussianDpEvent(8.0), mechanism="w", epsilon=1, delta=1e-5)
+                    ok += 1
+                except PrivacyBudgetExceeded:
+                    pass
+            print(ok)
+        """)
+        procs = [subprocess.Popen([sys.executable, "-c", worker], stdout=subprocess.PIPE, text=True)
+                 for _ in range(4)]
+        admitted = [int(p.communicate(timeout=300)[0].split()[-1]) for p in procs]
+        assert sum(admitted) == k and len(_ledger(home_url, IMAGES).entries) == k
+
+    def test_an_edited_record_is_one_line(self, home_url):
+        _ledger(home_url, IMAGES).charge(ev.GaussianDpEvent(3.0), mechanism="fit", epsilon=1, delta=1e-5)
+        from privlin.ledger import home
+
+        h = home.open_home(home_url)
+        if isinstance(h, home.SqliteHome):
+            with sqlite3.connect(h.where) as db:
+                db.execute("UPDATE records SET body = replace(body, '3.0', '30.0')")
+        else:
+            import json
+
+            doc = json.loads(h.fs.cat_file(h._root + "/log.json"))
+            doc["records"][0]["body"]["event"]["noise_multiplier"] = 30.0
+            h.fs.pipe_file(h._root + "/log.json", json.dumps(doc).encode())
+        with pytest.raises(LedgerDamaged) as e:
+            _ledger(home_url, IMAGES).spent()
+        assert str(e.value).count("\n") == 0 and home_url.split("://")[-1] in str(e.value)
+
+
+def test_a_budget_above_a_stored_cap_is_refused_and_raises_no_cap():
+    fit, delta = ev.GaussianDpEvent(4.0), 1e-5
+    PrivacyLedger.for_items(IMAGES[:10]).set_cap(1.0, delta)
+    with pytest.raises(PrivacyBudgetExceeded, match="above the cap"):
+        PrivacyLedger.for_items(IMAGES, cap=(50.0, delta)).charge(fit, mechanism="fit", epsilon=1, delta=delta)
+    assert PrivacyLedger.for_items(IMAGES[:10]).cap == (1.0, delta)
+    assert PrivacyLedger.for_items(IMAGES[10:]).cap is None  # nothing recorded by the refused charge
+
+
+def test_pixels_and_vip_toy_stores_of_the_digits_share_one_budget(tmp_path):
+    """The real path: featurize writes each row's item (digits: their published index), so the quickstart's two
+    stores of the same images are one budget."""
+    import featurize
+
+    urls = []
+    for backbone in ("pixels", "vip_toy"):
+        urls.append(str(tmp_path / f"{backbone}.zarr"))
+        featurize.extract(backbone, "digits", splits=["train"], out=urls[-1], device="cpu", num_workers=0,
+                          progress=False)
+    for url in urls:
+        _fit(url)
+    leds = [PrivacyLedger.for_split(url, "train") for url in urls]
+    assert leds[0].scope.key == leds[1].scope.key and len(leds[0].scope) == 1437
+    assert len(leds[0].entries) == len(leds[1].entries) == 2
+    assert leds[0].spent() == leds[1].spent()
+    assert leds[0].spent()[0] == pytest.approx(_pld(_events(leds[0]), leds[0].spent()[1]), rel=1e-6)
