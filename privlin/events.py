@@ -11,7 +11,7 @@ from typing import Any, Mapping
 import attr
 from dp_accounting import dp_event as _ev
 
-__all__ = ["event_to_dict", "event_from_dict", "describe", "EVENT_CLASSES"]
+__all__ = ["event_to_dict", "event_from_dict", "describe", "for_rows", "EVENT_CLASSES"]
 
 #: Event classes a record may name.  Anything else is refused, never imported.
 EVENT_CLASSES = {
@@ -99,3 +99,23 @@ def describe(event: _ev.DpEvent) -> str:
     if isinstance(event, _ev.ComposedDpEvent):
         return "[" + ", ".join(describe(e) for e in event.events) + "]"
     return type(event).__name__.replace("DpEvent", "")
+
+
+def for_rows(event: _ev.DpEvent, rows: int) -> _ev.DpEvent:
+    """The event that protects ``rows`` neighbouring rows at once (one image stored in ``rows`` rows), where that is
+    exact: a Gaussian sum whose bound holds per row moves by at most ``rows`` bounds, so its noise multiplier is
+    divided by ``rows``; compositions map over their parts; a no-op or non-private event is unchanged.  Anything else
+    (subsampled, Laplace, ...) is a ValueError: its group guarantee is not computed here."""
+    rows = int(rows)
+    if rows < 1:
+        raise ValueError(f"rows must be >= 1, got {rows}")
+    if rows == 1 or isinstance(event, (_ev.NoOpDpEvent, _ev.NonPrivateDpEvent)):
+        return event
+    if isinstance(event, _ev.GaussianDpEvent):
+        return _ev.GaussianDpEvent(event.noise_multiplier / rows)
+    if isinstance(event, _ev.ComposedDpEvent):
+        return _ev.ComposedDpEvent([for_rows(e, rows) for e in event.events])
+    if isinstance(event, _ev.SelfComposedDpEvent):
+        return _ev.SelfComposedDpEvent(for_rows(event.event, rows), event.count)
+    raise ValueError(f"the guarantee of {type(event).__name__} for an item held in {rows} rows is not computed "
+                     "here; remove the duplicate copies")

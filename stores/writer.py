@@ -135,11 +135,11 @@ def _preflight(store, url, split: str, layout: SplitLayout, root_attrs: dict):
         existing_root = root_doc.get("attributes", {})
         seal.check(existing_root, f"store {location.describe(url)} (zarr.json)")
         existing_root = {k: v for k, v in existing_root.items() if k != seal.SEAL_KEY}
-        diff = [k for k in root_attrs if k in existing_root and existing_root[k] != root_attrs[k]]
+        keys = sorted((k for k in root_attrs if k in existing_root), key=lambda k: (k not in NAMING_ATTRS, k))
+        diff = [d for k in keys for d in _differences(existing_root[k], root_attrs[k], k)]
         if diff:
-            diff.sort(key=lambda k: (k not in NAMING_ATTRS, k))
-            detail = "; ".join(f"{k}: store has {_short(existing_root[k])}, this job {_short(root_attrs[k])}"
-                               for k in diff[:3]) + (f"; {len(diff) - 3} more" if len(diff) > 3 else "")
+            detail = "; ".join(f"{k}: store has {_short(old)}, this job {_short(new)}"
+                               for k, old, new in diff[:3]) + (f"; {len(diff) - 3} more" if len(diff) > 3 else "")
             raise ValueError(f"the store at {location.describe(url)} holds another extraction ({detail}); use another "
                              "--out instead of mixing features (nothing was written)")
     split_doc = read_doc(store, f"{split}/zarr.json")
@@ -168,7 +168,21 @@ def _preflight(store, url, split: str, layout: SplitLayout, root_attrs: dict):
     return existing_root, existing_split
 
 
+_ABSENT = object()
+
+
+def _differences(old, new, key: str) -> list[tuple[str, object, object]]:
+    """Where two attribute values differ, down to the innermost keys (``backbone_config.weights_file``), so a
+    refusal names what differs rather than two truncated documents."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) | set(new), key=str)
+                for d in _differences(old.get(k, _ABSENT), new.get(k, _ABSENT), f"{key}.{k}")]
+    return [] if old == new else [(key, old, new)]
+
+
 def _short(value) -> str:
+    if value is _ABSENT:
+        return "nothing"
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
 

@@ -147,6 +147,39 @@ def test_a_superset_is_checked_at_its_worst_item():
     PrivacyLedger.for_items(IMAGES[N // 10:] + extra).charge(fit, mechanism="the rest", epsilon=1, delta=delta)
 
 
+def test_an_image_in_two_rows_is_charged_as_the_pair_of_rows(tmp_path):
+    """Byte-identical copies of one image are one item in two rows: a per-row Gaussian guarantee protects that
+    image as a group of two rows (μ doubled, the GDP closed form), and the store route charges it so."""
+    sigma, delta = 4.0, 1e-5
+    fit = ev.GaussianDpEvent(sigma)
+    copies = PrivacyLedger.for_items(IMAGES[:10] + [IMAGES[0]])
+    copies.charge(fit, mechanism="fit with a duplicate", epsilon=1, delta=delta)
+    entry = copies.entries[-1]
+    assert entry.params["rows_per_item"] == 2
+    assert entry.epsilon == pytest.approx(_gdp_epsilon(2 / sigma, delta), rel=1e-6)
+    assert copies.spent(delta)[0] == pytest.approx(_gdp_epsilon(2 / sigma, delta), rel=1e-6)
+    assert PrivacyLedger.for_items(IMAGES[:10]).spent(delta)[0] > _gdp_epsilon(1 / sigma, delta) * 1.5
+    # a subsampled mechanism's group guarantee is not computed: refused before anything is written
+    sampled = ev.PoissonSampledDpEvent(0.1, ev.GaussianDpEvent(1.0))
+    with pytest.raises(ValueError, match="held in 2 rows"):
+        copies.charge(sampled, mechanism="DP-SGD", epsilon=1, delta=delta)
+    assert len(copies.entries) == 1
+    # the store route: one image featurized twice under two names
+    items = np.array(IMAGES[:N - 1] + [IMAGES[0]])
+    url = str(tmp_path / "dup.zarr")
+    w = stores.create_split(url, "train", n_rows=N, dim=4, dtype="float32", shard_rows=64, chunk_rows=32,
+                            root_attrs={"dataset": "imagefolder:imgs", "classes": ["a", "b", "c"]})
+    X = np.random.default_rng(0).standard_normal((N, 4)).astype(np.float32)
+    for s in w.pending():
+        a, b = w.shard_bounds(s)
+        w.write_shard(s, X[a:b], np.arange(a, b) % 3, np.array([f"img/{i}.png" for i in range(a, b)]),
+                      items=items[a:b])
+    assert w.finalize()
+    model = _fit(url)
+    charged = PrivacyLedger.for_split(url, "train").entries[-1]
+    assert charged.params.get("rows_per_item") == 2 and charged.epsilon > model.privacy_.epsilon
+
+
 def test_a_store_ledger_file_is_imported_once(tmp_path):
     from privlin.ledger.core import StoreAnchor, ledger_path
 

@@ -329,3 +329,17 @@ def test_fast_crc32c_agrees_with_zarrs():
     data = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8)
     for n in (0, 1, 7, 4096, data.size):
         assert crc32c.crc32c(data[:n].tobytes()) == google_crc32c.value(data[:n].tobytes())
+
+
+def test_another_extraction_names_the_nested_key_that_differs(tmp_path):
+    """Two extractions whose backbone configs differ in one nested key: the refusal names that key, short."""
+    url = str(tmp_path / "s.zarr")
+    config = {"architecture": "vit_small_patch16_224", "pretrained_cfg": {"mean": [0.5] * 3, "std": [0.5] * 3},
+              "weights_file": "model.safetensors", "num_classes": 0, "padding": "x" * 200}
+    stores.create_split(url, "train", n_rows=4, dim=2, dtype="float32", root_attrs={"backbone_config": config})
+    other = {**config, "weights_file": "mine.pth"}
+    with pytest.raises(ValueError) as e:
+        stores.create_split(url, "test", n_rows=4, dim=2, dtype="float32", root_attrs={"backbone_config": other})
+    message = str(e.value)
+    assert 'backbone_config.weights_file: store has "model.safetensors", this job "mine.pth"' in message
+    assert "\n" not in message and len(message) < 300 and "padding" not in message

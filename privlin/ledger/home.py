@@ -65,12 +65,13 @@ class LedgerDamaged(ValueError):
 
 
 class ItemSet:
-    """A set of items: sorted, unique 16-byte values (``S16``), and the sha256 that names it."""
+    """A set of items: sorted, unique 16-byte values (``S16``), the sha256 that names it, and the most rows any one
+    item filled in the array it was made from (``rows_per_item``: byte-identical copies of one image)."""
 
-    __slots__ = ("values", "key")
+    __slots__ = ("values", "key", "rows_per_item")
 
-    def __init__(self, values: np.ndarray, key: str):
-        self.values, self.key = values, key
+    def __init__(self, values: np.ndarray, key: str, rows_per_item: int = 1):
+        self.values, self.key, self.rows_per_item = values, key, int(rows_per_item)
 
     @classmethod
     def of(cls, items) -> "ItemSet":
@@ -95,9 +96,12 @@ class ItemSet:
             raise ValueError("items must be lowercase hex")  # pragma: no cover - check() names the row
         raw = np.ascontiguousarray((nibbles[:, 0::2] << 4) | nibbles[:, 1::2])
         values = np.sort(raw.view(f"S{ITEM_BYTES}").ravel())
+        most = 1
         if values.size > 1:
-            values = values[np.concatenate(([True], values[1:] != values[:-1]))]
-        return cls(values, cls.key_of(values))
+            starts = np.flatnonzero(np.concatenate(([True], values[1:] != values[:-1])))
+            most = int(np.diff(np.append(starts, values.size)).max())
+            values = values[starts]
+        return cls(values, cls.key_of(values), most)
 
     @staticmethod
     def key_of(values: np.ndarray) -> str:

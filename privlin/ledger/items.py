@@ -20,6 +20,7 @@ import numpy as np
 from dp_accounting import dp_event as _ev
 
 from .. import accounting
+from ..events import for_rows
 from ..report import relation_label
 from . import home as _home
 from .core import PrivacyBudgetExceeded, PrivacyLedger, _check_cap, _now
@@ -38,9 +39,9 @@ class Group:
     relation: str | None
 
 
-def _reopen(where, values, label, cap, relation):
-    return ItemLedger(_home.ItemSet(values, _home.ItemSet.key_of(values)), home=where, label=label, cap=cap,
-                      neighbouring=relation)
+def _reopen(where, values, label, cap, relation, rows_per_item=1):
+    return ItemLedger(_home.ItemSet(values, _home.ItemSet.key_of(values), rows_per_item), home=where, label=label,
+                      cap=cap, neighbouring=relation)
 
 
 class ItemLedger(PrivacyLedger):
@@ -166,9 +167,16 @@ class ItemLedger(PrivacyLedger):
         groups = self._state()[1]
         delta = self._delta(groups) if delta is None else float(delta)
         rel = self._relation(groups)
+        event = self._per_item(event)
         return max(self._with(g.entries, event, "probe", delta, rel) for g in _distinct(groups)), delta
 
+    def _per_item(self, event: _ev.DpEvent) -> _ev.DpEvent:
+        """What ``event`` spends on one item: an image stored in several rows is protected as that group of rows
+        (:func:`privlin.events.for_rows`), so a per-row guarantee never understates a duplicated image's spend."""
+        return for_rows(event, self.scope.rows_per_item)
+
     def check(self, event: _ev.DpEvent, *, mechanism: str = "mechanism") -> float:
+        event = self._per_item(event)
         return self._check_groups(self._state()[1], event, mechanism, self._relation(self._state()[1]))
 
     def _check_groups(self, groups, event, mechanism, relation) -> float:
@@ -187,6 +195,9 @@ class ItemLedger(PrivacyLedger):
         """Check every item's cap and record ``event`` on these items, in one write transaction of the home. Call it
         *before* reading the items; see :meth:`PrivacyLedger.charge`."""
         asked = None if neighbouring is None else accounting.relation_name(neighbouring)
+        rows, event = self.scope.rows_per_item, self._per_item(event)  # refused here, before anything is written
+        if rows > 1:
+            params = {**dict(params or {}), "rows_per_item": rows}
         refused = None
         with self.home.transaction() as txn:
             groups = self._groups(txn.records)
@@ -200,6 +211,8 @@ class ItemLedger(PrivacyLedger):
                 for r in txn.records:
                     if r["kind"] == "entry" and r["body"].get("id") == entry_id:
                         return LedgerEntry.from_dict(r["body"])
+            if rows > 1:
+                epsilon = accounting.compose_epsilon([event], float(delta), neighbouring=rel) if delta > 0 else epsilon
             entry = LedgerEntry(mechanism=str(mechanism), event=event, epsilon=float(epsilon), delta=float(delta),
                                 neighbouring=rel, params=jsonable(dict(params or {})),
                                 **({"id": entry_id} if entry_id else {}))
@@ -304,7 +317,7 @@ class ItemLedger(PrivacyLedger):
 
     def __reduce__(self):
         return (_reopen, (self.home.where, self.scope.values, self.label, self._requested_cap,
-                          self._requested_relation))
+                          self._requested_relation, self.scope.rows_per_item))
 
 
 def _distinct(groups: list[Group]) -> list[Group]:
