@@ -57,7 +57,6 @@ import os
 import pickle
 import re
 import tarfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +67,7 @@ from stores.items import of_bytes, of_name
 from .decode import to_rgb
 from .names import EMBEDDED, KNOWN, DatasetError, check_name  # noqa: F401 - EMBEDDED, KNOWN: public here too
 from .restricted_pickle import UnsafePickleError, restricted_load
+from .split import ImageSplit
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 SPLIT_FOLDERS = ("train", "val", "validation", "test")
@@ -103,47 +103,6 @@ class ArrayImages:
 
     def describe(self, i: int) -> str:
         return f"{self.origin} row {i}"
-
-
-@dataclass
-class ImageSplit:
-    """One split of a dataset.
-
-    Attributes
-    ----------
-    dataset, split : str
-    ids : list of str, length N
-        Stable row identifiers.
-    labels : int64 array (N,)
-    classes : list of str or None
-        ``classes[label]`` is the class name; None where the dataset publishes no class list.
-    images : FileImages, ArrayImages, TarImages or HFImages
-        ``read(i)`` decodes row ``i``; those holding encoded files also give them as ``raw(i)`` (bytes), which the
-        job's draft and device decode paths take.
-    attrs : dict
-        Where the data came from (root folder, split rule), recorded in the store.
-    items : list of str or None
-        Each row's item where it is a public name's (built-in datasets); None where the images are encoded files,
-        whose items are the hashes of ``images.raw(i)``, taken by :func:`row_item` where the bytes are read.
-    """
-
-    dataset: str
-    split: str
-    ids: list
-    labels: np.ndarray
-    classes: list
-    images: object
-    attrs: dict = field(default_factory=dict)
-    items: list | None = None
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def read(self, i: int) -> Image.Image:
-        return self.images.read(i)
-
-    def describe(self, i: int) -> str:
-        return f"{self.images.describe(i)} (id {self.ids[i]!r})"
 
 
 def row_item(source: ImageSplit, i: int, data: bytes | None = None) -> str:

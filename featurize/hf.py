@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from .datasets import ImageSplit
+from .split import ImageSplit
 from .decode import to_rgb
 from .names import DatasetError
 

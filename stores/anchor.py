@@ -12,13 +12,10 @@ import zarr
 
 from . import location, seal
 from .errors import CorruptStoreError
-from .reader import quiet
+from .reader import ANCHOR_KEY as KEY, lagging_copies, quiet
 from .writer import consolidate
 
 __all__ = ["has_split", "ledger_anchor", "set_ledger_anchor", "lagging_copies"]
-
-KEY = "privacy_ledger"
-
 
 def has_split(url, split: str) -> bool:
     """Whether the store at ``url`` has a split ``split`` to anchor a ledger in (False where there is no store)."""
@@ -68,14 +65,3 @@ def set_ledger_anchor(url, split: str, record: dict) -> None:
     group.attrs.put(seal.sealed({**attrs, KEY: dict(record)}))
     location.fsync_keys(store, [f"{split}/zarr.json"])
     consolidate(store)
-
-
-def lagging_copies(own: dict, copy: dict) -> bool:
-    """Whether a split's consolidated attributes ``copy`` differ from its own ``own`` only in the ledger anchor, both
-    sealed: the state a crash inside a charge leaves (not damage; the anchor is read from the split's own document)."""
-    try:
-        seal.check(own, ""), seal.check(copy, "")
-    except CorruptStoreError:
-        return False
-    drop = (KEY, seal.SEAL_KEY)
-    return {k: v for k, v in own.items() if k not in drop} == {k: v for k, v in copy.items() if k not in drop}

@@ -154,9 +154,7 @@ def summarize(found: list[StoreError]) -> StoreError:
 
 def _stale_consolidated(root: zarr.Group, url, notes: list[str]) -> list[StoreError]:
     """The consolidated copy in the root ``zarr.json`` must equal each node's own document, except a ledger anchor
-    one charge behind (``stores.anchor.lagging_copies``), which goes to ``notes``."""
-    from .anchor import lagging_copies
-
+    one charge behind (:func:`lagging_copies`), which goes to ``notes``."""
     try:
         own = open_root(root.store, url, consolidated=False)
         own_groups = child_groups(own)
@@ -490,3 +488,18 @@ def is_done(done: zarr.Array, split: str, shard: int) -> bool:
     except ValueError as e:
         raise CorruptStoreError(f"split {split!r}, shard {shard}, done mark ({done_key(shard)}): {e}",
                                 split=split, shard=shard, array="done") from None
+
+
+#: The split attribute where a pre-home privacy ledger anchored its chain (``stores.anchor``).
+ANCHOR_KEY = "privacy_ledger"
+
+
+def lagging_copies(own: dict, copy: dict) -> bool:
+    """Whether a split's consolidated attributes ``copy`` differ from its own ``own`` only in the ledger anchor, both
+    sealed: the state a crash inside a charge leaves (not damage; the anchor is read from the split's own document)."""
+    try:
+        seal.check(own, ""), seal.check(copy, "")
+    except CorruptStoreError:
+        return False
+    drop = (ANCHOR_KEY, seal.SEAL_KEY)
+    return {k: v for k, v in own.items() if k not in drop} == {k: v for k, v in copy.items() if k not in drop}

@@ -29,6 +29,7 @@ __all__ = ["LEDGER_FILENAME", "PrivacyBudgetExceeded", "LedgerDamaged", "LedgerE
            "ledger_path"]
 
 LEDGER_FILENAME = "privacy_ledger.json"
+_SUBMODULES = {"core", "entry", "home", "items", "migrate", "storage"}
 
 
 def __getattr__(name: str):
@@ -36,7 +37,10 @@ def __getattr__(name: str):
     import, and ``python -m privlin.ledger --help`` must not wait for it)."""
     if name.startswith("__"):
         raise AttributeError(name)
+    if name in _SUBMODULES:  # ``from . import storage`` inside core, while core is still loading
+        return importlib.import_module(f".{name}", __name__)
     core = importlib.import_module(".core", __name__)
+    importlib.import_module(".migrate", __name__)  # registers the home's openers in core (they subclass its ledger)
     try:
         return getattr(core, name)
     except AttributeError:

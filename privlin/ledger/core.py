@@ -59,6 +59,19 @@ class _Elsewhere:
         return "<in-memory PrivacyLedger of another process>"
 
 
+#: How ledgers in the home are opened: ``privlin.ledger.items`` and ``.migrate`` register here on import (their
+#: ledgers subclass :class:`PrivacyLedger`, so this module cannot import them); ``privlin.ledger`` loads them.
+OPENERS: dict = {}
+
+
+def _opener(kind: str):
+    try:
+        return OPENERS[kind]
+    except KeyError:
+        raise RuntimeError("the ledger home's openers are not loaded: import PrivacyLedger from privlin.ledger, "
+                           "not privlin.ledger.core") from None
+
+
 def ledger_path(store_url: str, split: str) -> str:
     """Where the ledger of ``split`` of the store at ``store_url`` lives."""
     if not isinstance(split, str) or not split or "/" in split or split in (".", ".."):
@@ -196,17 +209,13 @@ class PrivacyLedger:
         (:class:`privlin.ledger.items.ItemLedger`): every store, copy and backbone of the same images shares it.
         A ledger file the store kept before (``<split>/privacy_ledger.json``) is imported first, once.
         ``anchored`` is accepted for older callers and ignored (the home is outside the store)."""
-        from .migrate import split_ledger
-
-        return split_ledger(store_url, split, home=home, **kwargs)
+        return _opener("split")(store_url, split, home=home, **kwargs)
 
     @classmethod
     def for_items(cls, items, *, label: str | None = None, home=None, **kwargs) -> "PrivacyLedger":
         """The ledger of ``items`` (``stores.items`` ids, one per row a mechanism reads) in the ledger home: what
         arrays with item ids charge (``Split.items`` gives a store's)."""
-        from .items import ItemLedger
-
-        return ItemLedger(items, label=label, home=home, **kwargs)
+        return _opener("items")(items, label=label, home=home, **kwargs)
 
     @classmethod
     def load(cls, path, **kwargs) -> "PrivacyLedger":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from .core import LedgerDamaged, PrivacyLedger, StoreAnchor, ledger_path
+from .core import OPENERS, LedgerDamaged, PrivacyLedger, StoreAnchor, ledger_path
 from .items import ItemLedger, label_of
 
 __all__ = ["split_ledger", "import_store_ledger"]
@@ -46,3 +46,6 @@ def import_store_ledger(url: str, split: str, led: ItemLedger) -> int:
         why = " ".join(str(e).split())
         raise LedgerDamaged(f"the store's ledger {path} cannot be imported into the ledger home: {why}") from None
     return led.import_entries(doc.entries, doc.caps, path)
+
+
+OPENERS.update(split=split_ledger, items=ItemLedger)
