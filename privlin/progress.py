@@ -3,7 +3,8 @@
 ``privlin.fit`` and ``privlin.sweep`` show progress by default (``progress=False`` quiets them; the estimator's
 ``verbose`` is the same switch and stays off by default, as scikit-learn's are); nothing is shown for work done
 within :func:`after` seconds.  Stages without a bar of their own (compiling and fitting in memory, evaluating)
-are one line each through the command-line convention's :func:`cliconv.status`; passes over a store and
+are one line each through the command-line convention's :func:`cliconv.status`; the in-memory fits are one line
+with the settings done, an estimate of the time left and what runs now (:class:`Fits`); passes over a store and
 training steps are tqdm bars that appear once they have run as long.  Lines name stages, counts and times, never
 data values.
 
@@ -13,14 +14,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
+import threading
+import time
 import warnings
 
-__all__ = ["AFTER_ENV", "after", "stage", "bar", "in_memory"]
+__all__ = ["AFTER_ENV", "LOG_EVERY", "after", "stage", "bar", "Fits"]
 
 #: Environment variable: seconds a stage runs before it is shown.
 AFTER_ENV = "PRIVLIN_PROGRESS_AFTER"
 _AFTER = 2.0  # cliconv.status's own default: the same "few seconds" as every command line
-_programs: set = set()  # the in-memory fit programs this process has run (compiled or loaded from the cache)
 
 
 def after() -> float:
@@ -52,11 +55,102 @@ def bar(iterable, desc: str | None, enabled: bool, **kwargs):
                 delay=after(), **kwargs)
 
 
-def in_memory(program, settings, total: int, rows: int) -> str:
-    """The line of one vmapped group of the in-memory path: whether it compiles (the first time this process runs
-    ``program``, the hashable form it is compiled for; loaded from the persistent cache where it is warm), which
-    of the ``total`` settings it runs (indices ``settings``), on how many rows."""
-    first = program not in _programs
-    _programs.add(program)
-    which = f"settings {settings[0] + 1}-{settings[-1] + 1} of {total}" if total > 1 else "the fit"
-    return f"{'compiling (first fit of this form only) and running' if first else 'running'} {which} on {rows} rows"
+class Fits:
+    """The one line of a run's in-memory fits: settings done of the total (a fraction), an estimate of the time
+    left, and what runs now — ``compiling`` only while XLA compiles a program, ``loading`` while a stored one is
+    read, ``tracing`` while JAX traces one, ``running`` else.
+
+    The runner calls :meth:`phase` and :meth:`done` as each program (a group or a chunk of a group's settings) is
+    prepared and run; the estimate is the measured run time per setting times the settings left (compiles are not
+    counted: their time cannot be told in advance).  Shown once the fits have run :func:`after` seconds; on a
+    terminal the line is redrawn every second (its clock moves), in a log a line is printed at each change and at
+    least every :data:`LOG_EVERY` seconds.  Lines name counts, stages and times, never data values."""
+
+    def __init__(self, total: int, rows: int, enabled: bool):
+        self.total, self.rows, self.enabled = total, rows, enabled
+        self.finished, self.run_s, self.now = 0, 0.0, "preparing"
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._changed = threading.Event()
+        self._thread = None
+        self._t0 = self._since = time.perf_counter()
+        self._last = None  # the last line printed (logs)
+
+    def __enter__(self):
+        if self.enabled:
+            self._thread = threading.Thread(target=self._watch, name="privlin-progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            if self._last is not None:  # shown: the closing line, with the total time
+                self._print(f"{self._head()}: {time.perf_counter() - self._t0:.1f} s", final=True)
+
+    def phase(self, what: str) -> None:
+        """What runs now (``compiling``, ``loading``, ``tracing``, ``running``)."""
+        with self._lock:
+            self.now, self._since = what, time.perf_counter()
+        self._changed.set()
+
+    def done(self, settings: int, run_seconds: float) -> None:
+        """``settings`` more finished; their program ran ``run_seconds`` (its compile excluded)."""
+        with self._lock:
+            self.finished += settings
+            self.run_s += run_seconds
+        self._changed.set()
+
+    def _head(self) -> str:
+        what = "the fit" if self.total == 1 else f"{self.total} settings"
+        return f"privlin: {what} on {self.rows} rows"
+
+    def line(self) -> str:
+        """The line as it reads now."""
+        with self._lock:
+            done, run_s, now, since = self.finished, self.run_s, self.now, self._since
+        left = "estimate after the first settings run"
+        if done:
+            left = f"~{_duration(run_s / done * (self.total - done))} left"
+        now = "compiling (first fit of this form only)" if now == "compiling" else now
+        return (f"{self._head()}: {done}/{self.total} done ({100 * done // self.total}%), {left}; {now} "
+                f"{time.perf_counter() - since:.0f} s")
+
+    def _watch(self):
+        if self._stop.wait(after()):
+            return
+        live = sys.stderr.isatty()
+        printed, pending = time.perf_counter(), False
+        self._print(self.line())
+        while not self._stop.is_set():
+            pending = self._changed.wait(1.0) or pending
+            self._changed.clear()
+            if self._stop.is_set():
+                return
+            quiet = time.perf_counter() - printed
+            if live or (pending and quiet >= min(after(), 2.0)) or quiet >= LOG_EVERY:
+                self._print(self.line())
+                printed, pending = time.perf_counter(), False
+
+    def _print(self, text: str, final: bool = False):
+        if sys.stderr.isatty():
+            pad = max(0, len(self._last or "") - len(text))
+            sys.stderr.write("\r" + text + " " * pad + ("\n" if final else ""))
+        else:
+            sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+        self._last = text
+
+
+#: Seconds between a log's lines of :class:`Fits` when nothing changed (on a terminal the line moves each second).
+LOG_EVERY = 10.0
+
+
+def _duration(seconds: float) -> str:
+    """``12 s``, ``3 min``, ``1.5 h``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
