@@ -74,7 +74,7 @@ class Fits:
         self._changed = threading.Event()
         self._thread = None
         self._t0 = self._since = time.perf_counter()
-        self._last = None  # the last line printed (logs)
+        self._last = self._bar = None  # the last line shown; the terminal's line
 
     def __enter__(self):
         if self.enabled:
@@ -134,12 +134,18 @@ class Fits:
                 printed, pending = time.perf_counter(), False
 
     def _print(self, text: str, final: bool = False):
-        if sys.stderr.isatty():
-            pad = max(0, len(self._last or "") - len(text))
-            sys.stderr.write("\r" + text + " " * pad + ("\n" if final else ""))
+        """A log's line; on a terminal a tqdm line redrawn in place (tqdm nests it with the caller's own lines and
+        bars), closed before the final line."""
+        if sys.stderr.isatty() and self._bar is None and not final:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=None, desc=text, bar_format="{desc}", file=sys.stderr, leave=False)
+        elif self._bar is not None and not final:
+            self._bar.set_description_str(text)
         else:
-            sys.stderr.write(text + "\n")
-        sys.stderr.flush()
+            if self._bar is not None:
+                self._bar.close()
+            print(text, file=sys.stderr, flush=True)
         self._last = text
 
 
