@@ -61,14 +61,15 @@ class Fits:
     read, ``tracing`` while JAX traces one, ``running`` else.
 
     The runner calls :meth:`phase` and :meth:`done` as each program (a group or a chunk of a group's settings) is
-    prepared and run; the estimate is the measured run time per setting times the settings left (compiles are not
-    counted: their time cannot be told in advance).  Shown once the fits have run :func:`after` seconds; on a
+    prepared and run; the estimate is the measured run time per unit of estimated work (the runner's
+    :func:`~privlin.runner.setting_work`) times the work left (compiles are not counted: their time cannot be told
+    in advance).  Shown once the fits have run :func:`after` seconds; on a
     terminal the line is redrawn every second (its clock moves), in a log a line is printed at each change and at
     least every :data:`LOG_EVERY` seconds.  Lines name counts, stages and times, never data values."""
 
-    def __init__(self, total: int, rows: int, enabled: bool):
-        self.total, self.rows, self.enabled = total, rows, enabled
-        self.finished, self.run_s, self.now = 0, 0.0, "preparing"
+    def __init__(self, total: int, rows: int, enabled: bool, work: float = 0.0):
+        self.total, self.rows, self.enabled, self.work = total, rows, enabled, work
+        self.finished, self.run_s, self.worked, self.now = 0, 0.0, 0.0, "preparing"
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._changed = threading.Event()
@@ -95,11 +96,14 @@ class Fits:
             self.now, self._since = what, time.perf_counter()
         self._changed.set()
 
-    def done(self, settings: int, run_seconds: float) -> None:
-        """``settings`` more finished; their program ran ``run_seconds`` (its compile excluded)."""
+    def done(self, settings: int, run_seconds: float, work: float = 0.0) -> None:
+        """``settings`` more finished; their program ran ``run_seconds`` (its compile excluded) for ``work`` of the
+        total estimated work (the estimate: seconds per unit of work so far times the work left; without work
+        estimates, per setting)."""
         with self._lock:
             self.finished += settings
             self.run_s += run_seconds
+            self.worked += work
         self._changed.set()
 
     def _head(self) -> str:
@@ -109,10 +113,11 @@ class Fits:
     def line(self) -> str:
         """The line as it reads now."""
         with self._lock:
-            done, run_s, now, since = self.finished, self.run_s, self.now, self._since
+            done, run_s, worked, now, since = self.finished, self.run_s, self.worked, self.now, self._since
         left = "estimate after the first settings run"
         if done:
-            left = f"~{_duration(run_s / done * (self.total - done))} left"
+            rest = run_s / worked * (self.work - worked) if worked and self.work else run_s / done * (self.total - done)
+            left = f"~{_duration(rest)} left"
         now = "compiling (first fit of this form only)" if now == "compiling" else now
         return (f"{self._head()}: {done}/{self.total} done ({100 * done // self.total}%), {left}; {now} "
                 f"{time.perf_counter() - since:.0f} s")
