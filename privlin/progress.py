@@ -2,9 +2,9 @@
 
 ``privlin.fit`` and ``privlin.sweep`` show progress by default (``progress=False`` quiets them; the estimator's
 ``verbose`` is the same switch and stays off by default, as scikit-learn's are); nothing is shown for work done
-within :func:`after` seconds.  Stages without a bar of their own (compiling and fitting in memory, evaluating)
-are one line each through the command-line convention's :func:`cliconv.status`; the in-memory fits are one line
-with the settings done, an estimate of the time left and what runs now (:class:`Fits`); passes over a store and
+within :func:`after` seconds.  Stages without a bar of their own (reading rows into memory, evaluating) are one
+line each through the command-line convention's :func:`cliconv.status`; the in-memory fits are one line with the
+settings done, an estimate of the time left and what runs now (:class:`Fits`); passes over a store and
 training steps are tqdm bars that appear once they have run as long.  Lines name stages, counts and times, never
 data values.
 
