@@ -321,8 +321,9 @@ def run(plans: Sequence[Plan], source: Source, keys: Sequence, classes: np.ndarr
     block_rows : int
         Rows per block when streaming (fewer where a block would exceed :data:`BLOCK_BYTES`).
     memory_limit : int
-        Bytes of float32 rows (per plan group, counting the mapped copies of a vmapped group of sgd/minibatch plans);
-        above it the rows are streamed.
+        Bytes of rows held in memory (:func:`in_memory_bytes`); above it the rows are streamed.  Beside them, a call
+        of the in-memory program runs as many settings as the rest allows (:func:`setting_bytes`: mapped rows of
+        centered sgd/minibatch plans, the d x d matrices of whitening and curvature), at least one.
     verbose : bool
         Show each stage that runs more than a few seconds (:mod:`privlin.progress`).
     """
