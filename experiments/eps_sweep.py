@@ -109,14 +109,14 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     _check_store(args.store)
     progress = not args.no_progress
-    with cli.status("loading privlin (JAX)", enabled=progress):
+    with cli.status(f"opening {args.store}", enabled=progress):  # zarr, not JAX: a wrong split is told at once
         import stores
-        from privlin.selection import select_private
-        from privlin.sweep import sweep
 
-    with cli.status(f"opening {args.store}", enabled=progress):
         st = stores.open(args.store)
         _check_splits(st, args)
+    with cli.status("loading privlin (JAX)", enabled=progress):
+        from privlin.selection import select_private
+        from privlin.sweep import sweep
     todo = settings(args)
     earlier_entries(args.store, args.split)
     n_fits = len(todo) * args.draws
