@@ -72,10 +72,11 @@ class Fits:
         self.finished, self.run_s, self.worked, self.now = 0, 0.0, 0.0, "preparing"
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._changed = threading.Event()
         self._thread = None
         self._t0 = self._since = time.perf_counter()
         self._last = self._bar = None  # the last line shown; the terminal's line
+        self._print_lock = threading.Lock()
+        self._printed, self._pending = 0.0, False
 
     def __enter__(self):
         if self.enabled:
@@ -87,6 +88,7 @@ class Fits:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        with self._print_lock:
             if self._last is not None:  # shown: the closing line, with the total time
                 self._print(f"{self._head()}: {time.perf_counter() - self._t0:.1f} s", final=True)
 
@@ -94,7 +96,7 @@ class Fits:
         """What runs now (``compiling``, ``loading``, ``tracing``, ``running``)."""
         with self._lock:
             self.now, self._since = what, time.perf_counter()
-        self._changed.set()
+        self._show(changed=True)
 
     def done(self, settings: int, run_seconds: float, work: float = 0.0) -> None:
         """``settings`` more finished; their program ran ``run_seconds`` (its compile excluded) for ``work`` of the
@@ -104,7 +106,7 @@ class Fits:
             self.finished += settings
             self.run_s += run_seconds
             self.worked += work
-        self._changed.set()
+        self._show(changed=True)
 
     def _head(self) -> str:
         what = "the fit" if self.total == 1 else f"{self.total} settings"
@@ -123,20 +125,27 @@ class Fits:
                 f"{time.perf_counter() - since:.0f} s")
 
     def _watch(self):
+        """Show the line once the fits have run :func:`after` seconds, then keep it moving (each second)."""
         if self._stop.wait(after()):
             return
-        live = sys.stderr.isatty()
-        printed, pending = time.perf_counter(), False
-        self._print(self.line())
-        while not self._stop.is_set():
-            pending = self._changed.wait(1.0) or pending
-            self._changed.clear()
-            if self._stop.is_set():
+        self._show(changed=True, first=True)
+        while not self._stop.wait(1.0):
+            self._show(changed=False)
+
+    def _show(self, changed: bool, first: bool = False) -> None:
+        """Print the line where it is due: once shown, on a terminal at each change and each second; in a log at a
+        change (at most one per ``min(after(), 2)`` seconds, a later one catches up) and every :data:`LOG_EVERY`
+        seconds."""
+        with self._print_lock:
+            if self._stop.is_set() or (self._last is None and not first):
+                self._pending = self._pending or changed
                 return
-            quiet = time.perf_counter() - printed
-            if live or (pending and quiet >= min(after(), 2.0)) or quiet >= LOG_EVERY:
+            self._pending = self._pending or changed
+            quiet = time.perf_counter() - self._printed
+            if (first or sys.stderr.isatty() or (self._pending and quiet >= min(after(), 2.0))
+                    or quiet >= LOG_EVERY):
                 self._print(self.line())
-                printed, pending = time.perf_counter(), False
+                self._printed, self._pending = time.perf_counter(), False
 
     def _print(self, text: str, final: bool = False):
         """A log's line; on a terminal a tqdm line redrawn in place (tqdm nests it with the caller's own lines and
