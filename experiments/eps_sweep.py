@@ -86,6 +86,14 @@ def line_label(record: dict, args) -> str:
     return label
 
 
+def _check_store(path: str) -> None:
+    """A local store path that names no folder is reported before JAX loads (a typo costs no seconds); a URL is
+    checked when it is opened."""
+    local = path[len("file://"):] if path.startswith("file://") else path
+    if "://" not in local and not os.path.isdir(local):
+        raise cli.UserError(f"no feature store at {path!r}")
+
+
 def _check_splits(st, args) -> None:
     """Every split named exists and the validation split is not the training split: before anything is charged."""
     named = {"--split": args.split, "--eval-split": args.eval_split, "--val-split": args.val_split}
@@ -99,20 +107,20 @@ def _check_splits(st, args) -> None:
 @entry_point(PROG)
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    _check_store(args.store)
     progress = not args.no_progress
-    with cli.status("loading privlin (JAX)", enabled=progress):
+    with cli.status(f"opening {args.store}", enabled=progress):  # zarr, not JAX: a wrong split is told at once
         import stores
-        from privlin.selection import select_private
-        from privlin.sweep import sweep
 
-    with cli.status(f"opening {args.store}", enabled=progress):
         st = stores.open(args.store)
         _check_splits(st, args)
+    with cli.status("loading privlin (JAX)", enabled=progress):
+        from privlin.selection import select_private
+        from privlin.sweep import sweep
     todo = settings(args)
     earlier_entries(args.store, args.split)
     n_fits = len(todo) * args.draws
-    with cli.status(f"sweeping {n_fits} private fits on [{args.split}] (the first fit of a shape compiles)",
-                    enabled=progress):
+    with cli.status(f"sweeping {n_fits} private fits on [{args.split}]", enabled=progress):
         res = sweep(st, settings=todo * args.draws, split=args.split, eval_split=args.eval_split,
                     random_state=args.seed, progress=progress)
     print(format_table(summarize(res.records, args), res.total_epsilon, res.total_delta, len(todo), args.draws))

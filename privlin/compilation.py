@@ -178,7 +178,7 @@ def program_key(traced, options: dict) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
-def call(fn, static_args: tuple, *args, **static_kwargs):
+def call(fn, static_args: tuple, *args, on_phase=None, **static_kwargs):
     """``fn(*static_args, *args, **static_kwargs)`` through its compiled program, stored once per form.
 
     Parameters
@@ -187,6 +187,9 @@ def call(fn, static_args: tuple, *args, **static_kwargs):
         Whose static arguments are the leading positional ones (``static_args``) and every keyword argument.
     args
         Its traced arguments (arrays, scalars, pytrees of them).
+    on_phase : callable, optional
+        Told what happens as it happens: ``"loading"`` (a stored program is read), ``"tracing"``, ``"compiling"``
+        (only while XLA compiles), ``"running"`` — what :class:`privlin.progress.Fits` shows.
 
     The program is this process's (a later call of the same form: nothing traced), else the stored one of
     :func:`programs_dir` (loaded: not lowered, not compiled; found through the form's alias, or, after an edit of
@@ -200,6 +203,7 @@ def call(fn, static_args: tuple, *args, **static_kwargs):
     if not _listening:
         jax.monitoring.register_event_listener(_listen)
         _listening = True
+    on_phase = on_phase or _no_phase
     options = compile_options(args)
     leaves, tree = jax.tree.flatten(args)
     form = (fn, static_args, tuple(sorted(static_kwargs.items())), str(tree), tuple(str(jax.typeof(a)) for a in leaves),
@@ -207,8 +211,9 @@ def call(fn, static_args: tuple, *args, **static_kwargs):
     with _programs_lock:
         program, loaded, path = _programs.get(form), False, None
         if program is None:
-            program, loaded, path = _obtain(fn, static_args, args, static_kwargs, options, form)
+            program, loaded, path = _obtain(fn, static_args, args, static_kwargs, options, form, on_phase)
             _programs[form] = program
+    on_phase("running")
     out = program(*args)
     if loaded:  # a stored program that loads but cannot run (e.g. a kernel it calls is missing) is rebuilt
         try:
@@ -216,12 +221,19 @@ def call(fn, static_args: tuple, *args, **static_kwargs):
         except jax.errors.JaxRuntimeError:
             STATS["rebuilt"] += 1
             with _programs_lock:
-                program = _programs[form] = _build(fn.trace(*static_args, *args, **static_kwargs), options, path)
+                on_phase("tracing")
+                traced = fn.trace(*static_args, *args, **static_kwargs)
+                program = _programs[form] = _build(traced, options, path, on_phase)
+            on_phase("running")
             out = program(*args)
     return out
 
 
-def _obtain(fn, static_args, args, static_kwargs, options, form):
+def _no_phase(what: str) -> None:
+    """:func:`call`'s ``on_phase`` when none is given."""
+
+
+def _obtain(fn, static_args, args, static_kwargs, options, form, on_phase):
     """(program, loaded from ``programs/``?, its path or None) for a form this process has not run yet.
 
     The form's alias (named by the form and privlin's source: :func:`_form_name`) gives the program's name without
@@ -229,20 +241,25 @@ def _obtain(fn, static_args, args, static_kwargs, options, form):
     program unchanged finds it again), loaded, or built and stored; the alias is then written."""
     where = programs_dir()
     if where is None:
-        return _build(fn.trace(*static_args, *args, **static_kwargs), options, None), False, None
+        on_phase("tracing")
+        return _build(fn.trace(*static_args, *args, **static_kwargs), options, None, on_phase), False, None
     alias = where / f"form-{_form_name(fn, form)}"
     named, path = _read_alias(alias), None
     if named is not None:
         path = where / named
+        on_phase("loading")
         program = _load(path)
         if program is not None:
             return program, True, path
+    on_phase("tracing")
     traced = fn.trace(*static_args, *args, **static_kwargs)
     damaged, path = path, where / program_key(traced, options)
-    program = _load(path) if path != damaged else None  # a damaged file was counted once
+    if path != damaged and path.exists():  # a damaged file was counted once
+        on_phase("loading")
+    program = _load(path) if path != damaged else None
     loaded = program is not None
     if program is None:
-        program = _build(traced, options, path)
+        program = _build(traced, options, path, on_phase)
     _write(alias, _ALIAS + path.name.encode())
     return program, loaded, path
 
@@ -286,7 +303,7 @@ def _read_alias(path: Path) -> str | None:
     return name.decode()
 
 
-def _build(traced, options, path):
+def _build(traced, options, path, on_phase=_no_phase):
     """Lower and compile a traced program; store it at ``path`` (None: not stored).
 
     Only an executable compiled here can be stored: XLA's CPU client serializes one that JAX's persistent cache
@@ -298,6 +315,7 @@ def _build(traced, options, path):
     import jax
 
     lowered = traced.lower()
+    on_phase("compiling")
     _watch.misses = 0
     _watch.on = True
     try:

@@ -31,6 +31,7 @@ import dataclasses
 import functools
 import queue
 import threading
+import time
 from typing import Iterator, NamedTuple, Optional, Sequence
 
 import jax
@@ -320,8 +321,9 @@ def run(plans: Sequence[Plan], source: Source, keys: Sequence, classes: np.ndarr
     block_rows : int
         Rows per block when streaming (fewer where a block would exceed :data:`BLOCK_BYTES`).
     memory_limit : int
-        Bytes of float32 rows (per plan group, counting the mapped copies of a vmapped group of sgd/minibatch plans);
-        above it the rows are streamed.
+        Bytes of rows held in memory (:func:`in_memory_bytes`); above it the rows are streamed.  Beside them, a call
+        of the in-memory program runs as many settings as the rest allows (:func:`setting_bytes`: mapped rows of
+        centered sgd/minibatch plans, the d x d matrices of whitening and curvature), at least one.
     verbose : bool
         Show each stage that runs more than a few seconds (:mod:`privlin.progress`).
     """
@@ -349,20 +351,7 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
         with progress.stage(f"reading {source.n} rows into memory", verbose):
             X, labels, mask = rows.load()
         spare = max(0, memory_limit - in_memory_bytes(source, len(classes)))
-        for idx in groups.values():
-            static = plans[max(idx, key=lambda i: plans[i].center_stages)].static()  # the most centering stages
-            # a centered sgd/minibatch plan holds its mapped rows (Driver.mapped); adam1 maps them chunk by chunk
-            per_plan = X.size * 4 if static.centered and static.method != "adam1" else 0
-            chunk = max(1, int(spare // per_plan)) if per_plan else len(idx)
-            for a in range(0, len(idx), chunk):
-                sel = idx[a:a + chunk]
-                program = (static, X.shape, str(X.dtype), len(sel), len(classes))  # what _train_many compiles for
-                with progress.stage(progress.in_memory(program, sel, len(plans), X.shape[0]), verbose):
-                    got = jax.block_until_ready(compilation.call(  # the stored program (privlin.compilation)
-                        _train_many, (static,), X, labels, mask, float(source.n), jnp.stack([keys[i] for i in sel]),
-                        *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in _dynamic(plans)), k=len(classes)))
-                for j, i in enumerate(sel):
-                    out[i] = Released(*(None if v is None else jax.tree.map(lambda a: a[j], v) for v in got))
+        _in_memory(plans, keys, groups, (X, labels, mask), float(source.n), len(classes), spare, verbose, out)
     rest = [i for i in range(len(plans)) if out[i] is None]
     for i, released in zip(rest, _stream(rows, [plans[i] for i in rest], [keys[i] for i in rest])):
         out[i] = released
@@ -370,6 +359,77 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
         if not bool(jnp.isfinite(r.W).all() & jnp.isfinite(r.b).all()):  # on the device: no copy of W to the host
             raise RuntimeError("privlin produced non-finite weights (an internal error): nothing is released")
     return out
+
+
+#: Estimated floating-point operations one call of the in-memory program may take (a few seconds on a 2-core
+#: CPU): a group whose settings take more is run in several calls (:func:`setting_work`), so the progress line
+#: moves between them and a call holds the (d, d) matrices of whitening and curvature of fewer settings at once.
+CALL_WORK = 2e10
+
+
+def max_settings(static: Static, m: int, d: int, k: int, spare: float) -> int:
+    """How many settings of one form a call of :func:`_train_many` may run in the ``spare`` bytes ``memory_limit``
+    leaves beside the rows (:func:`setting_bytes`; at least one).  The runner also keeps a call's estimated work
+    under :data:`CALL_WORK` (:func:`setting_work`).  Running a group in more calls changes no setting's privacy:
+    the rows are shared, each setting is its own slice of the vmapped program (its float32 arithmetic after the
+    exact sums may round differently with the batch's size)."""
+    held = setting_bytes(static, m, d, k)
+    return max(1, int(spare // held) if held else 1 << 30)
+
+
+def setting_work(static: Static, m: int, d: int, k: int) -> float:
+    """Estimated floating-point operations of one setting on ``m`` rows of dimension ``d``: ``2·m·d`` per release's
+    pass, adam1's class sums ``2·m·d·min(k, 32)``, a step's gradient ``4·m·d·k``, and for each (d, d) release
+    (whitening, curvature) its exact second-moment sum ``2·m·d²`` and its eigendecomposition ``~10·d³``."""
+    d_model = d + 1
+    steps = 2.0 * m * d_model * min(max(k, 2), 32) if static.method == "adam1" else 4.0 * m * d_model * k * static.steps
+    square = sum(1 for r, _ in static.chain if r.name in ("whiten", "curvature"))
+    return 2.0 * m * d_model * len(static.chain) + steps + square * (2.0 * m * d_model**2 + 10.0 * d_model**3)
+
+
+def setting_bytes(static: Static, m: int, d: int, k: int) -> float:
+    """Bytes one setting adds while its call runs, beside the shared rows: its mapped float32 rows where a
+    centered ``sgd``/``minibatch`` plan holds them (:meth:`_InMemory.mapped`; adam1 maps them chunk by chunk),
+    and six float64 (d, d) matrices per (d, d) release (the sum, its noisy copy, the eigenvectors, the map)."""
+    rows = 4.0 * m * d if static.centered and static.method != "adam1" else 0.0
+    square = sum(1 for r, _ in static.chain if r.name in ("whiten", "curvature"))
+    return rows + square * 6 * 8.0 * (d + 1) ** 2
+
+
+def _calls(idx: list, per_call: int):
+    """``idx`` cut into calls of equal length (one compiled shape): the last one repeats its last setting."""
+    calls = -(-len(idx) // per_call)
+    size = -(-len(idx) // calls)
+    for a in range(0, len(idx), size):
+        sel = idx[a:a + size]
+        yield sel + [sel[-1]] * (size - len(sel))
+
+
+def _in_memory(plans, keys, groups: dict, rows: tuple, n: float, k: int, spare: float, verbose: bool, out: list):
+    """Run each group of plans of one form (``groups``: form → plan indices) on the loaded ``rows`` through its
+    stored program, in calls cut to :data:`CALL_WORK` and ``spare`` bytes; results into ``out``; one progress line
+    (:class:`privlin.progress.Fits`)."""
+    X, labels, mask = rows
+    statics = {form: plans[max(idx, key=lambda i: plans[i].center_stages)].static()  # the most centering stages
+               for form, idx in groups.items()}
+    work = {form: setting_work(statics[form], *X.shape, k) for form in groups}
+    began: dict = {}
+    with progress.Fits(sum(map(len, groups.values())), X.shape[0], verbose,
+                       sum(work[form] * len(idx) for form, idx in groups.items())) as line:
+        def phase(what):  # what progress shows, and when the program began to run (its compile excluded)
+            line.phase(what)
+            began[what] = time.perf_counter()
+
+        for form, idx in groups.items():
+            per_call = min(max(1, int(CALL_WORK // work[form])), max_settings(statics[form], *X.shape, k, spare))
+            for sel in _calls(idx, per_call):
+                got = jax.block_until_ready(compilation.call(  # the stored program (privlin.compilation)
+                    _train_many, (statics[form],), X, labels, mask, n, jnp.stack([keys[i] for i in sel]),
+                    *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in _dynamic(plans)), k=k, on_phase=phase))
+                new = list(dict.fromkeys(sel))  # the last call repeats its last setting to keep one shape
+                line.done(len(new), time.perf_counter() - began["running"], work[form] * len(new))
+                for j, i in enumerate(new):
+                    out[i] = Released(*(None if v is None else jax.tree.map(lambda a: a[j], v) for v in got))
 
 
 def in_memory_bytes(source: Source, k: int) -> int:

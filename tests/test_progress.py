@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 import privlin
-from privlin import progress
+from privlin import compilation, progress, runner
 from privlin.sweep import sweep
 
 
@@ -27,9 +27,10 @@ def test_fit_shows_its_stage_by_default_and_nothing_with_progress_false(blobs, s
     X, y = blobs(200, d=4, k=2, seed=3)
     _fit(X, y)
     err = capsys.readouterr().err
-    for stage in ("reading 200 rows into memory", "the fit on 256 rows"):  # 200 rows padded to their bucket
-        assert err.count(stage) == 2  # the line when shown, and the one with its time at the end
-    assert err.count("privlin: ") == 4
+    assert err.count("reading 200 rows into memory") == 2  # the line when shown, and the one with its time at the end
+    lines = err.splitlines()
+    assert all(line.startswith("privlin: the fit on 256 rows") for line in lines[2:])  # 200 rows padded to a bucket
+    assert " 0/1 done (0%)" in lines[2] and lines[-1].endswith(" s") and "done" not in lines[-1]
     _fit(X, y, progress=False)
     assert capsys.readouterr().err == ""
     _fit(X, y, verbose=False)  # the estimator's name for the same switch
@@ -52,12 +53,39 @@ def test_streamed_sweep_shows_passes_and_evaluation_and_nothing_with_progress_fa
     assert [r["accuracy"] for r in quiet.records] == [r["accuracy"] for r in res.records]  # same fits, seeded
 
 
-def test_the_stage_line_says_compiling_the_first_time_only():
-    program = ("test_progress", object())
-    first = progress.in_memory(program, [0, 1, 2], 10, 512)
-    assert first == "compiling (first fit of this form only) and running settings 1-3 of 10 on 512 rows"
-    assert progress.in_memory(program, [3], 10, 512) == "running settings 4-4 of 10 on 512 rows"
-    assert progress.in_memory(("test_progress", object()), [0], 1, 256).endswith("running the fit on 256 rows")
+def _fits_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if " rows: " in line and " done (" in line]
+
+
+def test_the_fits_line_advances_with_a_fraction_and_an_estimate(blobs, shown_at_once, monkeypatch, capsys):
+    monkeypatch.setattr(runner, "CALL_WORK", 1.0)  # every setting its own call: the line moves between them
+    X, y = blobs(200, d=6, k=3, seed=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sweep((X, y), epsilon=[1.0, 2.0, 4.0], method="sgd", steps=5, classes=[0, 1, 2], random_state=0)
+    lines = _fits_lines(capsys.readouterr().err)
+    done = [int(line.split(" rows: ", 1)[1].split("/")[0]) for line in lines]
+    assert done == sorted(done) and {0, 1, 2, 3} <= set(done), lines  # the fraction advances, never back
+    assert all(line.startswith("privlin: 3 settings on 256 rows: ") and "/3 done (" in line for line in lines)
+    assert all(" left;" in line for line in lines if " 0/3 done" not in line)  # an estimate once one ran
+    assert "estimate after the first settings run" in lines[0]
+
+
+def test_compiling_is_said_only_while_compiling(blobs, shown_at_once, monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(compilation, "programs_dir", lambda: tmp_path)  # an empty store of programs
+    monkeypatch.setattr(compilation, "_programs", {})
+    X, y = blobs(200, d=7, k=2, seed=6)
+
+    def phases():
+        _fit(X, y)
+        return {line.rsplit("; ", 1)[1].rsplit(" ", 2)[0] for line in _fits_lines(capsys.readouterr().err)
+                if "; " in line}
+
+    assert "compiling (first fit of this form only)" in phases()  # nothing stored yet: built here
+    monkeypatch.setattr(compilation, "_programs", {})  # a new process: the program is stored
+    again = phases()
+    assert "loading" in again and not any("compil" in p for p in again), again
+    assert not any("compil" in p or "loading" in p for p in phases())  # this process's program: it only runs
 
 
 def test_threshold_from_the_environment(monkeypatch):
