@@ -50,7 +50,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
-from .per_example import clip_factors, dropped, weighted_sum, zero_rows
+from .clipping import clip_factors, dropped, weighted_sum, zero_rows
 
 __all__ = ["ghost_clip_and_sum", "check_supported", "UnsupportedModuleError", "layer_plan", "low_precision_gram_bound"]
 
