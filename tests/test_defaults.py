@@ -11,11 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from closed_forms import gdp_mu as _gdp_mu
 from dp_accounting import NeighboringRelation
 from dp_accounting import dp_event as ev
 from dp_accounting.pld import pld_privacy_accountant
-from scipy import optimize
-from scipy.stats import norm
 
 from privlin import DPLinearClassifier, noise, releases, runner, scaling, sensitivity
 from privlin.plan import make_plan
@@ -23,10 +22,6 @@ from privlin.releases.base import Context
 from privlin.sweep import sweep
 
 
-def _gdp_mu(eps, delta):
-    """The μ whose μ-GDP gives exactly (ε, δ) (Dong, Roth & Su Cor. 2.13), solved with scipy."""
-    f = lambda mu: norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2) - delta  # noqa: E731
-    return optimize.brentq(f, 1e-6, 100.0, xtol=1e-14)
 
 
 # ----------------------------------------------------------------------------- the rule on public cases
