@@ -170,21 +170,6 @@ def test_recentering_rounds_are_not_made_where_they_cannot_pay_or_are_refused():
         make_plan({**base, "recenter": True, "secure_mode": True}, n=200, dim=8, n_classes=2)
 
 
-def test_huge_steps_are_refused_before_the_charge_naming_the_limit(tmp_path):
-    """A step count above MAX_STEPS (every step's key is drawn up front) is refused in the plan, before any charge."""
-    from privlin import DPLinearClassifier
-    from privlin.defaults import MAX_STEPS
-    from privlin.ledger import PrivacyLedger
-
-    rng = np.random.default_rng(0)
-    X, y = rng.normal(size=(200, 4)).astype(np.float32), rng.integers(0, 2, 200)
-    led = PrivacyLedger(tmp_path / "l.json")
-    with pytest.raises(ValueError, match=f"MAX_STEPS = {MAX_STEPS}"):
-        DPLinearClassifier(epsilon=1.0, steps=10**9, classes=[0, 1], ledger=led).fit(X, y)
-    assert led.entries == []
-    assert make_plan({"steps": MAX_STEPS, "epsilon": 1.0}, n=200, dim=4, n_classes=2).steps == MAX_STEPS
-
-
 def test_the_estimators_signature_is_the_one_table_of_defaults():
     from privlin import DPLinearClassifier
     from privlin.defaults import PARAMS
