@@ -5,12 +5,8 @@
     privlin.evaluate(model, "feats.zarr")                               # accuracy on the 'test' split
     print(model.privacy_)                                               # (ε, δ), σ's, data, ledger total
 
-The layers, bottom up: primitives (``sensitivity``: exact sums; ``noise``, ``secure_noise``; ``preprocess``,
-``scaling``, ``radius``, ``train``: the pure pieces), mechanisms (``releases``: each private release one value;
-``accounting``, ``events``: every privacy number), policy (``defaults``, ``plan``: the chain of releases and every
-σ, decided before any row is read), execution (``data``: inputs → a source of rows; ``runner``: the chain run on
-rows, in memory or streamed; ``workflow``: checks → plan → charge → run → a fitted record; ``ledger``), surfaces
-(``estimator``: ``DPLinearClassifier``, ``fit``, ``evaluate``; ``sweep``, ``selection``, ``audit``).
+Each module imports only its own layer and those below it; the layers are stated once, in
+``tests/test_layers.py``, the test that checks them.
 
 The package imports lazily (PEP 562): ``import privlin.accounting`` or ``privlin.events`` loads neither JAX nor
 scikit-learn (DP-MAE's trainer uses them), and ``import privlin`` is cheap until a name is used.

@@ -46,14 +46,14 @@ ADAM1_BIAS_INIT = -10.0
 CURVATURE_GAIN = 1.5
 #: ... and only where the release can show a top eigenvalue at least this many times below the worst case (1).
 CURVATURE_FLATNESS = 1.5
-#: Most training steps a plan runs: a bound on what the parameters can ask for (every step's key is drawn up front,
-#: 16 bytes each, so ``steps=10**9`` on 200 rows allocated until the OOM killer ended it).  Refused in the plan,
-#: before the charge, naming the limit; DP-RandP's schedules use 100-2500.
+#: Most training steps a plan runs: every step's key is drawn up front (16 bytes each), so this bounds what the
+#: parameters can make a fit allocate.  Refused in the plan, before the charge, naming the limit; DP-RandP's
+#: schedules use 100-2500.
 MAX_STEPS = 10**6
 #: A fit program whose array arguments hold at most this many elements (padded N × d and its labels: public)
-#: compiles with XLA's quick options (:data:`privlin.compilation.QUICK_OPTIONS`): 3-4× less compile time for
-#: 1.3-5× the run time, a gain only while a run takes a fraction of a second (4096 × 64: +0.04 s a fit; BENCHMARKS.md,
-#: "XLA's quick compile options for small fits").
+#: compiles with XLA's quick options (:data:`privlin.compilation.QUICK_OPTIONS`): less compile time for a slower
+#: program, a gain only while a run takes a fraction of a second (BENCHMARKS.md, "XLA's quick compile options for
+#: small fits").
 QUICK_COMPILE_ELEMENTS = 2**19
 
 #: The estimator's parameters and their defaults (``DPLinearClassifier.__init__`` reads its signature from here).

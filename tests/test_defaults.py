@@ -11,11 +11,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from closed_forms import gdp_mu as _gdp_mu
 from dp_accounting import NeighboringRelation
 from dp_accounting import dp_event as ev
 from dp_accounting.pld import pld_privacy_accountant
-from scipy import optimize
-from scipy.stats import norm
 
 from privlin import DPLinearClassifier, noise, releases, runner, scaling, sensitivity
 from privlin.plan import make_plan
@@ -23,10 +22,6 @@ from privlin.releases.base import Context
 from privlin.sweep import sweep
 
 
-def _gdp_mu(eps, delta):
-    """The μ whose μ-GDP gives exactly (ε, δ) (Dong, Roth & Su Cor. 2.13), solved with scipy."""
-    f = lambda mu: norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2) - delta  # noqa: E731
-    return optimize.brentq(f, 1e-6, 100.0, xtol=1e-14)
 
 
 # ----------------------------------------------------------------------------- the rule on public cases
@@ -378,3 +373,18 @@ def test_synthetic_mixture_floor():
                                weights=[0.1, 0.45, 0.45], n_clusters_per_class=1, class_sep=1.5, random_state=7)
     acc, ref = _floor_check(X, y, 8.0)
     assert acc >= ref - 0.02, (acc, ref)
+
+
+def test_huge_steps_are_refused_before_the_charge_naming_the_limit(tmp_path):
+    """A step count above MAX_STEPS (every step's key is drawn up front) is refused in the plan, before any charge."""
+    from privlin import DPLinearClassifier
+    from privlin.defaults import MAX_STEPS
+    from privlin.ledger import PrivacyLedger
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(200, 4)).astype(np.float32), rng.integers(0, 2, 200)
+    led = PrivacyLedger(tmp_path / "l.json")
+    with pytest.raises(ValueError, match=f"MAX_STEPS = {MAX_STEPS}"):
+        DPLinearClassifier(epsilon=1.0, steps=10**9, classes=[0, 1], ledger=led).fit(X, y)
+    assert led.entries == []
+    assert make_plan({"steps": MAX_STEPS, "epsilon": 1.0}, n=200, dim=4, n_classes=2).steps == MAX_STEPS

@@ -4,6 +4,7 @@ import warnings
 
 import numpy as np
 import pytest
+from closed_forms import gaussians, gdp_epsilon, mu_of
 from dp_accounting.pld import pld_privacy_accountant
 from sklearn.base import clone
 from sklearn.pipeline import make_pipeline
@@ -35,6 +36,7 @@ def test_privacy_report_is_recomputable_with_dp_accounting(digits):
     acc = pld_privacy_accountant.PLDAccountant()
     acc.compose(r.dp_event)
     assert acc.get_epsilon(1e-5) == pytest.approx(r.epsilon, rel=1e-3)
+    assert gdp_epsilon(mu_of(gaussians(r.dp_event)), 1e-5) == pytest.approx(r.epsilon, rel=1e-9)  # GDP, exactly
     json.dumps(r.to_dict())  # serializable
     assert "(2, 1e-05)-DP" in str(r)
     assert not DPLinearClassifier(epsilon=2.0, classes=range(10)).fit(Xtr, ytr).privacy_.seeded

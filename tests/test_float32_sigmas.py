@@ -1,38 +1,17 @@
-"""The σ's a compiled fit multiplies by are float32 (issue 45.5): rounded to nearest, half of them were below the
-planned σ and gave an ε above the claim (by ≤ 5.4e-8 relative).  Here, for every plan of a grid, the σ's the
-in-memory fit is given (``runner._dynamic``, ``Plan.static().chain``, multiplied in float32 as the trace does) are
-put back into the plan's event, and ε is recomputed from them by the closed form of Gaussian DP (Dong, Roth & Su:
-μ = √Σσᵢ⁻², δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)), independently of privlin's accountant."""
+"""The σ's a compiled fit multiplies by are float32, rounded up (``noise.sigma_float32``): a σ rounded below the
+planned one would give an ε above the claim. Here, for every plan of a grid, the σ's the in-memory fit is given
+(``runner._dynamic``, ``Plan.static().chain``, multiplied in float32 as the trace does) are put back into the plan's
+event, and ε is recomputed from them by the closed form of Gaussian DP (:mod:`closed_forms`), independently of
+privlin's accountant."""
 import dataclasses
-import math
 
 import numpy as np
 import pytest
-from dp_accounting import dp_event as ev
-from scipy import optimize, stats
+from closed_forms import gaussians, gdp_epsilon, mu_of
 
 from privlin import noise, runner
 from privlin.defaults import PARAMS
 from privlin.plan import make_plan
-
-
-def _gaussians(event) -> list[float]:
-    """Every Gaussian σ of a full-batch event tree, repeated as often as it is composed."""
-    if isinstance(event, ev.GaussianDpEvent):
-        return [event.noise_multiplier]
-    if isinstance(event, ev.SelfComposedDpEvent):
-        return _gaussians(event.event) * event.count
-    if isinstance(event, ev.ComposedDpEvent):
-        return [s for e in event.events for s in _gaussians(e)]
-    raise AssertionError(f"not a full-batch Gaussian event: {event}")
-
-
-def _gdp_epsilon(sigmas, delta) -> float:
-    mu = math.sqrt(sum(1.0 / s**2 for s in sigmas))
-    def f(e):
-        return stats.norm.cdf(-e / mu + mu / 2) - math.exp(e) * stats.norm.cdf(-e / mu - mu / 2) - delta
-
-    return optimize.brentq(f, 0.0, 200.0, xtol=1e-14, rtol=4 * np.finfo(float).eps)
 
 
 def _used(plan):
@@ -58,7 +37,7 @@ def test_epsilon_of_the_float32_sigmas_never_exceeds_the_claim():
         for (r, planned), (_, got) in zip(plan.chain, used.chain):
             assert got >= planned, (g, r)
         assert used.sigma >= plan.sigma
-        eps = _gdp_epsilon(_gaussians(used.dp_event()), plan.delta)
+        eps = gdp_epsilon(mu_of(gaussians(used.dp_event())), plan.delta)
         if eps > plan.epsilon:
             over.append((g, eps / plan.epsilon - 1))
     assert not over, f"{len(over)} of {len(GRID)} plans give an ε above the claim: {over[:3]}"

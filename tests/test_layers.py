@@ -1,81 +1,20 @@
 """privlin's layering: each module imports only its own layer and those below it (lazy imports included, so no
 import cycle), and the accounting layer loads neither JAX nor scikit-learn (DP-MAE's torch trainer imports it)."""
-import ast
 import os
 import subprocess
 import sys
 
 import pytest
+from test_import_graph import cycle, graph
 
 pytestmark = pytest.mark.unit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PKG = os.path.join(ROOT, "privlin")
-
-
-def _modules():
-    out = {}
-    for folder, _, files in os.walk(PKG):
-        for f in files:
-            if f.endswith(".py"):
-                path = os.path.join(folder, f)
-                rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
-                out[rel[:-len(".__init__")] if rel.endswith(".__init__") else rel] = path
-    return out
-
-
-def _imports(name, path, known):
-    """privlin modules ``name`` imports anywhere in its file (top level, functions, ``TYPE_CHECKING`` blocks)."""
-    is_pkg = path.endswith("__init__.py")
-    here = name.split(".") if is_pkg else name.split(".")[:-1]
-    found = set()
-    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(here[:len(here) - node.level + 1] + ([base] if base else []))
-            targets = [base] + [f"{base}.{a.name}" for a in node.names]
-        else:
-            continue
-        for t in targets:
-            while t and t not in known:
-                t = t.rpartition(".")[0]
-            if t and t != name and t != "privlin":
-                found.add(t)
-    return found
 
 
 def _graph():
-    known = _modules()
-    return {name: _imports(name, path, known) for name, path in known.items()}
-
-
-def _cycle(graph):
-    state, stack = {}, []
-
-    def visit(v):
-        state[v] = 1
-        stack.append(v)
-        for w in sorted(graph.get(v, ())):
-            if state.get(w) == 1:
-                return stack[stack.index(w):] + [w]
-            if w not in state and (c := visit(w)):
-                return c
-        stack.pop()
-        state[v] = 2
-        return None
-
-    for v in sorted(graph):
-        if v not in state and (c := visit(v)):
-            return c
-    return None
-
-
-def test_the_checker_finds_a_cycle():
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert _cycle({"a": {"b"}, "b": set()}) is None
+    """privlin's import graph (:mod:`test_import_graph`), the package's lazy ``__init__`` left out."""
+    return {m: deps - {"privlin"} for m, deps in graph(("privlin",)).items()}
 
 
 #: The layers, bottom up (../shared/DESIGN.md, "privlin"): a module may import its own layer and those below.
@@ -115,7 +54,7 @@ def test_the_layer_check_sees_an_upward_import():
 def test_privlin_has_no_import_cycle():
     graph = _graph()
     assert "privlin.plan" in graph and "privlin.estimator" not in graph["privlin.plan"]
-    assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+    assert cycle(graph) is None, " -> ".join(cycle(graph))
 
 
 def test_accounting_loads_neither_jax_nor_sklearn():

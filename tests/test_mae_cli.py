@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -142,6 +143,21 @@ def test_user_mistakes_are_one_line_errors(name, tmp_path, capsys):
     assert expected in lines[0] and lines[0].startswith("python -m backbones.mae.train: error:")
     assert "Traceback" not in err
     assert not os.path.exists(tmp_path / "o" / "checkpoint.pth")
+
+
+def test_a_data_typo_is_named_with_the_settings_before_any_work(tmp_path, capsys, monkeypatch):
+    """``--data digitz`` is refused where the settings are checked: no model built, no image read, at once."""
+    import backbones.mae.train as train_mod
+
+    for name in ("build_mae", "make_source"):
+        monkeypatch.setattr(train_mod, name, lambda *a, name=name, **k: pytest.fail(f"{name} ran"))
+    start = time.perf_counter()
+    assert main(["--data", "digitz", "--out", str(tmp_path / "o")]) == 2
+    for bad in ("Digits", "imagefolder", "imagefolder:", "folder:/tmp"):
+        with pytest.raises(ValueError, match=f"^unknown data spec {bad!r}; use synthetic, digits or imagefolder:PATH"):
+            TrainSettings(data=bad)
+    assert time.perf_counter() - start < 1.0
+    assert "unknown data spec 'digitz'" in capsys.readouterr().err
 
 
 def test_a_second_run_never_overwrites_a_checkpoint(tmp_path, capsys):

@@ -175,6 +175,33 @@ def test_a_truncated_jpeg_is_refused_before_the_first_step_naming_it(tmp_path, c
         FolderImages(str(root), 32).preflight(progress=False)
 
 
+def test_a_file_reached_twice_through_links_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
+    """One image under two paths (a symlink, a hard link, a folder linked into itself) would count twice: the folder
+    is refused when the source is made, by featurize's listing, before any file is read or any step runs."""
+    root, files = _folder(tmp_path)
+    other = root / "class1"
+    other.mkdir()
+    os.symlink(files[0], other / "again.png")
+    with pytest.raises(ValueError, match="'class1/again.png' and 'class0/0.png' are the same file") as err:
+        FolderImages(str(root), 32)
+    assert "\n" not in str(err.value)
+    os.remove(other / "again.png")
+    os.link(files[1], other / "hard.jpg")
+    monkeypatch.setattr(train_mod._Run, "dp_step", lambda self: pytest.fail("a DP step ran"))
+    out = tmp_path / "out"
+    rc = main(["--size", "toy", "--data", f"imagefolder:{root}", "--dp", "--noise-multiplier", "1", "--steps", "2",
+               "--accountant", "rdp", "--no-progress", "--out", str(out)])
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert rc == 2 and len(err) == 1 and "are the same file" in err[0] and "hard.jpg" in err[0], err
+    assert not out.exists()
+    os.remove(other / "hard.jpg")
+    os.symlink(root / "class0", root / "class0" / "loop")
+    with pytest.raises(ValueError, match="symlink loop or a second link to one folder"):
+        FolderImages(str(root), 32)
+    os.remove(root / "class0" / "loop")
+    assert len(FolderImages(str(root), 32)) == len(files)
+
+
 def _swap_file_before_step(monkeypatch, path, step, content):
     """Replace ``path`` by ``content`` just before DP step ``step`` (0-based) of the run reads its images."""
     real = train_mod._Run.dp_step

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from dp_accounting import dp_event as ev
 from dp_accounting.pld import pld_privacy_accountant as pld
-from scipy import optimize, stats
+from closed_forms import gdp_epsilon, mu_of
+from scipy import stats
 from sklearn.model_selection import GridSearchCV, KFold
 
 import privlin
@@ -33,10 +34,8 @@ def _base(**kw):
 
 
 def _gdp_epsilon(sigmas, delta):
-    """ε at δ of full-batch Gaussians composed: μ = √Σσ⁻², δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) (Dong et al.)."""
-    mu = math.sqrt(sum(1.0 / s**2 for s in sigmas))
-    return optimize.brentq(lambda e: stats.norm.cdf(-e / mu + mu / 2) - math.exp(e) * stats.norm.cdf(-e / mu - mu / 2)
-                           - delta, 0.0, 100.0, xtol=1e-12)
+    """ε at δ of full-batch Gaussians of noise multipliers ``sigmas`` composed (:mod:`closed_forms`)."""
+    return gdp_epsilon(mu_of(sigmas), delta)
 
 
 def test_the_ledger_holds_every_fit_the_scores_and_the_refit(rows):

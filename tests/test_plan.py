@@ -3,19 +3,15 @@ import math
 
 import numpy as np
 import pytest
+from closed_forms import gdp_delta
+from closed_forms import gdp_mu as _gdp_mu
 from dp_accounting import NeighboringRelation
 from dp_accounting import dp_event as ev
 from dp_accounting.pld import pld_privacy_accountant
-from scipy import optimize
-from scipy.stats import norm
 
 from privlin.plan import DEFAULT_STEPS, make_plan
 
-
-def _gdp_mu(eps, delta):
-    """The μ whose μ-GDP gives exactly (ε, δ): Dong, Roth & Su Cor. 2.13 solved with scipy (no privlin code)."""
-    f = lambda mu: norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2) - delta  # noqa: E731
-    return optimize.brentq(f, 1e-6, 100.0, xtol=1e-14)
+pytestmark = pytest.mark.unit  # pure: plans from public facts, no fit
 
 
 def test_full_batch_sigma_split_is_the_gdp_closed_form():
@@ -64,8 +60,7 @@ def test_given_sigma_reports_the_epsilon_it_achieves():
     """A paper's σ (DP-RandP Table 22, ε=1: σ=38, T=100, no centering) gives ε by the GDP closed form."""
     p = make_plan({"epsilon": None, "noise_multiplier": 38.0, "center": False}, n=50000, dim=8, n_classes=10)
     mu = math.sqrt(100) / 38.0
-    delta_at = norm.cdf(-p.epsilon / mu + mu / 2) - math.exp(p.epsilon) * norm.cdf(-p.epsilon / mu - mu / 2)
-    assert delta_at == pytest.approx(1e-5, rel=1e-4)
+    assert gdp_delta(mu, p.epsilon) == pytest.approx(1e-5, rel=1e-4)
     assert 0.9 < p.epsilon < 1.1 and not p.centered
 
 
@@ -173,21 +168,6 @@ def test_recentering_rounds_are_not_made_where_they_cannot_pay_or_are_refused():
                   n=200, dim=8, n_classes=2)
     with pytest.raises(ValueError, match="recenter=True"):
         make_plan({**base, "recenter": True, "secure_mode": True}, n=200, dim=8, n_classes=2)
-
-
-def test_huge_steps_are_refused_before_the_charge_naming_the_limit(tmp_path):
-    """steps=10**9 on 200 rows once allocated until the OOM killer ended the fit (issue 36 item 7)."""
-    from privlin import DPLinearClassifier
-    from privlin.defaults import MAX_STEPS
-    from privlin.ledger import PrivacyLedger
-
-    rng = np.random.default_rng(0)
-    X, y = rng.normal(size=(200, 4)).astype(np.float32), rng.integers(0, 2, 200)
-    led = PrivacyLedger(tmp_path / "l.json")
-    with pytest.raises(ValueError, match=f"MAX_STEPS = {MAX_STEPS}"):
-        DPLinearClassifier(epsilon=1.0, steps=10**9, classes=[0, 1], ledger=led).fit(X, y)
-    assert led.entries == []
-    assert make_plan({"steps": MAX_STEPS, "epsilon": 1.0}, n=200, dim=4, n_classes=2).steps == MAX_STEPS
 
 
 def test_the_estimators_signature_is_the_one_table_of_defaults():

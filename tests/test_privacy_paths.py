@@ -12,14 +12,9 @@ import pytest
 from dp_accounting import NeighboringRelation
 from dp_accounting import dp_event as ev
 from dp_accounting.pld import pld_privacy_accountant
-from scipy.stats import norm
+from closed_forms import gdp_delta as _gdp_delta
 
 from privlin import accounting
-
-
-def _gdp_delta(mu, eps):
-    """δ(ε) of μ-GDP, plain scipy (no privlin code)."""
-    return norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
 
 
 def _pld_epsilon(sigma, q, steps, delta):

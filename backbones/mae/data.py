@@ -31,6 +31,7 @@ __all__ = [
     "TensorImages",
     "FolderImages",
     "digits_split",
+    "check_data_spec",
     "make_source",
 ]
 
@@ -111,8 +112,12 @@ def digits_source(split: str, size: int) -> TensorImages:
 
 
 class FolderImages:
-    """Images of a torchvision ``ImageFolder`` tree, resized and center-cropped to ``size``.
+    """Images of an image folder (``ROOT/<class>/<image>``), resized and center-cropped to ``size``.
 
+    The files are listed as featurize lists ``imagefolder:ROOT``'s train split
+    (ROOT itself where it has no split folders), so a feature store of the
+    same folder holds the same files, and a file reached twice through links
+    is refused in one line (it would count one image twice).
     Labels are ignored (MAE is self-supervised). The file list is fixed when
     the source is made (N is public). :meth:`preflight` reads and decodes
     every file once before training and keeps each file's item
@@ -128,14 +133,16 @@ class FolderImages:
     """
 
     def __init__(self, root: str, size: int):
-        from torchvision import datasets, transforms
+        from torchvision import transforms
+
+        from featurize.datasets import open_split
 
         if not os.path.isdir(root):
             raise FileNotFoundError(f"image folder {root!r} does not exist")
         self.size = size
         self.transform = transforms.Compose([transforms.Resize(size), transforms.CenterCrop(size),
                                              transforms.ToTensor()])
-        self.paths = [path for path, _ in datasets.ImageFolder(root).samples]  # lists only; decodes nothing
+        self.paths = open_split(f"imagefolder:{root}", "train").images.paths  # lists only; decodes nothing
         self.items: np.ndarray | None = None  # (N,) each file's item (its bytes' hash) at the pre-flight
         self.null_on_change = False
         self.changed_read = False  # a read differed from the pre-flight (DP: counted as a null image)
@@ -236,6 +243,16 @@ def _reason(e: Exception) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
+def check_data_spec(spec: str) -> None:
+    """Refuse a data spec that is none of ``synthetic``, ``digits``, ``imagefolder:PATH`` (reads nothing).
+
+    Checked with the other settings, so a typo is named before any image is read or any model is built.
+    """
+    kind, _, path = spec.partition(":")
+    if spec not in ("synthetic", "digits") and not (kind == "imagefolder" and path):
+        raise ValueError(f"unknown data spec {spec!r}; use synthetic, digits or imagefolder:PATH")
+
+
 def make_source(spec: str, size: int, seed: int = 0):
     """Source from a CLI spec: ``synthetic``, ``digits`` (train split) or ``imagefolder:PATH``.
 
@@ -244,10 +261,9 @@ def make_source(spec: str, size: int, seed: int = 0):
     source, is_private : (object, bool)
         Synthetic images are public (generated); every other source is private.
     """
+    check_data_spec(spec)
     if spec == "synthetic":
         return ShaderImages(size, seed=seed), False
     if spec == "digits":
         return digits_source("train", size), True
-    if spec.startswith("imagefolder:"):
-        return FolderImages(spec.split(":", 1)[1], size), True
-    raise ValueError(f"unknown data spec {spec!r}; use synthetic, digits or imagefolder:PATH")
+    return FolderImages(spec.split(":", 1)[1], size), True

@@ -31,9 +31,9 @@ parameter that this file does not know is refused with an error naming it:
 use the vmap path there. Sums are computed in float32 from the tensors the
 pass produced, so each example's clipped contribution is at most C in the
 arithmetic actually used for the sum, up to float32 rounding. Norms are
-float32 (float64 for the accumulation), also under bf16 autocast: measured
-on an H100, bf16 norms were slower and less exact than float32 ones
-(BENCHMARKS.md, "DP-MAE ... cuda bf16"). On request
+float32 (float64 for the accumulation), also under bf16 autocast, where
+bf16 norms are the less exact choice and not the faster one (BENCHMARKS.md,
+"DP-MAE under bf16: float32 or bf16 norms"). On request
 (``low_precision_norms=True``) they run in bf16 (the Gram matrices, and the
 instantiated per-example weight gradients, which are then normed and summed
 as that same bf16 tensor), and each bf16 ghost norm is inflated by a rigorous
@@ -50,7 +50,7 @@ from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 
-from .per_example import clip_factors, dropped, weighted_sum, zero_rows
+from .clipping import clip_factors, dropped, weighted_sum, zero_rows
 
 __all__ = ["ghost_clip_and_sum", "check_supported", "UnsupportedModuleError", "layer_plan", "low_precision_gram_bound"]
 
@@ -343,8 +343,8 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
         Run the forward under ``torch.autocast`` with this dtype (e.g. bfloat16 on CUDA).
     low_precision_norms : bool
         Compute the norms in bfloat16 (Gram matrices and instantiated per-example weight gradients) instead of
-        float32 (default: float32 norms, also under bf16 autocast, the faster and more exact choice measured on
-        an H100; BENCHMARKS.md, DP-MAE GPU rows). bf16 ghost norms are inflated by a stated bound
+        float32 (default: float32 norms, also under bf16 autocast, the more exact choice and not the slower one;
+        see the module's docstring). bf16 ghost norms are inflated by a stated bound
         (``_ghost_bound``) so that they never under-estimate; an instantiated gradient is normed and summed as
         the same bf16 tensor. Either way each clipped contribution is at most C up to float32 rounding. Sums
         stay float32.
@@ -352,8 +352,7 @@ def ghost_clip_and_sum(model: nn.Module, imgs: torch.Tensor, mask_noise: torch.T
         On CUDA, run the book-keeping GEMMs of the ghost layers on TF32 tensor cores (float32 accumulation and
         output) and inflate each example's norm by ``tf32_sum_bound() * sqrt(sum_l S_l^2)``
         (:meth:`_Layer.token_norm_products`), so that its contribution, rounding included, stays at most C.
-        Default False (float32 GEMMs), until measured on a GPU (``bench_mae.py --methods ghost_tf32_sums``);
-        elsewhere only the (conservative) inflation applies.
+        Default False: float32 GEMMs need no inflation. Off CUDA only the (conservative) inflation applies.
 
     Returns
     -------

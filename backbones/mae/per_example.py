@@ -16,6 +16,9 @@ import contextlib
 import torch
 from torch.func import functional_call, grad_and_value, vmap
 
+from .clipping import clip_factors, dropped, weighted_sum, zero_rows
+from .ghost import ghost_clip_and_sum
+
 __all__ = ["split_params", "per_example_grads", "per_example_norms", "clip_factors", "dropped", "zero_rows",
            "weighted_sum", "clip_and_sum", "clipped_grad_sum", "METHODS"]
 
@@ -57,39 +60,6 @@ def per_example_norms(grads: dict) -> torch.Tensor:
     """L2 norm of each example's full gradient (all parameters together): (B,)."""
     sq = sum(g.reshape(g.shape[0], -1).pow(2).sum(dim=1) for g in grads.values())
     return sq.sqrt()
-
-
-def clip_factors(norms: torch.Tensor, clip: float, finite: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-example scales ``min(1, clip / (norm + 1e-6))``: scaled norms are at most ``clip``.
-
-    The small term keeps the clipped norm at or below ``clip`` despite rounding. An example whose norm is not
-    finite (or whose ``finite`` entry is False: its loss was not) gets 0: it contributes nothing, as the null image
-    of the zero-out relation does, so a NaN or an overflow in one private image changes neither the sensitivity
-    nor whether the run goes on (:func:`weighted_sum` keeps its non-finite values out of the sum).
-    """
-    if not clip > 0:
-        raise ValueError(f"clip must be > 0, got {clip}")
-    ok = torch.isfinite(norms) if finite is None else torch.isfinite(norms) & finite
-    return torch.where(ok, (clip / (norms + 1e-6)).clamp(max=1.0), 0.0)
-
-
-def dropped(scale: torch.Tensor) -> torch.Tensor | None:
-    """The examples :func:`clip_factors` gave 0 (non-finite ones), or None when there are none (the usual case).
-
-    One host synchronization; the caller then zeroes those examples' rows (``0 * nan`` is nan).
-    """
-    out = scale == 0
-    return out if bool(out.any()) else None
-
-
-def zero_rows(x: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
-    """``x`` with the examples (first dimension) in ``rows`` set to exactly 0; ``x`` itself when ``rows`` is None."""
-    return x if rows is None else torch.where(rows.view(-1, *(1,) * (x.ndim - 1)), 0.0, x)
-
-
-def weighted_sum(scale: torch.Tensor, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
-    """``sum_i scale_i x_i`` over the first dimension, the examples in ``rows`` (:func:`dropped`) left out exactly."""
-    return torch.einsum("b,b...->...", scale, zero_rows(x, rows))
 
 
 def clip_and_sum(grads: dict, clip: float, finite: torch.Tensor | None = None):
@@ -135,8 +105,6 @@ def clipped_grad_sum(model, imgs: torch.Tensor, mask_noise: torch.Tensor, clip: 
     losses : torch.Tensor, shape (B,)
     """
     if method == "ghost":
-        from .ghost import ghost_clip_and_sum
-
         return ghost_clip_and_sum(model, imgs, mask_noise, clip, autocast_dtype=autocast_dtype)
     if method != "vmap":
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")

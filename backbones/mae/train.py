@@ -48,7 +48,7 @@ import cliconv as cli
 
 from .checkpoint import (STEP_JOURNAL, CheckpointWriteError, export_encoder, load_checkpoint, load_mae_weights,
                          read_step_journal, remove_stale_temporaries, save_checkpoint, write_step_journal)
-from .data import FolderImages, make_source, normalize
+from .data import FolderImages, check_data_spec, make_source, normalize
 from .dp import (DPAccountantState, PrivacyLeakWarning, SecretStream, broadcast_stream, calibrate_sigma,
                  default_delta, poisson_sample, reduce_and_privatize)
 from .model import MAE_SIZES, MaskedAutoencoder, build_mae
@@ -152,6 +152,7 @@ class TrainSettings:
     def __post_init__(self):
         if self.size not in MAE_SIZES:
             raise ValueError(f"unknown size {self.size!r}; known: {sorted(MAE_SIZES)}")
+        check_data_spec(self.data)
         for name, limit in LIMITS.items():  # types and ranges, before anything is read, charged or written
             value = getattr(self, name)
             if value is None and name in _OPTIONAL:
