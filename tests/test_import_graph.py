@@ -11,12 +11,8 @@ pytestmark = pytest.mark.unit
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("privlin", "stores", "featurize", "backbones", "experiments")
 
-#: Cycles known and owned elsewhere, each allowed only as exactly these modules; any other cycle fails.
-#: ``stores.anchor <-> stores.reader <-> stores.writer``: issue 46 item 5, to be broken when the stores work merges.
-#: ``featurize.datasets <-> featurize.hf`` (hf imports ``ImageSplit`` at top, datasets imports hf in functions):
-#: found by this test, owned by featurize, left to the lead with the stores one.
-KNOWN_CYCLES = (frozenset({"stores.anchor", "stores.reader", "stores.writer"}),
-                frozenset({"featurize.datasets", "featurize.hf"}))
+#: Cycles allowed, each only as exactly these modules; none: a cycle is broken, not listed.
+KNOWN_CYCLES: tuple = ()
 
 
 def modules(packages=PACKAGES):
@@ -121,9 +117,3 @@ def test_the_repository_has_no_import_cycle_but_the_known_ones():
     assert "backbones.mae.ghost" in g and "featurize" in g and "experiments.quickstart" in g
     new = [set(c) for c in cycles(g) if c not in KNOWN_CYCLES]
     assert not new, f"import cycles: {new}; one of them: {' -> '.join(cycle({v: g[v] & new[0] for v in new[0]}))}"
-
-
-@pytest.mark.xfail(strict=True, reason="a known cycle is still there; when this passes, remove it from KNOWN_CYCLES")
-@pytest.mark.parametrize("known", KNOWN_CYCLES, ids=lambda c: "-".join(sorted(c)))
-def test_the_known_cycles_are_gone(known):
-    assert known not in cycles(graph())

@@ -115,7 +115,9 @@ def test_chain_order_events_and_derived_tables():
     assert sum(1 / s**2 for s in rounds) == pytest.approx(1 / plan.sigma_recenter**2, rel=1e-12)
     assert plan.epsilon == pytest.approx(_independent_epsilon(plan), rel=2e-3)
     static = plan.static()
-    assert static.centered and static.release("center")[1] == 1.0 and hash(static) == hash(plan.static())
+    # the reference release's own ratio, 1, as the compiled fit gets it: rounded up to float32 (more noise)
+    ratio = static.release("center")[1]
+    assert static.centered and 1.0 < ratio <= 1.0 + 2**-21 and hash(static) == hash(plan.static())
 
 
 @pytest.mark.unit
