@@ -413,8 +413,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
 #: score()'s PrivacyLeakWarning, without and with a ledger on the model (``ledger_``).
 _SCORE_WARNING = {
     False: "score() is exact accuracy on the rows given, released without noise and charged to no ledger: privlin "
-           "cannot tell whether they are private; if they are (a GridSearchCV or cross_val_score validation fold, a private "
-           "test split) it is an unaccounted release. Tune with privlin.model_selection.PrivateGridSearchCV; evaluate "
+           "cannot tell whether they are private; if they are (a GridSearchCV or cross_val_score validation fold, a "
+           "private test split) it is an unaccounted release. Tune with privlin.model_selection.PrivateGridSearchCV; evaluate "
            "with privlin.evaluate (charged to that split's ledger, or declared public)",
     True: "score() is exact accuracy on the rows given, released without noise and charged to no ledger: on private "
           "rows (a validation fold, a private test split) it is an unaccounted release. Tune with "

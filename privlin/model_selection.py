@@ -387,7 +387,8 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
 
 def _chosen_report(fit: PrivacyReport, search: SearchPrivacy) -> PrivacyReport:
     """The refit model's report: its choice used every row through the whole search, so its guarantee is the
-    search's total (event, ε, δ, ledger); its own σ's stay, and ``chosen_by`` names the search and the refit alone."""
+    search's total (event, ε, δ, ledger); its own σ's stay, and ``chosen_by`` names the search and the refit
+    alone."""
     return dataclasses.replace(
         fit, epsilon=search.epsilon, delta=search.delta, dp_event=search.dp_event, ledger=search.ledger,
         ledger_spent=search.ledger_spent,

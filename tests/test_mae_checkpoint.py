@@ -49,6 +49,9 @@ def test_dp_checkpoint_holds_no_loss_history_no_sample_size_and_no_generator_sta
     assert a["accountant"]["steps"] == 3 and a["step"] == 3
 
     # every part but the weights and the optimizer state is identical: nothing in it depends on the samples
+    # but the ledger run id: a fresh random uuid per run (what a resume charges under), independent of the data
+    runs = [c["config"].pop("ledger_run") for c in (a, b)]
+    assert all(len(r) == 32 and int(r, 16) >= 0 for r in runs) and runs[0] != runs[1]
     public = {k: v for k, v in a.items() if k not in ("model", "optimizer")}
     assert public == {k: v for k, v in b.items() if k not in ("model", "optimizer")}
     assert not list(_tensors(public))

@@ -428,8 +428,8 @@ class _Run:
     def dp_step(self) -> float:
         """One DP-AdamW step; returns the noise-free mean loss of the sample's finite losses (display only).
 
-        An image whose loss or gradient is not finite contributes nothing (:func:`backbones.mae.per_example.clip_factors`: the null image
-        of the zero-out relation), so nothing here raises on a private value; only the public noisy update and
+        An image whose loss or gradient is not finite contributes nothing
+        (:func:`backbones.mae.clipping.clip_factors`: the null image of the zero-out relation), so nothing here raises on a private value; only the public noisy update and
         the weights it gives may stop the run (:func:`_stop_if_not_finite`).
         """
         s, acc = self.s, self.accountant
