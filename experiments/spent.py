@@ -24,8 +24,8 @@ def earlier_entries(store_url: str, split: str) -> int:
     """Mechanisms already charged to ``split`` (before this run); prints a note when there are some."""
     n = len(_ledger(store_url, split))
     if n:
-        print(f"note: {store_url} [{split}] already has {n} ledger entries from earlier runs; this run is charged "
-              f"on top of them (see the total below)", file=sys.stderr)
+        print(f"note: the images of {store_url} [{split}] already have {n} ledger entries (earlier runs, or another "
+              f"store of the same images); this run is charged on top of them (see the total below)", file=sys.stderr)
     return n
 
 

@@ -226,7 +226,7 @@ def test_quickstart_pieces_on_a_tiny_store(tmp_path, store, capsys, figures):
     entries = PrivacyLedger.for_split(path, "train").entries
     assert [e.mechanism for e in entries] == ["privlin.sweep/adam1+sgd", "privlin.knn/accuracy"]
     assert run.epsilon == entries[0].epsilon and run.fits == 20
-    assert quickstart.earlier_entries(path, "train") == 2 and "already has 2 ledger entries" in capsys.readouterr().err
+    assert quickstart.earlier_entries(path, "train") == 2 and "already have 2 ledger entries" in capsys.readouterr().err
     summary = quickstart.summarize(run.rows)
     assert {s["draws"] for s in summary} == {2} and len(summary) == 10
     for s in summary:
