@@ -73,8 +73,8 @@ class Backbone:
 def weights_privacy(path, sha256: str | None) -> dict | None:
     """The DP training record of weights trained on private data (DP-MAE's ``<stem>.json`` beside the file).
 
-    A store of features then carries it, and privlin composes it with the store's items (by the items it read,
-    ``items_set``, and its entry in the ledger home, ``ledger_entry``).  The record must name these weights' sha256.
+    A store of features then carries it, and privlin composes it with the store's items by its entry in the ledger
+    home (``ledger_entry``, which holds the items it read).  The record must name these weights' sha256.
     """
     if path is None:
         return None
@@ -93,7 +93,7 @@ def weights_privacy(path, sha256: str | None) -> dict | None:
     return {"dataset": (meta.get("settings") or {}).get("data"), "n": privacy.get("n_private"),
             "dp_event": privacy["dp_event"], "epsilon": privacy.get("epsilon"), "delta": privacy.get("delta"),
             "neighbouring": "replace_special", "weights_sha256": sha256,
-            "items_set": privacy.get("items_set"), "ledger_entry": privacy.get("ledger_entry")}
+            "ledger_entry": privacy.get("ledger_entry")}
 
 
 def load_backbone(backbone: str | BackboneConfig, *, head: str | None = None,

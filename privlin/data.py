@@ -252,36 +252,29 @@ class SplitSource(Source):
         """Charge, once, the DP training of the backbone on the items it read (featurize records it in the store).
 
         DP-MAE charges the home itself before its first step (entry ``ledger_entry`` of its record): then the items
-        compose already. A record from another home names its items' set: charged on that set when this home holds
-        it, on these rows when it is theirs; an older record without items is matched by dataset string and N."""
+        compose already. An entry this home lacks (trained under another home) is warned about; a record from before
+        ledger homes is matched by dataset string and N and charged on these rows."""
         record = (self.store.attrs if self.store is not None else self.split.attrs).get("weights_privacy")
         if not record:
             return
         from .events import event_from_dict
-        from .ledger.items import ItemLedger
 
         entry_id = record.get("ledger_entry") or "backbone-" + str(record["weights_sha256"])[:32]
         if any(r["kind"] == "entry" and r["body"].get("id") == entry_id for r in led.home.records()):
             return
-        key = record.get("items_set")
-        if key is None:
+        if not record.get("ledger_entry"):
             dataset = (self.store.attrs if self.store is not None else self.split.attrs).get("dataset")
             if record.get("dataset") != dataset or self.split.name != "train" or record.get("n") != self.n:
                 return
-            target = led
-        elif key == led.scope.key:
-            target = led
-        elif led.home.has_set(key):
-            target = ItemLedger(led.home.get_set(key), home=led.home.where, label="the backbone's DP training set")
         else:
-            warnings.warn(f"the backbone's DP training ({str(record['weights_sha256'])[:12]}) read an item set this "
-                          f"ledger home ({led.home.where}) has never recorded (trained under another home): its "
+            warnings.warn(f"the backbone's DP training ({str(record['weights_sha256'])[:12]}) has no entry in "
+                          f"this ledger home ({led.home.where}) (trained under another home): its "
                           "budget is not composed with these rows'", PrivacyLeakWarning, stacklevel=4)
             return
-        target.charge(event_from_dict(record["dp_event"]), mechanism="backbone DP training (DP-MAE)",
-                      epsilon=float(record["epsilon"]), delta=float(record["delta"]), entry_id=entry_id,
-                      params={"weights_sha256": record["weights_sha256"], "n": record["n"]},
-                      neighbouring=record["neighbouring"])
+        led.charge(event_from_dict(record["dp_event"]), mechanism="backbone DP training (DP-MAE)",
+                   epsilon=float(record["epsilon"]), delta=float(record["delta"]), entry_id=entry_id,
+                   params={"weights_sha256": record["weights_sha256"], "n": record["n"]},
+                   neighbouring=record["neighbouring"])
 
 
 def row_labels(y) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""A sign of life on anything long (issue 37.2): what privlin's fits and sweeps show while they work.
+"""A sign of life on anything long: what privlin's fits and sweeps show while they work.
 
 ``privlin.fit`` and ``privlin.sweep`` show progress by default (``progress=False`` quiets them; the estimator's
 ``verbose`` is the same switch and stays off by default, as scikit-learn's are); nothing is shown for work done

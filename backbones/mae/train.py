@@ -661,9 +661,9 @@ def _provenance(s: TrainSettings, result: dict) -> dict:
     if s.dp:
         prov["privacy"] = {k: result[k] for k in ("epsilon", "delta", "noise_multiplier", "sample_rate", "accountant",
                                                    "neighboring_relation", "neighbouring", "n_private")}
-        if result.get("ledger"):  # which items it read and its ledger entry: what a store's fit matches it by
-            ledger = result["ledger"]
-            prov["privacy"].update(items_set=ledger["items_set"], ledger_entry=ledger["ledger_entry"])
+        if result.get("ledger"):  # its entry in the ledger home (a random run id): what a store's fit matches it by.
+            # Not the item set's hash: a function of exactly which images were read, it would tell a neighbour apart.
+            prov["privacy"].update(ledger_entry=result["ledger"]["ledger_entry"])
         seeded = result["seeded"]
         prov["privacy"].update(
             clip=s.clip, steps=result["dp_steps"], steps_redone=result["steps_redone"],
