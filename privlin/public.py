@@ -1,0 +1,313 @@
+"""Public rows as a free input: the plan's preprocessing statistics computed from rows the user declares public,
+so the budget they would have taken goes to training.
+
+A public source is rows without labels (no statistic of the chain reads a label): an array ``X_pub``, the name of
+another split of the private rows' store (``public="public"``), another store or path (its ``"public"`` split, or
+its only one), ``(store, split)``, a ``stores.Split`` or a :class:`privlin.data.Source`.  :func:`resolve` turns it
+into a :class:`Public`, refusing one that shares an item with the private rows (by the stores' content identity,
+``stores.items``; where a side has none, arrays, it warns and says how to check: ``public_audit=True`` runs the
+near-duplicate audit :func:`privlin.knn.overlap_audit` in the same call).
+
+The statistics are exactly what the plan's releases would release, computed by the same code without noise: a
+non-private copy of the plan's chain (every σ = 0) runs on the public rows through the one runner
+(:func:`statistics`), and the released values of the releases the public rows can give (:meth:`Public.given`)
+are then given to the private fit, uncharged and used as released ones.  Public rows are never charged and never
+read as private rows; the report and the ledger entry name them (:meth:`Public.describe`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import os
+import warnings
+from typing import Any, Mapping, Optional
+
+import numpy as np
+
+from . import data, noise, runner, scaling
+from .plan import Plan
+from .report import PrivacyLeakWarning
+
+__all__ = ["Public", "resolve", "statistics", "exact_plan", "PUBLIC_SPLIT", "SECOND_MOMENT", "CENTER_POLICY"]
+
+#: The split of a store (another one, or a path) that ``public=store`` reads when the store has several.
+PUBLIC_SPLIT = "public"
+#: Releases that sum (d', d') second moments of the rows: given from public rows only where those resolve them at
+#: least as well as the private release would (:meth:`Public.given`).
+SECOND_MOMENT = ("whiten", "curvature")
+#: What the public rows' centre does (:meth:`Public.given`): ``"public"``, it is the model's centre, uncharged;
+#: ``"recenter"``, the rows are re-centered on it first and the private centering still runs on top, shrunk
+#: toward it (a centre from another distribution then costs only that release's share).
+CENTER_POLICY = "public"
+
+
+def _content_identity(item_bytes: np.ndarray) -> str:
+    """The public rows' content identity: sha256 of their sorted, distinct items (32 hex characters)."""
+    return hashlib.sha256(np.unique(np.asarray(item_bytes, "S32")).tobytes()).hexdigest()[:32]
+
+
+def _items_of(source: data.Source) -> Optional[np.ndarray]:
+    """Every row's item (``S32``) of a store split, None where the rows carry no content identity (arrays)."""
+    split = getattr(source, "split", None)
+    return None if split is None else np.asarray(split.item_bytes(), "S32")
+
+
+class _Unlabelled(data.Source):
+    """The public rows as the runner reads them: every row labelled with the first class (no statistic of the
+    chain reads a label); N is the count of rows that have features (public, so counted)."""
+
+    in_memory = False
+
+    def __init__(self, source: data.Source, n: int):
+        self.source, self.n, self.dim = source, int(n), source.dim
+        self.n_local = self.n_local_max = source.n_local_max
+        self.itemsize, self.finite = source.itemsize, source.finite
+        self.in_memory, self.description = source.in_memory, source.description
+
+    def fit_blocks(self, rows: int, page_locked: bool = False):
+        for X, y, valid in self.source.fit_blocks(rows, page_locked=page_locked):
+            yield X, np.zeros(len(y), np.int64), valid
+
+    def block_count(self, rows: int) -> int:
+        return self.source.block_count(rows)
+
+    def block_size(self, rows: int) -> int:
+        return self.source.block_size(rows)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Public:
+    """A resolved public source.
+
+    Attributes
+    ----------
+    source : privlin.data.Source
+        Its rows (labels never read).
+    n : int
+        Rows that have features (a store's skipped rows are not counted: public, so counted exactly).
+    identity : str or None
+        Content identity: sha256 of its sorted distinct items (32 hex characters); None for arrays.
+    where : str
+        What it is: ``"store PATH, split 'public'"`` or ``"array"``.
+    audit : privlin.knn.OverlapReport or None
+        The near-duplicate audit against the private rows, where asked for (``public_audit``).
+    """
+
+    source: data.Source
+    n: int
+    identity: Optional[str]
+    where: str
+    audit: Any = None
+
+    def describe(self) -> str:
+        """The public source as the report and the ledger entry name it."""
+        if self.identity is None:
+            return f"array of {self.n} rows, no content identity"
+        return f"{self.where}: {self.n} rows, items sha256 {self.identity}"
+
+    def given(self, plan: Plan) -> frozenset:
+        """Names of ``plan``'s releases the public rows give (the rest stay private releases, as without them).
+
+        Every release except those of :data:`SECOND_MOMENT`, which are given where the public rows' sampling floor
+        τ_s(N_pub, d') (:func:`privlin.scaling.sampling_floor`) is at most the floor the private release would have,
+        τ_s(N, d') + σ·√d'/N (:func:`privlin.scaling.rotation_floor`): too few public rows for a (d', d') second
+        moment leave it private.  The centering follows :data:`CENTER_POLICY`.  Public facts only."""
+        names = set()
+        for release, sigma in plan.chain:
+            if release.name in SECOND_MOMENT:
+                own = float(scaling.sampling_floor(self.n, plan.model_dim))
+                if own > float(scaling.rotation_floor(plan.n, plan.model_dim, sigma)):
+                    continue
+            if release.name == "center" and CENTER_POLICY == "recenter":
+                continue
+            names.add(release.name)
+        return frozenset(names)
+
+    def ledger_params(self, given) -> dict:
+        """What the ledger entry of a fit keeps about its public source (public facts only)."""
+        return {"public_source": self.describe(), "public_releases": sorted(given),
+                "public_treated_as": "public: not charged, never read as private rows"}
+
+    def note(self, given) -> str | None:
+        """The report's note on the public statistics (None where none was given)."""
+        if not given:
+            return None
+        return (f"public statistics ({', '.join(sorted(given))}) computed without noise from {self.describe()}, "
+                "treated as public: not charged, their rows never read as private")
+
+
+# ----------------------------------------------------------------------------- resolving what the user passed
+
+def resolve(public, private: data.Source, *, audit=False, budget=None, ledger=None,
+            stacklevel: int = 3) -> Optional[Public]:
+    """The :class:`Public` of what the user passed as ``public`` for the private rows ``private`` (None: None).
+
+    Parameters
+    ----------
+    public : None, array (m, d), str, path, (store, split), stores.Split, stores.FeatureStore, privlin.data.Source
+        A string names a split of ``private``'s store where it has one by that name, else a store path or URL
+        (its :data:`PUBLIC_SPLIT` split, or its only split).
+    audit : bool or float
+        Run the near-duplicate audit (:func:`privlin.knn.overlap_audit`, at this cosine threshold, or its
+        default with True) of the public rows against the private ones: a non-private release about the private
+        rows, charged as such on their ledger (a capped ledger refuses it); a private row with a public twin
+        refuses the fit.
+    budget, ledger
+        The private rows' (for the audit's charge).
+
+    Raises
+    ------
+    ValueError
+        The public rows are the private ones, share an item with them, have another dimension or a non-finite value,
+        or (with ``audit``) have a near-duplicate among them.
+    """
+    if public is None:
+        return None
+    if isinstance(public, Public):
+        return public
+    source, where = _source(public, private)
+    if source.dim != private.dim:
+        raise ValueError(f"the public rows have dimension {source.dim}, the private rows {private.dim}: give "
+                         "features of the same backbone and head")
+    if source.same_rows(private):
+        raise ValueError(f"the public source is the private rows ({where}): give rows that are public")
+    items = _items_of(source)
+    _check_disjoint(items, _items_of(private), where, stacklevel + 1)
+    n = _valid_rows(source)
+    if n < 1:
+        raise ValueError(f"the public source {where} has no rows")
+    report = None
+    if audit is not False and audit is not None:
+        report = _audit(source, private, audit, budget=budget, ledger=ledger)
+    return Public(source, n, None if items is None else _content_identity(items), where, report)
+
+
+def _source(public, private: data.Source) -> tuple[data.Source, str]:
+    """``(source, what it is)`` of every form ``public`` may take."""
+    if isinstance(public, data.Source):
+        return public, public.description
+    if isinstance(public, tuple) and len(public) == 2 and isinstance(public[1], str):
+        src = data.as_source(public[0], public[1])
+        return src, src.description
+    store = getattr(private, "store", None)
+    if isinstance(public, str) and store is not None and public in store.splits:
+        src = data.SplitSource(store[public], store)
+        return src, src.description
+    if isinstance(public, (str, os.PathLike)) or data.is_store_like(public):
+        src = _store_source(public)
+        return src, src.description
+    X = np.asarray(public)
+    if X.ndim != 2 or not np.issubdtype(X.dtype, np.number):
+        raise TypeError(f"public must be rows (m, d), a split name, a store or (store, split); got "
+                        f"{type(public).__name__} of shape {X.shape}")
+    X = X if np.issubdtype(X.dtype, np.floating) else X.astype(np.float32)
+    if not np.isfinite(X).all():
+        bad = int(np.flatnonzero(~np.isfinite(X).all(axis=1))[0])
+        raise ValueError(f"the public rows hold a NaN or inf value (row {bad}): public rows are not null rows, fix "
+                         "or drop it")
+    return data.ArraySource(X, np.zeros(X.shape[0], np.int64)), "array"
+
+
+def _store_source(public) -> data.Source:
+    """A store (path, URL or object) or one of its splits: its :data:`PUBLIC_SPLIT` split, or its only one."""
+    import stores
+
+    if isinstance(public, stores.Split):
+        return data.SplitSource(public)
+    store = data.open_store(public) if isinstance(public, (str, os.PathLike)) else public
+    if not isinstance(store, stores.FeatureStore):
+        raise TypeError(f"public must be rows, a split name, a store or (store, split); got {type(public).__name__}")
+    splits = list(store.splits)
+    name = PUBLIC_SPLIT if PUBLIC_SPLIT in splits else splits[0] if len(splits) == 1 else None
+    if name is None:
+        raise ValueError(f"which split of {store.url!r} is public? it has {splits}: pass (store, split)")
+    return data.SplitSource(store[name], store)
+
+
+def _check_disjoint(public_items, private_items, where: str, stacklevel: int) -> None:
+    """Refuse public rows that share an item with the private rows; warn where a side has no content identity."""
+    if public_items is None or private_items is None:
+        side = "the public rows" if public_items is None else "the private rows"
+        warnings.warn(f"{side} carry no content identity (arrays): privlin cannot check that the public rows share "
+                      "no item with the private ones; pass store splits (their items are compared), or check with "
+                      "public_audit=True (privlin.knn.overlap_audit: near-duplicates by cosine similarity, a "
+                      "non-private release about the private rows)", PrivacyLeakWarning, stacklevel=stacklevel)
+        return
+    shared = np.intersect1d(public_items, private_items)
+    if shared.size:
+        raise ValueError(f"the public source {where} shares {shared.size} items with the private rows (e.g. "
+                         f"{shared[0].decode()}): rows that are private cannot be public; drop them from it")
+
+
+def _valid_rows(source: data.Source) -> int:
+    """Rows that have features: a store split's rows less its skipped ones (public, so counted)."""
+    split = getattr(source, "split", None)
+    return int(np.asarray(split.valid_mask()).sum()) if split is not None else int(source.n)
+
+
+def _audit(source, private, audit, *, budget, ledger):
+    """:func:`privlin.knn.overlap_audit` of the public rows against the private ones; a twin refuses the fit."""
+    from . import knn
+
+    kw = {} if audit is True else {"threshold": float(audit)}
+    report = knn.overlap_audit(source, private, budget=budget, ledger=ledger, **kw)
+    if report.n_with_twin:
+        raise ValueError(f"public_audit: {report.n_with_twin} private rows have a near-duplicate among the public "
+                         f"rows (cosine >= {report.threshold:g}): they are not public; the audit was charged as a "
+                         "non-private release on the private rows")
+    return report
+
+
+# ----------------------------------------------------------------------------- the statistics
+
+def exact_plan(plan: Plan, n: int) -> Plan:
+    """A non-private copy of ``plan``'s chain for ``n`` public rows: every release at σ = 0 (the centering in one
+    stage, as at σ = 0 a refining stage has nothing to refine), then one cheap training step whose model is not
+    used."""
+    chain = tuple((dataclasses.replace(r, parts=1) if r.name == "center" else r, 0.0) for r, _ in plan.chain)
+    return dataclasses.replace(plan, n=int(n), n_classes=2, epsilon=math.inf, accountant="none", sigma=0.0,
+                               method="adam1", steps=1, sample_rate=1.0, optimizer="adam", loss="sigmoid",
+                               secure_mode=False, chain=chain, class_weight=None)
+
+
+def statistics(plan: Plan, public: Public, *, block_rows: int = 65536, memory_limit: int = 2**30,
+               verbose: bool = False) -> dict:
+    """``{release name: value}`` of every release of ``plan``'s chain as :func:`exact_plan` releases it on the
+    public rows, run by :func:`privlin.runner.run` (streamed where ``memory_limit`` says so, as a private fit)."""
+    exact = exact_plan(plan, public.n)
+    key = noise.make_key(np.zeros((2, 2), np.uint32)).key  # σ = 0 everywhere: no noise it draws is used
+    (released,) = runner.run([exact], _Unlabelled(public.source, public.n), [key],
+                             np.arange(2), block_rows=block_rows, memory_limit=memory_limit, verbose=verbose)
+    return released_values(released, exact)
+
+
+def released_values(released, plan: Plan) -> dict:
+    """``{release name: value}`` of a :class:`privlin.runner.Released`."""
+    values = getattr(released, "values", None)
+    if values is not None:
+        return dict(values)
+    out = {}
+    rounds = plan.recenter_rounds
+    for release, _ in plan.chain:
+        name = release.name
+        if name == "radius":
+            out[name] = released.radius
+        elif name == "recenter":
+            out[name] = released.mean[:rounds]
+        elif name == "center":
+            out[name] = released.mean[-1] if rounds else released.mean
+        elif name == "scale":
+            out[name] = (released.scaling.shift, released.scaling.scale)
+        elif name == "whiten":
+            out[name] = released.scaling.rotate
+        elif name == "curvature":
+            out[name] = released.curvature
+        else:
+            out[name] = (released.extra or {}).get(name)
+    return out
+
+
+def given_values(values: Mapping[str, Any], given) -> dict:
+    """The values of the given releases only."""
+    return {name: values[name] for name in given}
