@@ -9,6 +9,7 @@ Stores: scikit-learn's digits featurized with ``pixels`` (3072-d) and ``vip_toy`
 
 * ``public split`` — the store's ``public`` split (same distribution, content identity checked);
 * ``other digits`` — the public split's rows of digits 0-4 only (another distribution: half the classes);
+* ``synthetic`` — features of 288 synthetic images (smoothed noise, no digit), a store of their own;
 * ``shifted`` — the public split's rows plus a fixed offset of the typical row norm along a random direction
   (another distribution: a public centre far from the private one), given as an array.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -69,7 +71,29 @@ def with_public_split(path: str, out: str, fraction: float = PUBLIC_FRACTION, se
     return out
 
 
-def public_sources(path: str, seed: int = 0) -> dict:
+def synthetic_store(backbone: str, cache: str, n: int = 288, seed: int = 0) -> str:
+    """``n`` synthetic 8×8 images (smoothed Gaussian noise: blobs on a dark ground, no digit) featurized with
+    ``backbone``: public rows of another distribution, a store of their own."""
+    import featurize
+    from PIL import Image
+    from scipy.ndimage import gaussian_filter
+
+    root = os.path.join(cache, "synth")
+    folder = os.path.join(root, "train", "0")
+    if not os.path.isdir(folder):
+        os.makedirs(folder)
+        rng = np.random.default_rng(seed)
+        for i in range(n):
+            z = gaussian_filter(rng.normal(size=(8, 8)), 1.0)
+            img = np.clip((z - z.mean()) / (z.std() + 1e-9) * 160 + 40, 0, 255).astype(np.uint8)
+            Image.fromarray(img, "L").save(os.path.join(folder, f"s{i:03d}.png"))
+    path = os.path.join(cache, f"{backbone}_synth.zarr")
+    featurize.extract(backbone, f"imagefolder:{root}", out=path, device="cpu", num_workers=0, batch_size=256,
+                      progress=False)
+    return path
+
+
+def public_sources(path: str, synthetic: str, seed: int = 0) -> dict:
     """The public sources compared: ``{name: what DPLinearClassifier(public=...) takes}``."""
     import stores
 
@@ -79,4 +103,81 @@ def public_sources(path: str, seed: int = 0) -> dict:
     norms = np.linalg.norm(X, axis=1)
     u = np.random.default_rng(seed).normal(size=X.shape[1])
     shift = (u / np.linalg.norm(u) * np.median(norms)).astype(np.float32)
-    return {"public split": "public", "other digits": X[y < 5], "shifted": X + shift}
+    return {"public split": "public", "other digits": X[y < 5], "synthetic": synthetic, "shifted": X + shift}
+
+
+def accuracies(path: str, public, seeds: int, epsilons=EPSILONS) -> dict:
+    """``{ε: [accuracy of each seed]}`` of ``DPLinearClassifier(method="sgd")`` defaults on the store's ``train``
+    split (one sweep: every (ε, seed) its own noise), with ``public`` (None: the private defaults)."""
+    from privlin.sweep import sweep
+
+    settings = [dict(method="sgd", epsilon=e, delta=DELTA) for e in epsilons] * seeds
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # arrays carry no content identity: warned, and known here
+        res = sweep(path, settings=settings, eval_public=True, progress=False, public=public)
+    out: dict = {}
+    for r in res.records:
+        out.setdefault(r["epsilon"], []).append(r["accuracy"])
+    return out
+
+
+def run(backbones, seeds: int, cache: str) -> list[dict]:
+    """One row per (backbone, ε, source): accuracy mean and sd over seeds (%), and the seconds it took."""
+    rows = []
+    for backbone in backbones:
+        path = with_public_split(featurized(backbone, cache), os.path.join(cache, f"{backbone}_public_split.zarr"))
+        sources = {"private defaults": None, **public_sources(path, synthetic_store(backbone, cache))}
+        exact = accuracies(path, None, 1, (math.inf,))[math.inf][0]
+        for name, source in sources.items():
+            t = time.perf_counter()
+            acc = accuracies(path, source, seeds)
+            took = time.perf_counter() - t
+            for e in EPSILONS:
+                a = 100 * np.asarray(acc[e])
+                rows.append(dict(backbone=backbone, source=name, epsilon=e, mean=float(a.mean()),
+                                 sd=float(a.std(ddof=1)) if len(a) > 1 else 0.0, seeds=len(a),
+                                 non_private=100 * exact, seconds=took))
+            print(f"{backbone:8} {name:16} " + " ".join(f"{r['mean']:5.1f}" for r in rows[-len(EPSILONS):])
+                  + f"   ({took:.0f} s)", flush=True)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: one row per (backbone, source), one column per ε (mean ± sd over seeds, %), non-private last."""
+    head = ("| features | statistics from | " + " | ".join(f"ε={e:g}" for e in EPSILONS) + " | non-private |\n"
+            "|---|---|" + "---:|" * (len(EPSILONS) + 1))
+    lines = [head]
+    by = {}
+    for r in rows:
+        by.setdefault((r["backbone"], r["source"]), {})[r["epsilon"]] = r
+    for (backbone, source), cells in by.items():
+        lines.append(f"| {backbone} | {source} | " + " | ".join(f"{cells[e]['mean']:.1f} ± {cells[e]['sd']:.1f}"
+                                                           for e in EPSILONS)
+                     + f" | {next(iter(cells.values()))['non_private']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--backbones", default=",".join(BACKBONES))
+    p.add_argument("--cache", default=os.path.join("runs", "bench_public"), help="stores (reused)")
+    p.add_argument("--out", default=None, help="folder for table.md and rows.json")
+    args = p.parse_args(argv)
+    os.makedirs(args.cache, exist_ok=True)
+    os.environ.setdefault("PRIVLIN_LEDGER_HOME", os.path.join(args.cache, "ledger-home"))  # not the user's home
+    t = time.perf_counter()
+    rows = run(args.backbones.split(","), args.seeds, args.cache)
+    text = table(rows)
+    print(text + f"\n\n({time.perf_counter() - t:.0f} s)")
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "table.md"), "w") as f:
+            f.write(text + "\n")
+        with open(os.path.join(args.out, "rows.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

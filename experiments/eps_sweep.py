@@ -47,6 +47,9 @@ def build_parser():
     p.add_argument("--draws", type=cli.Interval(int, 1), default=1,
                    help="noise draws per setting (each is a fit, charged; >1 draws error bars)")
     p.add_argument("--split", default="train", help="private training split")
+    p.add_argument("--public", default=None, metavar="SPLIT_OR_STORE",
+                   help="rows you may publish: a split of the store or another store's path; the plan's "
+                        "preprocessing statistics come from them, free, and the budget trains (privlin.public)")
     p.add_argument("--eval-split", default="test")
     p.add_argument("--val-split", default=None, help="held-out private split for private selection")
     p.add_argument("--select-eps", type=POSITIVE, default=0.5, help="ε of the private selection")
@@ -100,6 +103,9 @@ def _check_splits(st, args) -> None:
     for flag, name in named.items():
         if name is not None and name not in st.splits:
             raise cli.UserError(f"{flag} {name!r}: no such split in {args.store}; its splits: {st.splits}")
+    if args.public is not None and args.public in (args.split, args.eval_split, args.val_split):
+        raise cli.UserError(f"--public {args.public!r} must be rows you may publish: not a split the sweep trains, "
+                            "evaluates or selects on")
     if args.val_split is not None and args.val_split in (args.split, args.eval_split):
         raise cli.UserError(f"--val-split {args.val_split!r} must be held out: not the training or evaluation split")
 
@@ -122,7 +128,7 @@ def main(argv=None) -> int:
     n_fits = len(todo) * args.draws
     with cli.status(f"sweeping {n_fits} private fits on [{args.split}]", enabled=progress):
         res = sweep(st, settings=todo * args.draws, split=args.split, eval_split=args.eval_split,
-                    random_state=args.seed, progress=progress)
+                    random_state=args.seed, progress=progress, **({"public": args.public} if args.public else {}))
     print(format_table(summarize(res.records, args), res.total_epsilon, res.total_delta, len(todo), args.draws))
     spent = [spent_line(args.store, args.split, res.total_epsilon, res.total_delta,
                         f"{n_fits} private fits composed", progress=progress)]

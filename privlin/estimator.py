@@ -131,6 +131,14 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     secure_mode : bool, default=False
         Release every noisy statistic with the discrete Gaussian from ``os.urandom`` (``privlin.secure_noise``),
         on the host, once per step.  Needs ``random_state=None``.
+    public : None, array (m, d), str, store, (store, split), stores.Split or privlin.data.Source, default=None
+        Rows you may publish, of the same features (labels not needed): the plan's preprocessing statistics are
+        computed from them without noise or charge and its budget goes to training (:mod:`privlin.public`).  A
+        string names another split of the training store, else a store path.  Refused where it shares an item
+        with the training rows; arrays carry no content identity (warned).
+    public_audit : bool or float, default=False
+        With ``public``: run the near-duplicate audit (:func:`privlin.knn.overlap_audit`, at this cosine
+        threshold) first, a non-private release about the training rows, charged as such; a twin refuses the fit.
 
     Attributes
     ----------
@@ -215,6 +223,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         "secure_mode": ["boolean"],
         "budget": "no_validation",
         "ledger": "no_validation",
+        "public": "no_validation",
+        "public_audit": ["boolean", Interval(Real, -1, 1, closed="right")],
     }
 
     def __init__(self, *, epsilon=PARAMS["epsilon"], delta=PARAMS["delta"], method=PARAMS["method"],
@@ -228,7 +238,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
                  momentum=PARAMS["momentum"], batch_size=PARAMS["batch_size"], accountant=PARAMS["accountant"],
                  neighbouring=PARAMS["neighbouring"], random_state=PARAMS["random_state"],
                  block_rows=PARAMS["block_rows"], memory_limit=PARAMS["memory_limit"], verbose=PARAMS["verbose"],
-                 budget=PARAMS["budget"], ledger=PARAMS["ledger"], secure_mode=PARAMS["secure_mode"]):
+                 budget=PARAMS["budget"], ledger=PARAMS["ledger"], secure_mode=PARAMS["secure_mode"],
+                 public=PARAMS["public"], public_audit=PARAMS["public_audit"]):
         self.epsilon = epsilon
         self.delta = delta
         self.method = method
@@ -260,6 +271,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         self.budget = budget
         self.ledger = ledger
         self.secure_mode = secure_mode
+        self.public = public
+        self.public_audit = public_audit
 
     # ------------------------------------------------------------------ sklearn surface
 

@@ -21,25 +21,24 @@ import hashlib
 import math
 import os
 import warnings
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
 from . import data, noise, runner, scaling
-from .plan import Plan
+from .plan import Plan, make_plan
 from .report import PrivacyLeakWarning
 
-__all__ = ["Public", "resolve", "statistics", "exact_plan", "PUBLIC_SPLIT", "SECOND_MOMENT", "CENTER_POLICY"]
+__all__ = ["Public", "resolve", "statistics", "exact_plan", "PUBLIC_SPLIT", "SECOND_MOMENT", "PRIVATE_ONLY"]
 
 #: The split of a store (another one, or a path) that ``public=store`` reads when the store has several.
 PUBLIC_SPLIT = "public"
-#: Releases that sum (d', d') second moments of the rows: given from public rows only where those resolve them at
-#: least as well as the private release would (:meth:`Public.given`).
-SECOND_MOMENT = ("whiten", "curvature")
-#: What the public rows' centre does (:meth:`Public.given`): ``"public"``, it is the model's centre, uncharged;
-#: ``"recenter"``, the rows are re-centered on it first and the private centering still runs on top, shrunk
-#: toward it (a centre from another distribution then costs only that release's share).
-CENTER_POLICY = "public"
+#: Releases that sum (d', d') second moments of the rows: given from the public rows only where they resolve one
+#: (:meth:`Public.given`); otherwise they stay private releases, as without a public source.
+SECOND_MOMENT = ("whiten",)
+#: Releases never given: the curvature bound sets the training's step size, and a bound measured on rows of another
+#: distribution could let the private training diverge; it stays a private release (its small share).
+PRIVATE_ONLY = ("curvature",)
 
 
 def _content_identity(item_bytes: np.ndarray) -> str:
@@ -106,35 +105,71 @@ class Public:
             return f"array of {self.n} rows, no content identity"
         return f"{self.where}: {self.n} rows, items sha256 {self.identity}"
 
-    def given(self, plan: Plan) -> frozenset:
-        """Names of ``plan``'s releases the public rows give (the rest stay private releases, as without them).
+    def given(self, params: Mapping[str, Any], n: int, dim: int) -> tuple:
+        """Names of the releases the public rows give to a fit of ``DPLinearClassifier(**params)`` on N = ``n``
+        rows of dimension ``dim``, in the order they run: every release the plan makes without noise (its ε = ∞
+        twin, so the same at every ε: a release too noisy to make privately is still given), but those of
+        :data:`SECOND_MOMENT` where the plan's own rule cannot resolve them from the public rows at σ = 0
+        (:func:`privlin.scaling.whitening_resolves` at N_pub: too few rows for a (d', d') second moment, or too
+        costly), and :data:`PRIVATE_ONLY`, which stay private releases.  Public facts only."""
+        twin = make_plan({**params, "epsilon": math.inf, "noise_multiplier": None, "center_noise_multiplier": None},
+                         n=n, dim=dim, n_classes=None)
+        resolves = scaling.whitening_resolves(self.n, twin.model_dim, 0.0)
+        return tuple(r.name for r, _ in twin.chain
+                     if r.name not in PRIVATE_ONLY and (resolves or r.name not in SECOND_MOMENT))
 
-        Every release except those of :data:`SECOND_MOMENT`, which are given where the public rows' sampling floor
-        τ_s(N_pub, d') (:func:`privlin.scaling.sampling_floor`) is at most the floor the private release would have,
-        τ_s(N, d') + σ·√d'/N (:func:`privlin.scaling.rotation_floor`): too few public rows for a (d', d') second
-        moment leave it private.  The centering follows :data:`CENTER_POLICY`.  Public facts only."""
-        names = set()
-        for release, sigma in plan.chain:
-            if release.name in SECOND_MOMENT:
-                own = float(scaling.sampling_floor(self.n, plan.model_dim))
-                if own > float(scaling.rotation_floor(plan.n, plan.model_dim, sigma)):
-                    continue
-            if release.name == "center" and CENTER_POLICY == "recenter":
-                continue
-            names.add(release.name)
-        return frozenset(names)
+    def prepare(self, params_list, *, n: int, dim: int, block_rows: int = 65536, memory_limit: int = 2**30,
+                verbose: bool = False) -> tuple[list, dict]:
+        """``(params_list, given)`` for fits of ``params_list`` on N = ``n`` rows of dimension ``dim``: the
+        parameters as they run (re-centering rounds off where the centre is given: the public centre is exact,
+        and rounds released before it would move the rows it was computed on) and ``{name: value}`` of every
+        release the public rows give (:meth:`given`), computed by :func:`statistics`.  One value per release for
+        every setting: settings whose public releases differ are refused (fit them apart)."""
+        names = {self.given(p, n, dim) for p in params_list}
+        if len(names) != 1:
+            raise ValueError(f"these settings take different public statistics ({sorted(names)}): fit them apart "
+                             "(one value per release and public source)")
+        (names,) = names
+        if "center" in names:
+            if any(p.get("recenter") for p in params_list):
+                raise ValueError("recenter=True re-centres the private rows before their centering; with the public "
+                                 "centre (exact) there is nothing to re-centre: leave recenter=None")
+            params_list = [{**p, "recenter": False} for p in params_list]
+        plan = make_plan(params_list[0], n=n, dim=dim, n_classes=None, given=names)
+        values = statistics(plan, self, block_rows=block_rows, memory_limit=memory_limit, verbose=verbose)
+        return params_list, {name: values[name] for name in names}
+
+    def charging(self, charge: Callable, given) -> Callable:
+        """``charge(ledger, plans)`` whose ledger entry also names this public source (:meth:`ledger_params`)."""
+        extra = self.ledger_params(given)
+
+        def charge_naming_the_source(led, plans):
+            return charge(_Naming(led, extra), plans)
+        return charge_naming_the_source
 
     def ledger_params(self, given) -> dict:
         """What the ledger entry of a fit keeps about its public source (public facts only)."""
-        return {"public_source": self.describe(), "public_releases": sorted(given),
+        return {"public_source": self.describe(), "public_releases": list(given),
                 "public_treated_as": "public: not charged, never read as private rows"}
 
-    def note(self, given) -> str | None:
-        """The report's note on the public statistics (None where none was given)."""
-        if not given:
-            return None
-        return (f"public statistics ({', '.join(sorted(given))}) computed without noise from {self.describe()}, "
-                "treated as public: not charged, their rows never read as private")
+    def annotate(self, report, given):
+        """``report`` (a :class:`privlin.report.PrivacyReport`) with the public statistics in its notes."""
+        note = (f"public statistics ({', '.join(given)}) computed without noise from {self.describe()}, treated "
+                "as public: not charged, their rows never read as private")
+        return dataclasses.replace(report, notes="; ".join(x for x in (report.notes, note) if x))
+
+
+class _Naming:
+    """A ledger whose :meth:`charge` adds ``extra`` to the entry's parameters (anything else: the ledger's)."""
+
+    def __init__(self, ledger, extra: dict):
+        self._ledger, self._extra = ledger, extra
+
+    def charge(self, event, *, params=None, **kw):
+        return self._ledger.charge(event, params={**(params or {}), **self._extra}, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self._ledger, name)
 
 
 # ----------------------------------------------------------------------------- resolving what the user passed
@@ -181,6 +216,17 @@ def resolve(public, private: data.Source, *, audit=False, budget=None, ledger=No
     if audit is not False and audit is not None:
         report = _audit(source, private, audit, budget=budget, ledger=ledger)
     return Public(source, n, None if items is None else _content_identity(items), where, report)
+
+
+def of_settings(public, estimators):
+    """The public source of a call that fits several settings: ``public`` where given, else the settings' own
+    ``public`` parameter, which they must share (one public source per call)."""
+    if public is not None:
+        return public
+    first = estimators[0].public
+    if any(e.public is not first for e in estimators[1:]):
+        raise ValueError("the settings name different public sources: one public source per call (fit them apart)")
+    return first
 
 
 def _source(public, private: data.Source) -> tuple[data.Source, str]:
@@ -262,13 +308,14 @@ def _audit(source, private, audit, *, budget, ledger):
 # ----------------------------------------------------------------------------- the statistics
 
 def exact_plan(plan: Plan, n: int) -> Plan:
-    """A non-private copy of ``plan``'s chain for ``n`` public rows: every release at σ = 0 (the centering in one
-    stage, as at σ = 0 a refining stage has nothing to refine), then one cheap training step whose model is not
-    used."""
-    chain = tuple((dataclasses.replace(r, parts=1) if r.name == "center" else r, 0.0) for r, _ in plan.chain)
-    return dataclasses.replace(plan, n=int(n), n_classes=2, epsilon=math.inf, accountant="none", sigma=0.0,
+    """A non-private copy of ``plan`` for ``n`` public rows: every release it uses (:attr:`Plan.ran`, given ones
+    included) in its chain at σ = 0 (the centering in one stage: at σ = 0 a refining stage has nothing to
+    refine), then one cheap training step whose model is not used."""
+    chain = tuple((dataclasses.replace(r, parts=1) if r.name == "center" else r, 0.0) for r in plan.ran)
+    ceiling = plan.learning_rate_ceiling if math.isfinite(plan.learning_rate_ceiling) else plan.learning_rate
+    return dataclasses.replace(plan, learning_rate_ceiling=ceiling, n=int(n), n_classes=2, epsilon=math.inf, accountant="none", sigma=0.0,
                                method="adam1", steps=1, sample_rate=1.0, optimizer="adam", loss="sigmoid",
-                               secure_mode=False, chain=chain, class_weight=None)
+                               secure_mode=False, chain=chain, given=(), class_weight=None)
 
 
 def statistics(plan: Plan, public: Public, *, block_rows: int = 65536, memory_limit: int = 2**30,
@@ -279,35 +326,4 @@ def statistics(plan: Plan, public: Public, *, block_rows: int = 65536, memory_li
     key = noise.make_key(np.zeros((2, 2), np.uint32)).key  # σ = 0 everywhere: no noise it draws is used
     (released,) = runner.run([exact], _Unlabelled(public.source, public.n), [key],
                              np.arange(2), block_rows=block_rows, memory_limit=memory_limit, verbose=verbose)
-    return released_values(released, exact)
-
-
-def released_values(released, plan: Plan) -> dict:
-    """``{release name: value}`` of a :class:`privlin.runner.Released`."""
-    values = getattr(released, "values", None)
-    if values is not None:
-        return dict(values)
-    out = {}
-    rounds = plan.recenter_rounds
-    for release, _ in plan.chain:
-        name = release.name
-        if name == "radius":
-            out[name] = released.radius
-        elif name == "recenter":
-            out[name] = released.mean[:rounds]
-        elif name == "center":
-            out[name] = released.mean[-1] if rounds else released.mean
-        elif name == "scale":
-            out[name] = (released.scaling.shift, released.scaling.scale)
-        elif name == "whiten":
-            out[name] = released.scaling.rotate
-        elif name == "curvature":
-            out[name] = released.curvature
-        else:
-            out[name] = (released.extra or {}).get(name)
-    return out
-
-
-def given_values(values: Mapping[str, Any], given) -> dict:
-    """The values of the given releases only."""
-    return {name: values[name] for name in given}
+    return dict(released.values)

@@ -1,13 +1,15 @@
 """Public rows as a free input (privlin.public): the statistics they give equal independent NumPy computations of
 what the releases define; an overlapping public source is refused; arrays are warned about."""
+import math
 import warnings
 
 import numpy as np
 import pytest
 
-from privlin import data, public, scaling
+from privlin import data, public
 from privlin import plan as plans
-from privlin import radius as _radius
+from privlin.releases import norms as _radius
+from privlin.releases import scaling
 from privlin.report import PrivacyLeakWarning
 
 #: Exact sums snap every row to a grid and shrink it by a margin (privlin.sensitivity), and the rows are float32:
@@ -80,8 +82,8 @@ def test_log_typical_norm_and_recentering_rounds_equal_their_exact_values(blobs)
     for _ in range(plan.recenter_rounds):  # each round: the mean of the current rows, subtracted, re-normalized
         means.append(Z.mean(0))
         Z = _unit(Z - means[-1])
-    np.testing.assert_allclose(got["recenter"], np.stack(means), rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(got["center"], Z.mean(0), rtol=RTOL, atol=ATOL)
+    chain = np.stack([*means, Z.mean(0)])  # the centering's value: the chain of means, the rounds' first
+    np.testing.assert_allclose(got["center"], chain, rtol=RTOL, atol=ATOL)
 
 
 def test_streamed_statistics_equal_in_memory(blobs):
@@ -151,3 +153,71 @@ def test_the_near_duplicate_audit_runs_in_the_same_call_and_refuses_a_twin(blobs
     assert pub.audit is not None and pub.audit.n_with_twin == 0 and pub.audit.threshold == 0.9999
     with pytest.warns(PrivacyLeakWarning), pytest.raises(ValueError, match="public_audit: 1 private rows"):
         public.resolve(np.concatenate([X[:50], X[60:61] * 2]), private, audit=0.9999)  # a copy, scaled
+
+
+# ----------------------------------------------------------------------------- the fit with public statistics
+
+def _fitted(blobs, **params):
+    from privlin import DPLinearClassifier
+
+    X, y = blobs(600, d=8, k=3, seed=12)
+    X_pub, _ = blobs(200, d=8, k=3, seed=13)
+    return DPLinearClassifier(classes=[0, 1, 2], random_state=0, **params).fit(X + 3, y), X_pub + 3
+
+
+def test_the_training_gets_the_budget_the_public_statistics_no_longer_take(blobs):
+    import dp_accounting
+    from closed_forms import gaussians, gdp_epsilon, mu_of
+
+    private, X_pub = _fitted(blobs, epsilon=1.0, recenter=False)
+    with pytest.warns(PrivacyLeakWarning, match="no content identity"):
+        model, _ = _fitted(blobs, epsilon=1.0, public=X_pub)
+    given = [r.name for r, _ in model.plan_.given]
+    assert given == ["radius", "center", "scale", "whiten"] and not model.plan_.chain
+    shares = private.plan_.budget_shares()
+    assert set(shares) == {*given, "step"}
+    # GDP (full batch): T/σ² = μ² · (share of the steps), the same μ for both plans
+    np.testing.assert_allclose(model.plan_.sigma, private.plan_.sigma * math.sqrt(shares["step"]), rtol=1e-9)
+    event = model.privacy_.dp_event
+    assert gaussians(event) == [model.plan_.sigma] * model.plan_.steps  # the steps only: nothing else charged
+    assert gdp_epsilon(mu_of(gaussians(event)), 1e-5) == pytest.approx(1.0, abs=1e-6)
+    pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+    pld.compose(event)
+    assert pld.get_epsilon(1e-5) == pytest.approx(model.privacy_.epsilon, abs=2e-3)
+    assert model.privacy_.noise_multipliers == {"step": model.plan_.sigma}
+    released = model.released_
+    pub = public.Public(data.ArraySource(X_pub, np.zeros(200)), 200, None, "array")
+    public_values = public.statistics(model.plan_, pub)
+    for name in given:  # the given values are the public rows' statistics, used as released
+        for a, b in zip(np.atleast_1d(released[name]) if name != "scale" else released[name],
+                        np.atleast_1d(public_values[name]) if name != "scale" else public_values[name]):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_streamed_fit_equals_in_memory(blobs):
+    X_pub = _rows(blobs, 200, seed=13)
+    with pytest.warns(PrivacyLeakWarning):
+        a, _ = _fitted(blobs, epsilon=2.0, public=X_pub)
+    with pytest.warns(PrivacyLeakWarning):
+        b, _ = _fitted(blobs, epsilon=2.0, public=X_pub, memory_limit=1, block_rows=64)
+    np.testing.assert_allclose(a.coef_transformed_, b.coef_transformed_, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(a.intercept_transformed_, b.intercept_transformed_, rtol=1e-5, atol=1e-6)
+
+
+def test_report_and_ledger_name_the_public_source_and_never_charge_it(make_store, blobs):
+    import privlin
+    from privlin.ledger import PrivacyLedger
+
+    st = make_store({"train": blobs(256, d=8, k=3, seed=14), "public": blobs(128, d=8, k=3, seed=15),
+                     "test": blobs(64, d=8, k=3, seed=16)}, own_items=False)  # items follow the row ids
+    model = privlin.fit(st, epsilon=1.0, classes=[0, 1, 2], public="public", progress=False)
+    pub = public.resolve("public", data.as_source(st, "train"))
+    assert f"computed without noise from {pub.describe()}" in model.privacy_.notes
+    assert "treated as public: not charged" in model.privacy_.notes
+    (entry,) = [e for e in PrivacyLedger.for_split(st.url, "train").entries if e.mechanism.startswith("DPLinear")]
+    assert entry.params["public_source"] == pub.describe() and pub.identity in entry.params["public_source"]
+    assert entry.params["public_releases"] == ["radius", "center", "scale", "whiten"]
+    assert PrivacyLedger.for_split(st.url, "public").entries == []  # public rows are never charged
+    other = make_store({"train": blobs(64, d=8, k=3, seed=17)}, own_items=False)  # ids train0..63: train's items
+    with pytest.raises(ValueError, match="shares 64 items with the private rows"):
+        privlin.fit(st, epsilon=1.0, classes=[0, 1, 2], public=other, progress=False)
