@@ -5,10 +5,12 @@ on held-out private rows, publishes the scores and picks the best by a plain arg
 can be read off ``cv_results_`` (PRIVACY.md).  Here every step that touches a row is a mechanism on the ledger,
 charged as one entry before any row is read:
 
-* **the fold fits**: K folds × M candidates, each a :class:`privlin.DPLinearClassifier` fit (planned by
-  :func:`privlin.plan.make_plan` on the public N − |fold|, run by :func:`privlin.sweep.sweep`), charged with its
-  own event — every row is in K − 1 of them; charging K is the safe side;
-* **the scores**: each candidate's correct predictions summed over the K folds.  Each row validates in exactly
+* **the fold fits**: K folds × M candidates, each a :class:`privlin.DPLinearClassifier` fit (planned once, from
+  the public N − |fold|, by :func:`privlin.workflow.public_plans`; those plans run by
+  :func:`privlin.workflow.run_plans`), charged with its own event — every row is in K − 1 of them; charging K is
+  the safe side;
+* **the scores**: each candidate's correct predictions summed over the K folds
+  (:func:`privlin.prediction.correct_counts`, the estimator's and the sweep's scoring rule).  Each row validates in exactly
   one fold, so replacing it (by a null row, or by another row) moves each of the M sums by at most 1: the count
   vector has L2 sensitivity √M.  It is released with Gaussian noise of std σ·√M, one ``GaussianDpEvent(σ)``,
   σ calibrated in :mod:`privlin.accounting` to ``score_epsilon`` (GDP, exact).  Under ``replace_one`` the ledger
@@ -261,29 +263,21 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
         # the charge: the whole search, before any row is read
         led = source.ledger(cap=est.budget, ledger=est.ledger)
         if led is not None:
+            score_eps = privacy.score_epsilon if math.isfinite(privacy.score_epsilon) else "inf"  # JSON has no inf
             led.charge(privacy.dp_event, mechanism="privlin.model_selection/PrivateGridSearchCV",
                        epsilon=privacy.epsilon, delta=privacy.delta, neighbouring=privacy.neighbouring,
                        params={"folds": k, "candidates": len(candidates), "fits": k * len(candidates), "n": n,
                                "fold_sizes": sizes, "score_sigma": privacy.score_noise_multiplier,
-                               "score_epsilon": privacy.score_epsilon, "score_delta": privacy.score_delta,
-                               "refit": privacy.refit_rule, "seeded": info.seeded,
-                               "secure_scores": secure})
+                               "score_epsilon": score_eps, "score_delta": privacy.score_delta,
+                               "refit": privacy.refit_rule, "seeded": info.seeded, "secure_scores": secure})
             privacy = dataclasses.replace(privacy, ledger=led.where, ledger_spent=led.spent())
 
-        # the rows, after the charge: the fold fits as planned, their counts, the noisy scores
+        # the rows, after the charge: the fold fits as planned and their counts, then the noisy scores
         Xa, ya = _read(source, int(est.block_rows))
         keys = noise.split(info.key, k + 3)
-        fold_of = np.empty(n, np.int64)
-        fold_of[_permutation(keys[0], n)] = np.repeat(np.arange(k), sizes)
         run = dict(seeded=info.seeded, block_rows=candidates[0]["block_rows"],
                    memory_limit=candidates[0]["memory_limit"], verbose=bool(est.verbose), report_ledger=False)
-        correct = np.zeros(len(candidates), np.int64)
-        for f in range(k):
-            train, valid = fold_of != f, fold_of == f
-            fits = workflow.run_plans(fold_plans[f], data.ArraySource(Xa[train], ya[train]),
-                                      list(noise.split(keys[3 + f], len(candidates))), classes, **run)
-            correct += prediction.correct_counts([_predictor(fit) for fit in fits], classes,
-                                                 data.ArraySource(Xa[valid], ya[valid]))
+        correct = _fold_counts(fold_plans, sizes, Xa, ya, classes, keys, run)
         std = privacy.score_noise_std
         noisy = (correct.astype(np.float64) if std == 0 else
                  noisy_counts(correct, std, keys[1], secure=secure, l2_sensitivity=math.sqrt(len(candidates)), bound=n))
@@ -413,6 +407,23 @@ def _read(source: data.Source, block_rows: int) -> tuple[np.ndarray, np.ndarray]
         Xs.append(X)
         ys.append(np.asarray(y))
     return np.concatenate(Xs), np.concatenate(ys)
+
+
+def _fold_counts(fold_plans, sizes, X: np.ndarray, y: np.ndarray, classes, keys, run: dict) -> np.ndarray:
+    """Each candidate's correct predictions (M,) summed over the folds: fold f (``sizes[f]`` rows of
+    ``keys[0]``'s permutation) scores the plans ``fold_plans[f]``, run as charged on the other rows with
+    ``keys[3 + f]`` split per candidate."""
+    n, k, m = len(y), len(fold_plans), len(fold_plans[0])
+    fold_of = np.empty(n, np.int64)
+    fold_of[_permutation(keys[0], n)] = np.repeat(np.arange(k), sizes)
+    correct = np.zeros(m, np.int64)
+    for f in range(k):
+        train, valid = fold_of != f, fold_of == f
+        fits = workflow.run_plans(fold_plans[f], data.ArraySource(X[train], y[train]), list(noise.split(
+            keys[3 + f], m)), classes, **run)
+        correct += prediction.correct_counts([_predictor(fit) for fit in fits], classes,
+                                             data.ArraySource(X[valid], y[valid]))
+    return correct
 
 
 def _predictor(fit: workflow.Fitted):
