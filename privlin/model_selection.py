@@ -10,8 +10,8 @@ charged as one entry before any row is read:
   :func:`privlin.workflow.run_plans`), charged with its own event — every row is in K − 1 of them; charging K is
   the safe side;
 * **the scores**: each candidate's correct predictions summed over the K folds
-  (:func:`privlin.prediction.correct_counts`, the estimator's and the sweep's scoring rule).  Each row validates in exactly
-  one fold, so replacing it (by a null row, or by another row) moves each of the M sums by at most 1: the count
+  (:func:`privlin.prediction.correct_counts`, the estimator's and the sweep's scoring rule).  Each row validates in
+  exactly one fold, so replacing it (by a null row, or by another row) moves each of the M sums by at most 1: the count
   vector has L2 sensitivity √M.  It is released with Gaussian noise of std σ·√M, one ``GaussianDpEvent(σ)``,
   σ calibrated in :mod:`privlin.accounting` to ``score_epsilon`` (GDP, exact).  Under ``replace_one`` the ledger
   accounts that event as sensitivity 2 (every privlin Gaussian is): conservative by 2× for the scores.  Where any

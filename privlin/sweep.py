@@ -248,8 +248,12 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     SweepResult
     """
     # validate: public facts only
-    settings = _grid(epsilon if eps is None else eps, grid) if settings is None else [{**grid, **dict(s)}
-                                                                                      for s in settings]
+    if settings is None:
+        settings = _grid(epsilon if eps is None else eps, grid)
+    else:
+        settings = [{**grid, **dict(s)} for s in settings]
+    if not settings:
+        raise ValueError("no settings to train")
     ests = [_validated(s) for s in settings]
     source, evaluation = data.as_source(data_, split), _evaluation_source(data_, eval_data, eval_split)
     _check(ests, source, evaluation, secret=random_state is None and not return_keys)
@@ -279,10 +283,8 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
 
 
 def _check(ests, source: data.Source, evaluation: data.Source | None, *, secret: bool) -> None:
-    """The sweep's public checks: settings to train, one class list and relation, a held-out evaluation split
-    with rows, secure mode's secret seed."""
-    if not ests:
-        raise ValueError("no settings to train")
+    """The sweep's public checks: one class list and relation, a held-out evaluation split with rows, secure
+    mode's secret seed."""
     if evaluation is not None and source.same_rows(evaluation):
         raise ValueError("the evaluation rows are the training rows: their accuracy is not private (it is released "
                          "without noise). Evaluate on a held-out split, or pass eval_split=None")

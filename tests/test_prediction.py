@@ -12,6 +12,7 @@ import pytest
 
 import privlin
 from privlin import DPLinearClassifier, data, model_selection, noise
+from privlin.ledger import PrivacyLedger
 from privlin.model_selection import PrivateGridSearchCV
 from privlin.sweep import correct_counts, sweep
 
@@ -58,6 +59,10 @@ def test_the_estimator_and_the_sweep_score_one_way(named):
     assert again.records[0]["accuracy"] == right / len(yn)
     with pytest.raises(ValueError, match="NaN"):  # predict on the caller's own arrays checks them, as sklearn does
         model.predict(Xn)
+    led = PrivacyLedger.in_memory()
+    with pytest.raises(ValueError, match="5 features; the model was fitted on 8"):  # a public fact: before the charge
+        privlin.evaluate(model, (Xte[:, :5], yte), ledger=led)
+    assert len(led) == 0
 
 
 def test_the_search_counts_as_the_estimator_scores(named):
