@@ -18,7 +18,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
-from . import accounting, data, evaluation, noise, runner, train, workflow
+from . import accounting, data, evaluation, noise, prediction, train, workflow
 from .defaults import DEFAULT_EPSILON, METHODS, PARAMS
 from .report import PrivacyLeakWarning
 from .workflow import coef_of, plans_for, report_for  # noqa: F401 - their home is workflow; kept importable here
@@ -370,15 +370,21 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         return X
 
     def _predicted_index(self, X) -> np.ndarray:
-        """Index into ``classes_`` of each row's most likely class, (n,)."""
-        return np.asarray(jnp.argmax(self._logits(X), axis=1))
+        """Index into ``classes_`` of each row's most likely class, (n,), on checked rows (see :meth:`_logits`)."""
+        return self._predict_rows(self._checked(X))
 
     def _logits(self, X):
+        """Logits (n, k) of checked rows (scikit-learn's checks: NaN/inf or a wrong width raise)."""
+        return self._predict_rows(self._checked(X), prediction.logits)
+
+    def _checked(self, X):
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float32, np.float64])
-        Xp = runner.preprocess_rows(self.plan_, X, self.mean_, self.scaling_, getattr(self, "radius_", None))
-        return (Xp @ jnp.asarray(self.coef_transformed_.T, jnp.float32)
-                + jnp.asarray(self.intercept_transformed_, jnp.float32))
+        return validate_data(self, X, reset=False, dtype=[np.float32, np.float64])
+
+    def _predict_rows(self, X, how=prediction.predicted_index):
+        """``how`` (:func:`privlin.prediction.logits` or ``predicted_index``) of this model on rows X as given."""
+        return how(self.plan_, self.coef_transformed_, self.intercept_transformed_, X, mean=self.mean_,
+                   scaling=self.scaling_, radius=getattr(self, "radius_", None))
 
     @property
     def coef_(self):
@@ -493,25 +499,24 @@ def evaluate(model: DPLinearClassifier, data_, split: str = "test", *, block_row
     a ``NonPrivateDpEvent`` on the split's ledger (a store split's own; arrays only on a ``ledger`` passed), so a
     capped split refuses it — unless ``public=True`` declares the split public (recorded on its ledger as such;
     :mod:`privlin.evaluation`).  The accuracy is over the rows that have features: a store's rows skipped at
-    extraction (images that did not decode) have no prediction and are left out of both counts.  A store's labels
-    index its published class names; where those are the model's ``classes_`` (a fit on such a store without
-    ``classes=``), each label is compared as its name.
+    extraction (images that did not decode) have no prediction and are left out of both counts.  It is
+    :func:`privlin.prediction.correct_counts`, the one scoring rule of privlin: a label is matched as a fit
+    matches it (one outside ``classes_`` is never correct, never an error); a store's labels index its published
+    class names, and where those are the model's ``classes_`` (a fit on such a store without ``classes=``) each
+    label is compared as its name; a row with a NaN or inf feature is never correct and never an error (it counts
+    in the denominator).
     """
+    check_is_fitted(model)
     source = data.as_source(data_, split)
     if source.n_valid == 0:
         raise ValueError(f"split {split!r} has no rows with features")
+    if source.dim != model.n_features_in_:  # a public fact: refused before the charge
+        raise ValueError(f"the rows have {source.dim} features; the model was fitted on {model.n_features_in_}")
     evaluation.charge_exact(source, public=public, mechanism="privlin.evaluate/accuracy", ledger=ledger)
-    names = source.published_classes()
-    names = None if names is None else np.asarray(list(names))
-    by_name = names is not None and names.shape == np.shape(model.classes_) and np.array_equal(names, model.classes_)
-    # a label is matched as a fit matches it (privlin.data.label_index): one outside the list, of any type, is
-    # never correct and never an error; a store's labels index its names, where those are the model's classes_
-    classes = np.arange(names.size) if by_name else model.classes_
-    right = 0
-    for X, y in source.blocks(block_rows):
-        idx, known = data.label_index(classes, y)
-        right += int(np.count_nonzero(known & (model._predicted_index(np.asarray(X, np.float32)) == idx)))
-    return right / source.n_valid
+    # the one scoring rule (privlin.prediction): labels as a fit matches them, a store's as the names it publishes
+    # where those are classes_, a non-finite row never correct and never an error (the split is charged by now)
+    (right,) = prediction.correct_counts([model._predict_rows], model.classes_, source, block_rows)
+    return int(right) / source.n_valid
 
 
 def check_labels(y, classes=None, *, split: str = "train", ledger=None) -> int:

@@ -5,11 +5,13 @@ on held-out private rows, publishes the scores and picks the best by a plain arg
 can be read off ``cv_results_`` (PRIVACY.md).  Here every step that touches a row is a mechanism on the ledger,
 charged as one entry before any row is read:
 
-* **the fold fits**: K folds × M candidates, each a :class:`privlin.DPLinearClassifier` fit (planned by
-  :func:`privlin.plan.make_plan` on the public N − |fold|, run by :func:`privlin.sweep.sweep`), charged with its
-  own event — every row is in K − 1 of them; charging K is the safe side;
-* **the scores**: each candidate's correct predictions summed over the K folds.  Each row validates in exactly
-  one fold, so replacing it (by a null row, or by another row) moves each of the M sums by at most 1: the count
+* **the fold fits**: K folds × M candidates, each a :class:`privlin.DPLinearClassifier` fit (planned once, from
+  the public N − |fold|, by :func:`privlin.workflow.public_plans`; those plans run by
+  :func:`privlin.workflow.run_plans`), charged with its own event — every row is in K − 1 of them; charging K is
+  the safe side;
+* **the scores**: each candidate's correct predictions summed over the K folds
+  (:func:`privlin.prediction.correct_counts`, the estimator's and the sweep's scoring rule).  Each row validates in
+  exactly one fold, so replacing it (by a null row, or by another row) moves each of the M sums by at most 1: the count
   vector has L2 sensitivity √M.  It is released with Gaussian noise of std σ·√M, one ``GaussianDpEvent(σ)``,
   σ calibrated in :mod:`privlin.accounting` to ``score_epsilon`` (GDP, exact).  Under ``replace_one`` the ledger
   accounts that event as sensitivity 2 (every privlin Gaussian is): conservative by 2× for the scores.  Where any
@@ -30,6 +32,7 @@ and no error after it depends on a row: a label outside the public class list is
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from numbers import Integral, Real
 
@@ -41,13 +44,11 @@ from sklearn.model_selection import ParameterGrid
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_consistent_length, check_is_fitted
 
-from . import accounting, data, noise, secure_noise
+from . import accounting, data, noise, prediction, secure_noise, workflow
 from .estimator import DPLinearClassifier
-from .workflow import plans_for
 from .events import describe
 from .report import PrivacyReport, relation_label, setting_leaks
 from .selection import noisy_counts
-from .sweep import correct_counts, sweep
 
 __all__ = ["PrivateGridSearchCV", "SearchPrivacy"]
 
@@ -121,20 +122,6 @@ class SearchPrivacy:
             lines.append(f"ledger {self.ledger}: total spent on these rows ε={self.ledger_spent[0]:.4g} at "
                          f"δ={self.ledger_spent[1]:.3g}")
         return "\n".join(lines)
-
-
-class _Shape(data.Source):
-    """The public facts of rows not yet read (N, d, the label schema): what planning may look at."""
-
-    in_memory = True
-    description = "public facts"
-
-    def __init__(self, n: int, dim: int, label_kind):
-        self.n = self.n_local = self.n_local_max = int(n)
-        self.dim, self.label_kind = int(dim), label_kind
-
-    def ledger(self, *, cap=None, ledger=None):
-        return None
 
 
 class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
@@ -251,6 +238,11 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
     def fit(self, X, y=None):
         """Search privately on ``X`` (n, d) and labels ``y`` (n,), or on a store split / source passed as ``X``.
 
+        The steps: public checks; every plan, once, from public facts (:func:`privlin.workflow.public_plans`:
+        each fold's N − |fold|, then N); the charge of the whole search; the rows; the fold fits
+        (:func:`privlin.workflow.run_plans`, the plans as charged) and their counts
+        (:func:`privlin.prediction.correct_counts`); the noisy scores; the refit.
+
         Raises
         ------
         ValueError
@@ -258,11 +250,65 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
         privlin.ledger.PrivacyBudgetExceeded
             The whole search would pass the ledger's cap: nothing was read, nothing recorded.
         """
+        source, candidates = self._checked(X, y)
+        est, n, k = self.estimator, source.n, int(self.cv)
+        sizes = [len(part) for part in np.array_split(np.arange(n), k)]  # public: a function of N
+        classes, _ = data.public_classes(source, est.classes, stacklevel=2)
+        fold_plans = [workflow.public_plans(candidates, n=n - size, dim=source.dim, classes=classes,
+                                            stacklevel=3)[0] for size in sizes]
+        refits, leaks = workflow.public_plans(candidates, n=n, dim=source.dim, classes=classes, stacklevel=3)
+        info, secure = noise.make_key(self.random_state), any(c["secure_mode"] for c in candidates)
+        privacy = self._privacy(candidates, fold_plans, refits, seeded=info.seeded, secure=secure)
+
+        # the charge: the whole search, before any row is read
+        led = source.ledger(cap=est.budget, ledger=est.ledger)
+        if led is not None:
+            score_eps = privacy.score_epsilon if math.isfinite(privacy.score_epsilon) else "inf"  # JSON has no inf
+            led.charge(privacy.dp_event, mechanism="privlin.model_selection/PrivateGridSearchCV",
+                       epsilon=privacy.epsilon, delta=privacy.delta, neighbouring=privacy.neighbouring,
+                       params={"folds": k, "candidates": len(candidates), "fits": k * len(candidates), "n": n,
+                               "fold_sizes": sizes, "score_sigma": privacy.score_noise_multiplier,
+                               "score_epsilon": score_eps, "score_delta": privacy.score_delta,
+                               "refit": privacy.refit_rule, "seeded": info.seeded, "secure_scores": secure})
+            privacy = dataclasses.replace(privacy, ledger=led.where, ledger_spent=led.spent())
+
+        # the rows, after the charge: the fold fits as planned and their counts, then the noisy scores
+        Xa, ya = _read(source, int(est.block_rows))
+        keys = noise.split(info.key, k + 3)
+        run = dict(seeded=info.seeded, block_rows=candidates[0]["block_rows"],
+                   memory_limit=candidates[0]["memory_limit"], verbose=bool(est.verbose), report_ledger=False)
+        correct = _fold_counts(fold_plans, sizes, Xa, ya, classes, keys, run)
+        std = privacy.score_noise_std
+        noisy = (correct.astype(np.float64) if std == 0 else
+                 noisy_counts(correct, std, keys[1], secure=secure, l2_sensitivity=math.sqrt(len(candidates)), bound=n))
+        del correct  # exact counts never leave this method
+
+        self.classes_ = classes
+        self.n_splits_ = k
+        self.best_index_ = int(np.argmax(noisy))
+        self.best_params_ = dict(ParameterGrid(self.param_grid)[self.best_index_])
+        self.best_score_ = float(noisy[self.best_index_] / n)
+        self.cv_results_ = _results(self.param_grid, noisy, n)
+        self.ledger_ = led
+        self.privacy_ = privacy
+        if self.refit:
+            (fit,) = workflow.run_plans([refits[self.best_index_]], data.ArraySource(Xa, ya), list(noise.split(
+                keys[2], 1)), classes, leaks=leaks, **run)
+            model = workflow.unpack(fit, DPLinearClassifier(**{**candidates[self.best_index_], "classes": classes}),
+                                    ledger=False)
+            model.set_params(ledger=est.ledger, budget=est.budget)
+            model.ledger_ = led
+            model.privacy_ = _chosen_report(model.privacy_, privacy)
+            self.best_estimator_ = model
+        return self
+
+    def _checked(self, X, y) -> tuple[data.Source, list[dict]]:
+        """The public checks of a search (settings, grid, shapes, the class list, N ≥ K): the source and the
+        candidates (each a full set of estimator parameters)."""
         self._validate_params()
         if not isinstance(self.estimator, DPLinearClassifier):
             raise TypeError("PrivateGridSearchCV searches a privlin.DPLinearClassifier")
-        est = self.estimator
-        if est.classes is None:
+        if self.estimator.classes is None:
             raise ValueError("PrivateGridSearchCV needs the public class list: pass classes=... to the estimator "
                              "(a list read from the rows would be an unaccounted release)")
         if y is None and data.is_store_like(X):
@@ -273,31 +319,22 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
             check_consistent_length(X, y)
             source = data.ArraySource(X, y)
         self.n_features_in_ = source.dim
-        n, k = source.n, int(self.cv)
-        if n < k:
-            raise ValueError(f"cv={k} folds need at least {k} rows; the data has N={n}")
-        if source.n_local != n:
+        if source.n < int(self.cv):
+            raise ValueError(f"cv={self.cv} folds need at least {self.cv} rows; the data has N={source.n}")
+        if source.n_local != source.n:
             raise ValueError("PrivateGridSearchCV holds the rows in one process; run it without jax.distributed")
         candidates = self._candidates()
         if self.random_state is not None and any(c["secure_mode"] for c in candidates):
             raise ValueError("secure_mode candidates draw their noise from os.urandom: leave random_state=None")
-        sizes = [len(part) for part in np.array_split(np.arange(n), k)]  # public: a function of N
-        score_eps, score_delta = self._score_budget(candidates)
-        secure = any(c["secure_mode"] for c in candidates)
+        return source, candidates
 
-        # every plan, from public facts only (N of each fold's training rows, d, the label schema, the classes)
-        fold_plans = []
-        for size in sizes:
-            classes, plans, _, _ = plans_for(_Shape(n - size, source.dim, source.label_kind), candidates,
-                                             classes=est.classes, budget=None, ledger=None, charge=None,
-                                             stacklevel=3)
-            fold_plans.append(plans)
-        classes, refits, _, _ = plans_for(_Shape(n, source.dim, source.label_kind), candidates, classes=est.classes,
-                                          budget=None, ledger=None, charge=None, stacklevel=3)
-        relation = refits[0].neighbouring
-        m = len(candidates)
+    def _privacy(self, candidates, fold_plans, refits, *, seeded: bool, secure: bool) -> SearchPrivacy:
+        """What the search costs, from its plans (public facts only): the scores' σ, the refit charged, the
+        composition; the ledger fields are filled in once it is charged."""
+        score_eps, score_delta = self._score_budget(candidates)
+        n, relation = refits[0].n, refits[0].neighbouring
         if math.isinf(score_eps):
-            setting_leaks(private=False, delta=score_delta, n=n, stacklevel=2)
+            setting_leaks(private=False, delta=score_delta, n=n, stacklevel=3)
             sigma, score_event = 0.0, _ev.NonPrivateDpEvent()
         else:
             sigma = accounting.calibrate_noise(score_eps, score_delta, accountant="gdp", neighbouring=relation)
@@ -307,63 +344,15 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
                                                           relation) if self.refit else (None, "no refit"))
         events = [*fold_events, score_event] + ([refit_event] if refit_event is not None else [])
         delta = max([p.delta for plans in fold_plans for p in plans] + [score_delta])
-        total_event = _ev.ComposedDpEvent(events)
-        total = accounting.compose_epsilon(events, delta, neighbouring=relation)
-        info = noise.make_key(self.random_state)
-        std = sigma * math.sqrt(m)
+        std = sigma * math.sqrt(len(candidates))
         if secure and std > 0:
             secure_noise.check_plan(std, n)  # the counts (each ≤ N) and their noise fit an exact grid: public facts
-
-        # the charge: the whole search, before any row is read
-        led = source.ledger(cap=est.budget, ledger=est.ledger)
-        if led is not None:
-            led.charge(total_event, mechanism="privlin.model_selection/PrivateGridSearchCV", epsilon=total,
-                       delta=delta, neighbouring=relation,
-                       params={"folds": k, "candidates": m, "fits": k * m, "n": n, "fold_sizes": sizes,
-                               "score_sigma": sigma, "score_epsilon": score_eps, "score_delta": score_delta,
-                               "refit": refit_rule, "seeded": info.seeded, "secure_scores": secure})
-
-        # the rows, after the charge
-        Xa, ya = _read(source, int(est.block_rows))
-        keys = noise.split(info.key, k + 3)
-        fold_of = np.empty(n, np.int64)
-        fold_of[_permutation(keys[0], n)] = np.repeat(np.arange(k), sizes)
-        correct = np.zeros(m, np.int64)
-        for f in range(k):
-            train, valid = fold_of != f, fold_of == f
-            res = sweep(data.ArraySource(Xa[train], ya[train]), settings=candidates, eval_split=None,
-                        random_state=keys[3 + f] if info.seeded else None)
-            ran = [r["plan"].dp_event() for r in res.records]
-            assert ran == [p.dp_event() for p in fold_plans[f]], "a fold fit ran another mechanism than charged"
-            correct += correct_counts(res, data.ArraySource(Xa[valid], ya[valid]))
-        noisy = (correct.astype(np.float64) if std == 0 else
-                 noisy_counts(correct, std, keys[1], secure=secure, l2_sensitivity=math.sqrt(m), bound=n))
-        del correct  # exact counts never leave this method
-
-        self.classes_ = classes
-        self.n_splits_ = k
-        self.best_index_ = int(np.argmax(noisy))
-        self.best_params_ = dict(ParameterGrid(self.param_grid)[self.best_index_])
-        self.best_score_ = float(noisy[self.best_index_] / n)
-        self.cv_results_ = _results(self.param_grid, noisy, n)
-        self.ledger_ = led
-        self.privacy_ = SearchPrivacy(
-            epsilon=total, delta=delta, dp_event=total_event, neighbouring=relation, n_rows=n, folds=k, candidates=m,
-            fold_events=fold_events, score_noise_multiplier=sigma, score_noise_std=std, score_epsilon=score_eps,
-            score_delta=score_delta, score_noise=_score_noise(std, secure), refit_event=refit_event,
-            refit_rule=refit_rule, seeded=info.seeded, ledger=None if led is None else led.where,
-            ledger_spent=None if led is None else led.spent())
-        if self.refit:
-            best = candidates[self.best_index_]
-            res = sweep(data.ArraySource(Xa, ya), settings=[best], eval_split=None,
-                        random_state=keys[2] if info.seeded else None)
-            assert res.records[0]["plan"].dp_event() == refits[self.best_index_].dp_event()
-            model = res.model(0)
-            model.set_params(ledger=est.ledger, budget=est.budget)
-            model.ledger_ = led
-            model.privacy_ = _chosen_report(model.privacy_, self.privacy_)
-            self.best_estimator_ = model
-        return self
+        return SearchPrivacy(
+            epsilon=accounting.compose_epsilon(events, delta, neighbouring=relation), delta=delta,
+            dp_event=_ev.ComposedDpEvent(events), neighbouring=relation, n_rows=n, folds=len(fold_plans),
+            candidates=len(candidates), fold_events=fold_events, score_noise_multiplier=sigma, score_noise_std=std,
+            score_epsilon=score_eps, score_delta=score_delta, score_noise=_score_noise(std, secure),
+            refit_event=refit_event, refit_rule=refit_rule, seeded=seeded)
 
     # ------------------------------------------------------------------ the chosen model
 
@@ -418,6 +407,29 @@ def _read(source: data.Source, block_rows: int) -> tuple[np.ndarray, np.ndarray]
         Xs.append(X)
         ys.append(np.asarray(y))
     return np.concatenate(Xs), np.concatenate(ys)
+
+
+def _fold_counts(fold_plans, sizes, X: np.ndarray, y: np.ndarray, classes, keys, run: dict) -> np.ndarray:
+    """Each candidate's correct predictions (M,) summed over the folds: fold f (``sizes[f]`` rows of
+    ``keys[0]``'s permutation) scores the plans ``fold_plans[f]``, run as charged on the other rows with
+    ``keys[3 + f]`` split per candidate."""
+    n, k, m = len(y), len(fold_plans), len(fold_plans[0])
+    fold_of = np.empty(n, np.int64)
+    fold_of[_permutation(keys[0], n)] = np.repeat(np.arange(k), sizes)
+    correct = np.zeros(m, np.int64)
+    for f in range(k):
+        train, valid = fold_of != f, fold_of == f
+        fits = workflow.run_plans(fold_plans[f], data.ArraySource(X[train], y[train]), list(noise.split(
+            keys[3 + f], m)), classes, **run)
+        correct += prediction.correct_counts([_predictor(fit) for fit in fits], classes,
+                                             data.ArraySource(X[valid], y[valid]))
+    return correct
+
+
+def _predictor(fit: workflow.Fitted):
+    """A fitted record's :func:`privlin.prediction.predicted_index`, for :func:`privlin.prediction.correct_counts`."""
+    return functools.partial(prediction.predicted_index, fit.plan, fit.coef, fit.intercept, mean=fit.mean,
+                             scaling=fit.scaling, radius=fit.radius)
 
 
 def _permutation(key, n: int) -> np.ndarray:

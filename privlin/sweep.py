@@ -20,6 +20,7 @@ is the composition of every setting (what the ledger is charged, before any row 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import itertools
 import math
@@ -31,7 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 from dp_accounting import dp_event as _ev
 
-from . import accounting, data, noise, runner, workflow
+from . import accounting, data, noise, prediction, workflow
 from . import evaluation as _evaluation
 from . import progress as _progress
 from .defaults import DEFAULT_EPSILON
@@ -128,14 +129,17 @@ class SweepResult:
     def predict(self, i: int, X: np.ndarray) -> np.ndarray:
         """Labels (n,) predicted by setting ``i`` on features X (n, D) (preprocessed as in training): the store's
         class names where it published them (as :meth:`model`'s ``classes_``), else ``classes``."""
-        labels = self.classes if self.class_names is None else self.class_names
-        return labels[self._argmax(i, X)]
+        return self._labels()[self._argmax(i, X)]
+
+    def _labels(self) -> np.ndarray:
+        """What :meth:`predict` returns values of: the store's class names, else ``classes``."""
+        return self.classes if self.class_names is None else self.class_names
 
     def _argmax(self, i: int, X: np.ndarray) -> np.ndarray:
-        """Index (n,) into ``classes`` of setting ``i``'s prediction on X."""
+        """Index (n,) into ``classes`` of setting ``i``'s prediction on X (:func:`privlin.prediction.logits`)."""
         rec = self.records[i]
-        Xp = np.asarray(runner.preprocess_rows(rec["plan"], X, self.means[i], self.scalings[i], rec.get("radius")))
-        return np.argmax(Xp @ self.coef[i] + self.intercept[i], axis=1)
+        return prediction.predicted_index(rec["plan"], np.asarray(self.coef[i]).T, self.intercept[i], X,
+                                          mean=self.means[i], scaling=self.scalings[i], radius=rec.get("radius"))
 
     def model(self, i: int) -> DPLinearClassifier:
         """Setting ``i`` as a fitted :class:`DPLinearClassifier` (predict, score, ``privacy_``)."""
@@ -196,17 +200,11 @@ class SweepResult:
 # --------------------------------------------------------------------------- the sweep
 
 def correct_counts(result: SweepResult, source: data.Source, block_rows: int = 65536) -> np.ndarray:
-    """Correct predictions (S,) of every setting on ``source``, one pass over it.  Labels are matched as a fit
-    matches them (:func:`privlin.data.label_index`): one outside the class list, of any type, is never correct and
-    never an error (a search counts these after its charge)."""
-    correct = np.zeros(len(result), dtype=np.int64)
-    for X, y in source.blocks(block_rows):
-        finite = np.isfinite(X).all(axis=1)  # a non-finite row is a null row: never correct, never an error
-        X = np.where(finite[:, None], np.asarray(X, np.float32), 0.0)
-        idx, known = data.label_index(result.classes, y)  # the fit's label path: an odd label is a null row
-        for s in range(len(result)):
-            correct[s] += int(((np.asarray(result._argmax(s, X)) == idx) & known & finite).sum())
-    return correct
+    """Correct predictions (S,) of every setting on ``source``, one pass over it: privlin's one scoring rule
+    (:func:`privlin.prediction.correct_counts`: labels matched as a fit matches them, a store's labels as its
+    names where those are the settings' labels, a non-finite row never correct and never an error)."""
+    predictors = [functools.partial(result._argmax, s) for s in range(len(result))]
+    return prediction.correct_counts(predictors, result._labels(), source, block_rows)
 
 
 def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None = None, split: str = "train",
@@ -249,17 +247,44 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     -------
     SweepResult
     """
-    if eps is not None:
-        epsilon = eps
+    # validate: public facts only
     if settings is None:
-        settings = _grid(epsilon, grid)
+        settings = _grid(epsilon if eps is None else eps, grid)
     else:
         settings = [{**grid, **dict(s)} for s in settings]
     if not settings:
         raise ValueError("no settings to train")
     ests = [_validated(s) for s in settings]
-    source = data.as_source(data_, split)
-    evaluation = _evaluation_source(data_, eval_data, eval_split)
+    source, evaluation = data.as_source(data_, split), _evaluation_source(data_, eval_data, eval_split)
+    _check(ests, source, evaluation, secret=random_state is None and not return_keys)
+    if evaluation is not None:  # the evaluation split pays too (or is declared public): its cap refuses first
+        _evaluation.check_exact(evaluation, public=eval_public, mechanism="privlin.sweep/evaluation")
+    info = noise.make_key(random_state)
+    seeded = info.seeded or return_keys
+    # plan and charge, in sequence, before any row is read: every setting composed, then the evaluation split
+    params = [e.get_params() for e in ests]
+    classes, plans, leaks, led = workflow.plans_for(source, params, classes=ests[0].classes, budget=budget,
+                                                    ledger=ledger, charge=_charge(source, seeded), stacklevel=4)
+    eval_charge = None if evaluation is None else _evaluation.charge_exact(
+        evaluation, public=eval_public, mechanism="privlin.sweep/evaluation", params={"settings": len(plans)})
+    # run
+    keys = noise.split(info.key, len(settings))
+    fits = workflow.run_plans(plans, source, list(keys), classes, seeded=seeded, leaks=leaks, ledger=led,
+                              names=workflow.class_names(source, ests[0].classes), block_rows=ests[0].block_rows,
+                              memory_limit=ests[0].memory_limit, verbose=progress, report_ledger=False)
+    result = _result(fits, settings, ests, keys, seeded=seeded, eval_public=eval_public, return_keys=return_keys)
+    # evaluate
+    if evaluation is not None:
+        with _progress.stage(f"evaluating {len(result.records)} settings on {evaluation.n} rows", progress):
+            acc = correct_counts(result, evaluation) / evaluation.n_valid  # a skipped test image has no prediction
+        for i, rec in enumerate(result.records):
+            rec["accuracy"], rec["eval_split"], rec["eval_charge"] = float(acc[i]), (eval_split or "eval"), eval_charge
+    return result
+
+
+def _check(ests, source: data.Source, evaluation: data.Source | None, *, secret: bool) -> None:
+    """The sweep's public checks: one class list and relation, a held-out evaluation split with rows, secure
+    mode's secret seed."""
     if evaluation is not None and source.same_rows(evaluation):
         raise ValueError("the evaluation rows are the training rows: their accuracy is not private (it is released "
                          "without noise). Evaluate on a held-out split, or pass eval_split=None")
@@ -269,35 +294,24 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
         raise ValueError("every setting of a sweep must use the same classes")
     if len({e.neighbouring for e in ests}) > 1:
         raise ValueError("every setting of a sweep must use one neighbouring relation")
-    for e in ests:
-        if e.secure_mode and (random_state is not None or return_keys):
-            raise ValueError("secure_mode settings draw all randomness from os.urandom: leave random_state=None "
-                             "and return_keys=False")
-    if evaluation is not None:  # the evaluation split pays too (or is declared public): its cap refuses first
-        _evaluation.check_exact(evaluation, public=eval_public, mechanism="privlin.sweep/evaluation")
-    info = noise.make_key(random_state)
-    seeded = info.seeded or return_keys
+    if any(e.secure_mode for e in ests) and not secret:
+        raise ValueError("secure_mode settings draw all randomness from os.urandom: leave random_state=None "
+                         "and return_keys=False")
 
-    def charge(led, plans):  # privacy first: the composition of every setting, before any row is read
-        led.charge(_ev.ComposedDpEvent([p.dp_event() for p in plans]), mechanism=f"privlin.sweep/{'+'.join(sorted({p.method for p in plans}))}",
+
+def _charge(source: data.Source, seeded: bool):
+    """The sweep's ledger charge: the composition of every setting, as one entry."""
+    def charge(led, plans):
+        led.charge(_ev.ComposedDpEvent([p.dp_event() for p in plans]),
+                   mechanism=f"privlin.sweep/{'+'.join(sorted({p.method for p in plans}))}",
                    epsilon=_total(plans), delta=max(p.delta for p in plans),
                    params={"settings": len(plans), "epsilons": [str(p.epsilon) for p in plans],
                            "n": source.n, "seeded": bool(seeded)}, neighbouring=plans[0].neighbouring)
+    return charge
 
-    charged = {"eval": None}
 
-    def charge_evaluation(plans):  # after the training charge, before any row is read
-        if evaluation is not None:
-            charged["eval"] = _evaluation.charge_exact(evaluation, public=eval_public,
-                                                       mechanism="privlin.sweep/evaluation",
-                                                       params={"settings": len(plans)})
-
-    keys = noise.split(info.key, len(settings))
-    fits = workflow.fit_plans(source, [e.get_params() for e in ests], list(keys), seeded=seeded,
-                              classes=ests[0].classes, budget=budget, ledger=ledger, charge=charge,
-                              block_rows=ests[0].block_rows, memory_limit=ests[0].memory_limit, verbose=progress,
-                              stacklevel=5, report_ledger=False, before_run=charge_evaluation)
-    eval_charge = charged["eval"]
+def _result(fits, settings, ests, keys, *, seeded: bool, eval_public: bool, return_keys: bool) -> SweepResult:
+    """The sweep's result: the models and one record per setting (accuracy not yet filled in)."""
     plans = [f.plan for f in fits]
     total_eps, total_delta = _total(plans), max(p.delta for p in plans)
     result = SweepResult([], [np.asarray(f.coef.T, np.float32) for f in fits],
@@ -317,11 +331,6 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
                "neighbouring": p.neighbouring, "private": p.private, "seeded": bool(seeded), "accuracy": None,
                "eval_split": None, "eval_charge": None, "params": dict(s), "plan": p, "report": f.report}
         result.records.append(rec)
-    if evaluation is not None:
-        with _progress.stage(f"evaluating {len(result.records)} settings on {evaluation.n} rows", progress):
-            acc = correct_counts(result, evaluation) / evaluation.n_valid  # a skipped test image has no prediction
-        for i, rec in enumerate(result.records):
-            rec["accuracy"], rec["eval_split"], rec["eval_charge"] = float(acc[i]), (eval_split or "eval"), eval_charge
     return result
 
 

@@ -17,8 +17,8 @@ from . import data, runner, secure_noise
 from .plan import Plan, make_plan
 from .report import PrivacyReport, setting_leaks
 
-__all__ = ["Fitted", "fit_plans", "plans_for", "report_for", "unpack", "coef_of", "input_space_weights",
-           "transformed_feature_names", "estimator_charge"]
+__all__ = ["Fitted", "fit_plans", "plans_for", "public_plans", "run_plans", "class_names", "report_for", "unpack",
+           "coef_of", "input_space_weights", "transformed_feature_names", "estimator_charge"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,20 +71,39 @@ def estimator_charge(seeded: bool) -> Callable:
 
 def fit_plans(source: data.Source, params_list: Sequence[dict], keys: Sequence, *, seeded: bool, classes,
               budget, ledger, charge: Callable, block_rows: int, memory_limit: int, verbose: bool,
-              stacklevel: int = 7, report_ledger: bool = True, before_run: Callable | None = None) -> list[Fitted]:
-    """Fit one model per parameter set on ``source``, each with its key: the whole private workflow.
+              stacklevel: int = 7, report_ledger: bool = True) -> list[Fitted]:
+    """Fit one model per parameter set on ``source``, each with its key: the whole private workflow
+    (:func:`plans_for`, then :func:`run_plans`).
 
     ``charge(ledger, plans)`` records the fits on the data's ledger (one entry per fit, or one composed entry
     for a sweep); it runs after every public check and before any private row is read (:func:`plans_for`).
-    ``before_run(plans)``: any further charge (a sweep's evaluation split), after that one and before any row.
     ``report_ledger``: whether each report names the ledger and its total (a sweep's per-setting reports do not).
     """
-    published = source.published_classes() if classes is None else None  # the names a store's labels index
-    names = None if published is None else np.asarray(list(published))
-    classes, plans, leaks, led = plans_for(source, params_list, classes=classes, budget=budget, ledger=ledger,
-                                           charge=charge, stacklevel=stacklevel)
-    if before_run is not None:
-        before_run(plans)
+    names = class_names(source, classes)
+    cls_, plans, leaks, led = plans_for(source, params_list, classes=classes, budget=budget, ledger=ledger,
+                                        charge=charge, stacklevel=stacklevel)
+    return run_plans(plans, source, keys, cls_, seeded=seeded, leaks=leaks, ledger=led, names=names,
+                     block_rows=block_rows, memory_limit=memory_limit, verbose=verbose, report_ledger=report_ledger)
+
+
+def class_names(source: data.Source, classes) -> Optional[np.ndarray]:
+    """The names a store publishes for its labels where the class list comes from it (``classes`` None): the
+    fitted model's ``classes_`` (what ``predict`` returns); else None."""
+    published = source.published_classes() if classes is None else None
+    return None if published is None else np.asarray(list(published))
+
+
+def run_plans(plans: Sequence[Plan], source: data.Source, keys: Sequence, classes, *, seeded: bool, leaks=(),
+              ledger=None, names=None, block_rows: int, memory_limit: int, verbose: bool,
+              report_ledger: bool = True) -> list[Fitted]:
+    """Run plans made for ``source`` (its N and d) and ``classes``, each with its key: one :class:`Fitted` each.
+
+    The caller has charged them (:func:`plans_for`, or one entry of its own for several runs, as a search does)
+    before calling this, which reads the rows.  ``leaks``: the settings' warned leaks, for the reports;
+    ``ledger``: the ledger charged (None: none); ``names``: the store's names for ``classes``
+    (:func:`class_names`).
+    """
+    led = ledger
     released = runner.run(plans, source, list(keys), classes, block_rows=int(block_rows),
                           memory_limit=int(memory_limit), verbose=bool(verbose))
     out = []
@@ -186,6 +205,17 @@ def _secure_checks(plans) -> None:
                 secure_noise.check_plan(std, bound)
 
 
+def public_plans(params_list, *, n: int, dim: int, classes, stacklevel: int = 6) -> tuple[list[Plan], list[str]]:
+    """Plans from public facts alone (N, d, the public class list or None) and the settings' warned leaks, with
+    secure mode's checks: what :func:`plans_for` makes before the ledger, and what a caller that charges several
+    runs as one entry (a search's folds, each of a public size) makes for each run before any row is read."""
+    plans = [make_plan(p, n=n, dim=dim, n_classes=None if classes is None else classes.size, classes=classes)
+             for p in params_list]
+    leaks = _public_setting_leaks(plans, stacklevel)
+    _secure_checks(plans)
+    return plans, leaks
+
+
 def plans_for(source: data.Source, params_list, *, classes, budget, ledger, charge, stacklevel: int = 6):
     """Plans for ``source``, charged before any private row is read: ``(classes, plans, leaks, ledger)``.
 
@@ -198,10 +228,8 @@ def plans_for(source: data.Source, params_list, *, classes, budget, ledger, char
     """
     known = classes is not None or source.published_classes() is not None
     cls_, leaks = data.public_classes(source, classes, stacklevel=stacklevel) if known else (None, [])
-    plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=None if cls_ is None else cls_.size, classes=cls_)
-             for p in params_list]
-    leaks += _public_setting_leaks(plans, stacklevel)
-    _secure_checks(plans)
+    plans, more = public_plans(params_list, n=source.n, dim=source.dim, classes=cls_, stacklevel=stacklevel + 1)
+    leaks += more
     led = source.ledger(cap=budget, ledger=ledger)
     if cls_ is None:  # the warned leak: read before the charge, so its errors ("1 class") come before it too
         if led is not None:

@@ -24,7 +24,7 @@ LAYERS = (
                     "progress")),
     ("releases", ("releases", "preprocess", "scaling", "radius", "train")),
     ("policy", ("plan",)),
-    ("execution", ("data", "report", "ledger", "evaluation", "runner", "workflow")),
+    ("execution", ("data", "report", "ledger", "evaluation", "runner", "workflow", "prediction")),
     ("surfaces", ("estimator", "sweep", "model_selection", "selection", "knn", "audit")),
 )
 
