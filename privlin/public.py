@@ -108,13 +108,14 @@ class Public:
     def given(self, params: Mapping[str, Any], n: int, dim: int) -> tuple:
         """Names of the releases the public rows give to a fit of ``DPLinearClassifier(**params)`` on N = ``n``
         rows of dimension ``dim``, in the order they run: every release the plan makes without noise (its ε = ∞
-        twin, so the same at every ε: a release too noisy to make privately is still given), but those of
-        :data:`SECOND_MOMENT` where the plan's own rule cannot resolve them from the public rows at σ = 0
-        (:func:`privlin.scaling.whitening_resolves` at N_pub: too few rows for a (d', d') second moment, or too
-        costly), and :data:`PRIVATE_ONLY`, which stay private releases.  Public facts only."""
+        twin, so the same at every ε: a release too noisy to make privately is still given), but
+        :data:`PRIVATE_ONLY` and, where the public rows are fewer than the model's inputs d' (their (d', d') second
+        moment is rank-deficient: whitening by it amplifies every direction they miss) or the plan's own rule
+        cannot resolve it at σ = 0 (:func:`privlin.scaling.whitening_resolves`), :data:`SECOND_MOMENT`: those stay
+        private releases, made or not as without a public source.  Public facts only."""
         twin = make_plan({**params, "epsilon": math.inf, "noise_multiplier": None, "center_noise_multiplier": None},
                          n=n, dim=dim, n_classes=None)
-        resolves = scaling.whitening_resolves(self.n, twin.model_dim, 0.0)
+        resolves = self.n >= twin.model_dim and scaling.whitening_resolves(self.n, twin.model_dim, 0.0)
         return tuple(r.name for r, _ in twin.chain
                      if r.name not in PRIVATE_ONLY and (resolves or r.name not in SECOND_MOMENT))
 
