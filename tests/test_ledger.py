@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 from dp_accounting import NeighboringRelation
@@ -170,28 +169,6 @@ def test_not_a_ledger(tmp_path):
     p.write_text(json.dumps({"format": "something else", "entries": []}))
     with pytest.raises(ValueError, match="not a privlin ledger"):
         L.PrivacyLedger(p).entries
-
-
-def test_concurrent_processes_lose_no_entry(tmp_path):
-    path = str(tmp_path / "store" / "train" / L.LEDGER_FILENAME)
-    n_proc, n_each = 4, 8
-    script = textwrap.dedent(
-        f"""
-        import sys
-        sys.path.insert(0, {ROOT!r})
-        from dp_accounting import dp_event as ev
-        from privlin.ledger import PrivacyLedger
-        led = PrivacyLedger({path!r})
-        for i in range(n_each):
-            led.charge(ev.GaussianDpEvent(5.0), mechanism=f"w{{sys.argv[1]}}-{{i}}", epsilon=1, delta=1e-6)
-        """
-    ).replace("n_each", str(n_each))
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(k)]) for k in range(n_proc)]
-    assert [p.wait(timeout=120) for p in procs] == [0] * n_proc
-    entries = L.PrivacyLedger(path).entries
-    assert len(entries) == n_proc * n_each
-    assert len({e.id for e in entries}) == n_proc * n_each
-    assert {e.mechanism for e in entries} == {f"w{k}-{i}" for k in range(n_proc) for i in range(n_each)}
 
 
 def test_cli_prints_history_and_total(tmp_path):
