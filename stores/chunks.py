@@ -1,9 +1,9 @@
 """Verified reads of a split's chunk files: every byte handed out matched its crc32c and its shard's manifest.
 
 Features shards bypass zarr's generic pipeline (several copies and an event loop, a fraction of the file's
-bandwidth; BENCHMARKS.md). On a local disk each inner chunk arrives with one ``preadv`` straight into the caller's buffer and is
-checksummed there; on any other store (fsspec URLs) the shard file is fetched whole (no copy) and each inner
-chunk copied out once. The one-chunk-per-shard arrays (labels, ids, valid) are decoded here too, so they are
+bandwidth; BENCHMARKS.md). On a local disk each inner chunk arrives with one ``preadv`` straight into the caller's
+buffer and is checksummed there; on any other store (fsspec URLs) the shard file is fetched whole (no copy) and each
+inner chunk copied out once. The one-chunk-per-shard arrays (labels, ids, valid) are decoded here too, so they are
 held to their manifest like the features.
 
 Checksums use the ``crc32c`` package when it is installed (SSE4.2 with interleaved streams, GIL released; faster

@@ -9,12 +9,12 @@ import sys
 import tarfile
 import textwrap
 
+import closed_forms
 import numpy as np
 import pytest
 from dp_accounting import NeighboringRelation
 from dp_accounting import dp_event as ev
 from dp_accounting.pld import pld_privacy_accountant
-from scipy.stats import norm
 
 import privlin
 import stores
@@ -31,13 +31,6 @@ def _pld(events, delta):
     for e in events:
         acc.compose(e)
     return acc.get_epsilon(delta)
-
-
-def _gdp_epsilon(mu, delta):
-    """ε at δ of μ-GDP (Dong, Roth, Su): the root of Φ(-ε/μ + μ/2) - e^ε Φ(-ε/μ - μ/2) = δ."""
-    from scipy.optimize import brentq
-
-    return brentq(lambda e: norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2) - delta, 0, 100)
 
 
 def _store(url, dim, rows=slice(None), seed=0):
@@ -121,13 +114,13 @@ def test_disjoint_halves_compose_per_item():
     first, second = PrivacyLedger.for_items(IMAGES[:N // 2]), PrivacyLedger.for_items(IMAGES[N // 2:])
     first.charge(fit, mechanism="fit on the first half", epsilon=1, delta=delta)
     second.charge(fit, mechanism="fit on the second half", epsilon=1, delta=delta)
-    one = _gdp_epsilon(1 / sigma, delta)
+    one = closed_forms.gdp_epsilon(1 / sigma, delta)
     assert one == pytest.approx(_pld([fit], delta), rel=1e-3)  # the closed form beside dp-accounting
     whole = PrivacyLedger.for_items(IMAGES)
     assert whole.spent(delta)[0] == pytest.approx(one, rel=1e-6)  # each item read once: one fit's ε
     assert len(whole.groups()) == 2 and len(whole.entries) == 2
     first.charge(fit, mechanism="again", epsilon=1, delta=delta)
-    two = _gdp_epsilon(math.sqrt(2) / sigma, delta)  # μ composes as √(μ₁² + μ₂²)
+    two = closed_forms.gdp_epsilon(math.sqrt(2) / sigma, delta)  # μ composes as √(μ₁² + μ₂²)
     assert whole.spent(delta)[0] == pytest.approx(two, rel=1e-6)
     assert second.spent(delta)[0] == pytest.approx(one, rel=1e-6)
 
@@ -155,9 +148,9 @@ def test_an_image_in_two_rows_is_charged_as_the_pair_of_rows(tmp_path):
     copies.charge(fit, mechanism="fit with a duplicate", epsilon=1, delta=delta)
     entry = copies.entries[-1]
     assert entry.params["rows_per_item"] == 2
-    assert entry.epsilon == pytest.approx(_gdp_epsilon(2 / sigma, delta), rel=1e-6)
-    assert copies.spent(delta)[0] == pytest.approx(_gdp_epsilon(2 / sigma, delta), rel=1e-6)
-    assert PrivacyLedger.for_items(IMAGES[:10]).spent(delta)[0] > _gdp_epsilon(1 / sigma, delta) * 1.5
+    assert entry.epsilon == pytest.approx(closed_forms.gdp_epsilon(2 / sigma, delta), rel=1e-6)
+    assert copies.spent(delta)[0] == pytest.approx(closed_forms.gdp_epsilon(2 / sigma, delta), rel=1e-6)
+    assert PrivacyLedger.for_items(IMAGES[:10]).spent(delta)[0] > closed_forms.gdp_epsilon(1 / sigma, delta) * 1.5
     # a subsampled mechanism's group guarantee is not computed: refused before anything is written
     sampled = ev.PoissonSampledDpEvent(0.1, ev.GaussianDpEvent(1.0))
     with pytest.raises(ValueError, match="held in 2 rows"):
