@@ -17,7 +17,8 @@ def _graph():
     return {m: deps - {"privlin"} for m, deps in graph(("privlin",)).items()}
 
 
-#: The layers, bottom up (../shared/DESIGN.md, "privlin"): a module may import its own layer and those below.
+#: The layers, bottom up, stated here only (privlin/__init__.py and DESIGN.md point here): a module may import its
+#: own layer and those below.
 #: ``report`` and ``ledger`` sit under the fit workflow, which writes a fit's report and charges its ledger.
 LAYERS = (
     ("primitives", ("defaults", "sensitivity", "noise", "secure_noise", "accounting", "events", "compilation",
