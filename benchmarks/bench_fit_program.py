@@ -1,8 +1,9 @@
 """The in-memory fit program's cost and speed, for one restructuring to compare against another (issue 46).
 
 Prints, for an adam1, a centered sgd and a minibatch plan (8 192 rows of dimension 256, k = 10, ε = 2), XLA's cost
-analysis of the compiled program that runs them (``privlin.runner._train_many``: flops, bytes accessed,
-transcendentals) and the median wall time of calling it, compiled, on random rows.  Run it in each tree with its
+analysis of the compiled program that runs them (``privlin.in_memory.train_many``, ``privlin.runner._train_many``
+in a tree before the runner's split: flops, bytes accessed, transcendentals) and the median wall time of calling
+it, compiled, on random rows.  Run it in each tree with its
 own ``PYTHONPATH``; ``--both OLD NEW`` runs the two trees alternately in one sitting and prints the ratio::
 
     PYTHONPATH=$PWD python benchmarks/bench_fit_program.py
@@ -36,6 +37,12 @@ def measure(repeats: int) -> dict:
     import numpy as np
 
     from privlin import noise, runner, sensitivity
+    try:  # the runner split by job (issue 46)
+        from privlin import fit_groups, in_memory, rows
+        program, dynamic = in_memory.train_many, fit_groups.dynamic_arguments
+        padded = rows.padded_len(rows.loaded_len(N))
+    except ImportError:
+        program, padded, dynamic = runner._train_many, runner._padded_len(runner._loaded_len(N)), runner._dynamic
     from privlin.estimator import DPLinearClassifier
     from privlin.plan import make_plan
 
@@ -45,14 +52,14 @@ def measure(repeats: int) -> dict:
         est = DPLinearClassifier(epsilon=2.0, classes=list(range(K)), random_state=0, **kw)
         p = make_plan(est.get_params(), n=N, dim=D, n_classes=K)
         with sensitivity.x64():
-            m = runner._padded_len(runner._loaded_len(N))
+            m = padded
             X = jnp.asarray(rng.standard_normal((m, D)), jnp.float16)
             idx = jnp.asarray(rng.integers(0, K, m), jnp.int32)
             mask = jnp.ones(m, jnp.float32)
-            dyn = [jnp.asarray([v[0]], jnp.float32) for v in runner._dynamic([p])]
+            dyn = [jnp.asarray([v[0]], jnp.float32) for v in dynamic([p])]
             keys = jnp.stack([noise.make_key(0).key])
             args = (p.static(), X, idx, mask, float(N), keys, *dyn)
-            compiled = runner._train_many.lower(*args, k=K).compile()
+            compiled = program.lower(*args, k=K).compile()
             cost = compiled.cost_analysis()
             cost = cost[0] if isinstance(cost, (list, tuple)) else cost
             jax.block_until_ready(compiled(*args[1:]))

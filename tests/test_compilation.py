@@ -113,10 +113,10 @@ def test_estimator_epsilon_grid_and_cross_validation_compile_the_fit_once(blobs)
     """DPLinearClassifier fits at 3 ε and a 3-fold cross_val_score reuse one compiled fit program (ε, σ, the
     learning rate, the key are arguments; the folds' N share one padded shape); counted as tests/test_runner.py
     counts them: the programs :func:`privlin.compilation.call` built or loaded, and jit's own cache of
-    ``runner._train_many`` (which ``call`` does not fill: it lowers and compiles the program itself)."""
+    ``in_memory.train_many`` (which ``call`` does not fill: it lowers and compiles the program itself)."""
     from sklearn.model_selection import cross_val_score
 
-    from privlin import DPLinearClassifier, compilation, runner
+    from privlin import DPLinearClassifier, compilation, in_memory
     from privlin.plan import make_plan
 
     X, y = blobs(450, d=6, k=3, seed=13)
@@ -130,11 +130,11 @@ def test_estimator_epsilon_grid_and_cross_validation_compile_the_fit_once(blobs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         DPLinearClassifier(epsilon=eps[0], **params).fit(X, y)
-        before, traced = programs(), runner._train_many._cache_size()
+        before, traced = programs(), in_memory.train_many._cache_size()
         for e in eps[1:]:
             DPLinearClassifier(epsilon=e, **params).fit(X, y)
         scores = cross_val_score(DPLinearClassifier(epsilon=eps[1], **params), X, y, cv=3)
-    assert programs() == before and runner._train_many._cache_size() == traced
+    assert programs() == before and in_memory.train_many._cache_size() == traced
     assert len(scores) == 3 and np.all(np.isfinite(scores))
 
 

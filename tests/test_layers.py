@@ -24,7 +24,8 @@ LAYERS = (
                     "progress")),
     ("releases", ("releases", "preprocess", "scaling", "radius", "train")),
     ("policy", ("plan",)),
-    ("execution", ("data", "report", "ledger", "evaluation", "runner", "workflow")),
+    ("execution", ("data", "report", "ledger", "evaluation", "steps", "chain", "in_memory", "rows", "streamed",
+                   "fit_groups", "runner", "workflow")),
     ("surfaces", ("estimator", "sweep", "model_selection", "selection", "knn", "audit")),
 )
 
