@@ -74,16 +74,16 @@ def test_a_second_process_loads_every_program_from_the_default_cache_and_it_hold
     assert first["dir"] == str(where)
     entries = _entries(where)
     assert first["misses"] > 0 and len(entries) >= first["misses"] > 0
-    assert any(name.startswith("jit__train_many-") for name in entries)  # the fit program itself
+    assert any(name.startswith("jit_train_many-") for name in entries)  # the fit program itself
     from privlin import compilation
 
     programs = {p.name: compilation._unpack(p.read_bytes(), p.name) for p in _programs(where / "programs")}
     assert first["stats"] == {"built": 1} and len(programs) == 1  # the fit program, whole
-    assert "_train_many" in first["traced"]
+    assert "train_many" in first["traced"]
     second = _run(FIT, env)
     # nothing compiled again; the fit program loaded whole, not even traced (its form's alias names it)
     assert second["misses"] == 0 and second["stats"] == {"loaded": 1}, (first, second)
-    assert "_train_many" not in second["traced"] and len(second["traced"]) < len(first["traced"])
+    assert "train_many" not in second["traced"] and len(second["traced"]) < len(first["traced"])
     assert second["hits"] + 1 >= first["misses"], (first, second)
     assert first["W"] == second["W"] and first["acc"] == second["acc"] > 0.7  # bit for bit (seeded)
     assert len(_entries(where)) == len(entries)
