@@ -73,6 +73,23 @@ def test_store_fit_equals_array_fit_and_streaming_equals_in_memory(store, rows, 
     assert privlin.evaluate(on_store, store) > 0.9  # well-separated blobs: private training still learns them
 
 
+def test_a_minibatch_step_samples_streamed_as_in_memory_where_the_batch_holds_every_row(rows):
+    """One step function for both loops (privlin.steps.dp_step): a minibatch plan whose expected batch is all N
+    (q = 1) still splits each step's key into a sample key and a noise key in both drivers, so the streamed fit
+    draws the in-memory fit's noise."""
+    from privlin import data, runner
+    from privlin.plan import make_plan
+
+    (X, y), _ = rows
+    plan = make_plan(dict(method="minibatch", epsilon=2.0, steps=4, batch_size=10 * len(y), center=False),
+                     n=len(y), dim=X.shape[1], n_classes=K)
+    assert plan.sample_rate == 1.0
+    source, key = data.ArraySource(X, y), make_key(7).key
+    (in_memory,) = runner.run([plan], source, [key], np.arange(K))
+    (streamed,) = runner.run([plan], source, [key], np.arange(K), memory_limit=0, block_rows=256)
+    assert _rel(np.asarray(streamed.W), np.asarray(in_memory.W)) < 1e-5
+
+
 @pytest.mark.parametrize("method", ["sgd", "adam1"])
 def test_recentering_rounds_stream_as_they_run_in_memory(store, rows, method):
     """The re-centering rounds (one pass over the store each, before the centering's) give the same chain of
