@@ -3,13 +3,13 @@
 Prints, for an adam1, a centered sgd and a minibatch plan (8 192 rows of dimension 256, k = 10, ε = 2), XLA's cost
 analysis of the compiled program that runs them (``privlin.in_memory.train_many``, ``privlin.runner._train_many``
 in a tree before the runner's split: flops, bytes accessed, transcendentals) and the median wall time of calling
-it, compiled, on random rows.  Run it in each tree with its
-own ``PYTHONPATH``; ``--both OLD NEW`` runs the two trees alternately in one sitting and prints the ratio::
+it, compiled, on random rows.  Run it in each tree with its own ``PYTHONPATH``; ``--both OLD NEW`` runs the two
+trees alternately in one sitting and prints the ratio::
 
     PYTHONPATH=$PWD python benchmarks/bench_fit_program.py
     python benchmarks/bench_fit_program.py --both /work/main /work/wt/runner --rounds 3
 
-Results: BENCHMARKS.md, "The fit program before and after a restructuring".
+Results: BENCHMARKS.md, "The fit program before and after the runner's split".
 """
 from __future__ import annotations
 
