@@ -58,7 +58,7 @@ def setting_work(static: Static, m: int, d: int, k: int) -> float:
 
 def setting_bytes(static: Static, m: int, d: int, k: int) -> float:
     """Bytes one setting adds while its call runs, beside the shared rows: its mapped float32 rows where a
-    centered ``sgd``/``minibatch`` plan holds them (:meth:`_InMemory.mapped`; adam1 maps them chunk by chunk),
+    centered ``sgd``/``minibatch`` plan holds them (:meth:`privlin.in_memory.InMemory.mapped`; adam1 maps them chunk by chunk),
     and six float64 (d, d) matrices per (d, d) release (the sum, its noisy copy, the eigenvectors, the map)."""
     rows = 4.0 * m * d if static.centered and static.method != "adam1" else 0.0
     square = sum(1 for r, _ in static.chain if r.name in ("whiten", "curvature"))
