@@ -25,7 +25,8 @@ LAYERS = (
                     "progress")),
     ("releases", ("releases", "preprocess", "scaling", "radius", "train")),
     ("policy", ("plan",)),
-    ("execution", ("data", "report", "ledger", "evaluation", "runner", "workflow", "prediction")),
+    ("execution", ("data", "report", "ledger", "evaluation", "steps", "chain", "in_memory", "rows", "streamed",
+                   "fit_groups", "runner", "workflow", "prediction")),
     ("surfaces", ("estimator", "sweep", "model_selection", "selection", "knn", "audit")),
 )
 
