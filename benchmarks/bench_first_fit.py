@@ -20,7 +20,7 @@ chosen from.
 Part ``sweep`` (benchmarks/results/sweep.md, section ``bench_first_fit_sweep``): a 10-ε ``adam1`` sweep vs one
 ``adam1`` fit, both with the default preprocessing, on synthetic float16 stores (one row per ``--n``, × ``--d``,
 k=10; 120 000 × 512 is issue 37's size), compiled programs warmed first; and the split of the first sweep's cost:
-how many compiled programs its plans need (:func:`privlin.runner._shared_form`), how many vmapped calls run, what a
+how many compiled programs its plans need (:func:`privlin.fit_groups.shared_form`), how many vmapped calls run, what a
 setting adds to a call, and what is not the call (reading the store, planning, accounting).
 """
 from __future__ import annotations
@@ -71,7 +71,7 @@ compilation.program_key = timed("key", compilation.program_key)
 durs, fit_program = {}, {}
 def listen(ev, s, **kw):
     durs[ev] = durs.get(ev, 0) + s
-    if "_train_many" in str(kw.get("fun_name", "")):  # the fit program itself
+    if "train_many" in str(kw.get("fun_name", "")):  # the fit program itself
         fit_program[ev] = fit_program.get(ev, 0) + s
 jax.monitoring.register_event_duration_secs_listener(listen)
 def fit(eps):
@@ -150,7 +150,7 @@ def part_first(repeat: int) -> str:
     found = (f"traced {fit_traced:.2f} s and named (jaxpr hashed) {warm['store']['key']:.2f} s" if fit_traced
              else "found through its form's alias (not traced)")
     notes = (f"\nWhere the warm first fit's {first_w:.2f} s goes (one warm process; JAX monitoring and timers around "
-             f"`privlin.compilation`): the fit program (`runner._train_many`) {found}, loaded whole from "
+             f"`privlin.compilation`): the fit program (`in_memory.train_many`) {found}, loaded whole from "
              f"`programs/` in {warm['store']['load']:.2f} s (not lowered, not compiled; this process: "
              f"{warm['stats']}); the other programs traced and lowered to find their JAX cache keys "
              f"{max(0.0, traced - fit_traced):.2f} s, their executables loaded from JAX's cache {loaded:.2f} s, "
@@ -258,7 +258,7 @@ def _sweep_row(n: int, d: int, repeat: int) -> tuple[str, str]:
 
     import privlin
     from bench_sweep import make_store, timed  # timed: the median after a warm-up that compiles
-    from privlin import compilation, runner
+    from privlin import compilation, fit_groups
     from privlin.plan import make_plan
     from privlin.sweep import sweep
 
@@ -292,7 +292,7 @@ def _sweep_row(n: int, d: int, repeat: int) -> tuple[str, str]:
             compilation.call = real
     plans = [make_plan({"epsilon": e, "method": "adam1"}, n=n, dim=d, n_classes=k) for e in EPS10]
     chains = sorted({" → ".join(repr(r) for r, _ in p.static().chain) for p in plans})
-    programs = len({runner._shared_form(p.static()) for p in plans})
+    programs = len({fit_groups.shared_form(p.static()) for p in plans})
     row = (f"| adam1, default preprocessing: 10-ε sweep vs 1 fit, same store (n={n}, d={d}, k={k}, float16; "
            f"median of {repeat} after a warm-up) | {one:.2f} s | {many:.2f} s | **{many / one:.2f}×** | ≤ 2× CPU |")
     in_calls = sum(c[1] for c in calls)
@@ -306,7 +306,7 @@ def _sweep_row(n: int, d: int, repeat: int) -> tuple[str, str]:
              "given), and in every later sum the rows as snapped once (`privlin.sensitivity.offsets_sum`); a "
              "setting's own work is one product of those rows with its center (each row's distance) and one with its "
              "weights, by tiles of rows sorted by class. Plans whose centering takes one stage and plans that take "
-             "two share one program (`privlin.runner._shared_form`).")
+             "two share one program (`privlin.fit_groups.shared_form`).")
     return row, split
 
 

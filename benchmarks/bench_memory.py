@@ -61,9 +61,9 @@ def accounting(n, d, k, sgd: bool) -> float:
     """The runner's own bound for one call of one setting (what ``memory_limit`` is compared with): the rows held
     (``runner.in_memory_bytes`` of float32 rows) and, for a centered sgd setting, its mapped rows and a whitening
     and a curvature release's six d x d float64 matrices each (``runner.setting_bytes``)."""
-    from privlin import runner
+    from privlin import rows as runner_rows
 
-    m = runner._padded_len(runner._loaded_len(n))
+    m = runner_rows.padded_len(runner_rows.loaded_len(n))
     rows = m * d * (2 * 4 + 8) + m * (k + 2) * 4
     return rows + (4.0 * m * d + 2 * 6 * 8.0 * (d + 1) ** 2 if sgd else 0.0)
 

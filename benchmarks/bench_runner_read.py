@@ -15,7 +15,7 @@ included), DP-SGD ``T=2`` streamed (reported per step: one streamed pass each). 
 ``--repeats`` alternated runs after one warm-up (JIT compilation excluded); ``--cold`` drops every store file from
 the page cache (``posix_fadvise(DONTNEED)``) before each run, so the store is read from the disk.
 
-On a CUDA device the runner reads blocks into page-locked host memory (``privlin.runner.PAGE_LOCKED``); there the
+On a CUDA device the runner reads blocks into page-locked host memory (``privlin.rows.PAGE_LOCKED``); there the
 ``blocks() → device`` and ``adam1 streamed`` rows are also run with ordinary (pageable) buffers, in the same
 alternation, and the two routes' seeded fits must give bit-identical weights (the DMA must not race the reader).
 
@@ -89,7 +89,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     warnings.simplefilter("ignore")
     import privlin
-    from privlin import runner  # its page-locked path and host-to-device copy: private names, imported here
+    from privlin import rows as runner_rows  # the runner's page-locked path and host-to-device copy
 
     tmp = None if args.reuse else tempfile.mkdtemp(dir=os.environ.get("BENCH_TMP"))
     path = args.reuse or os.path.join(tmp, "bench.zarr")
@@ -108,10 +108,10 @@ def main(argv=None):
 
         def blocks_to_device():  # the read plus the host-to-device copy a fit cannot avoid (the runner's), no compute
             import jax
-            locked = runner._page_locked()
+            locked = runner_rows.page_locked()
             last = None
             for X, _ in split.blocks(rows=args.block_rows, page_locked=locked):
-                last = runner._put_rows(X)
+                last = runner_rows.put_rows(X)
                 if locked:
                     jax.block_until_ready(last)
             jax.block_until_ready(last)
@@ -121,10 +121,10 @@ def main(argv=None):
                                block_rows=args.block_rows, **kw)
 
         def pageable(fn):  # the same run through ordinary host buffers
-            return patched(fn, runner, "PAGE_LOCKED", False)
+            return patched(fn, runner_rows, "PAGE_LOCKED", False)
 
         runs = {"raw file read": lambda: raw(), "blocks()": read_blocks, "blocks() → device": blocks_to_device}
-        both = runner._page_locked()
+        both = runner_rows.page_locked()
         if both:
             runs["blocks() → device, pageable"] = pageable(blocks_to_device)
         for name in args.fits:

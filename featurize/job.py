@@ -135,7 +135,7 @@ class Feed:
 def worker_context():
     """How decoding workers start: forked (cheapest) unless this process has initialized CUDA, then from a fork
     server.  A worker forked from a CUDA process aborts the job the first time it frees an inherited CUDA tensor
-    ("CUDA error: initialization error", seen on an H100); the fork server is a fresh process that never touched
+    ("CUDA error: initialization error"); the fork server is a fresh process that never touched
     CUDA, and forks the workers from there."""
     if not torch.cuda.is_initialized():
         return None

@@ -17,8 +17,28 @@ import importlib
 
 __all__ = ["DPLinearClassifier", "PrivacyLeakWarning", "PrivacyReport", "fit", "evaluate", "check_labels"]
 
-_HOME = {"DPLinearClassifier": "estimator", "fit": "estimator", "evaluate": "estimator", "check_labels": "estimator",
+_HOME = {"DPLinearClassifier": "estimator", "evaluate": "estimator", "check_labels": "estimator",
          "PrivacyLeakWarning": "report", "PrivacyReport": "report"}
+
+
+def fit(data_, y=None, *, split: str = "train", **kwargs):
+    """:func:`privlin.estimator.fit` (every parameter is described there): a :class:`DPLinearClassifier` fitted on a
+    store split or on arrays.  The names a user types (the store path, the split, ``method=``) are checked here,
+    before JAX and scikit-learn are imported, so a typo is reported at once."""
+    from .defaults import METHODS
+
+    method = kwargs.get("method")
+    if method is not None and method not in METHODS:
+        raise ValueError(f"unknown method {method!r}: privlin's methods are {', '.join(METHODS)}")
+    if y is None and (isinstance(data_, str) or hasattr(data_, "__fspath__")):
+        import stores
+
+        data_ = stores.open(data_)
+        if split not in data_.splits:
+            raise ValueError(f"no split {split!r} in {data_.url!r}; splits: {data_.splits}")
+    from .estimator import fit as fit_
+
+    return fit_(data_, y, split=split, **kwargs)
 
 
 def __getattr__(name: str):

@@ -43,7 +43,8 @@ from dp_accounting.rdp import rdp_privacy_accountant as _rdp
 from scipy import optimize, special
 
 __all__ = [
-    "NEIGHBOURING", "DEFAULT_NEIGHBOURING", "ACCOUNTANTS", "relation_name", "relation", "make_accountant",
+    "NEIGHBOURING", "DEFAULT_NEIGHBOURING", "ACCOUNTANTS", "RELATION_NAMES", "relation_name", "relation_label",
+    "relation", "make_accountant",
     "compose_epsilon", "gdp_mu", "gdp_delta", "gdp_epsilon", "gdp_mu_for", "dp_event",
     "event_epsilon", "dpsgd_epsilon", "calibrate_noise",
 ]
@@ -71,6 +72,17 @@ def relation_name(neighbouring) -> str:
         raise ValueError(f"neighbouring must be one of {sorted(NEIGHBOURING)} (dp-accounting's relations), "
                          f"got {neighbouring!r}")
     return neighbouring
+
+
+#: The name users read for each relation (README, PRIVACY.md): what every report, ledger summary and error prints,
+#: with dp-accounting's name beside it (:func:`relation_label`).
+RELATION_NAMES = {"replace_special": "zero-out", "replace_one": "substitution", "add_or_remove_one": "add/remove"}
+
+
+def relation_label(neighbouring: str) -> str:
+    """``"zero-out (dp-accounting: replace_special)"``: the relation as users read it, then as dp-accounting names it
+    (the name ``neighbouring=`` takes and records keep)."""
+    return f"{RELATION_NAMES.get(neighbouring, neighbouring)} (dp-accounting: {neighbouring})"
 
 
 def relation(neighbouring) -> dp_accounting.NeighboringRelation:

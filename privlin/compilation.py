@@ -17,7 +17,7 @@ arguments of its programs, never as constants folded into them, so no data value
 (``tests/test_compilation.py`` searches the cache for a fit's key and rows).  Like any JAX cache it is trusted
 code: keep it in a directory only you can write.
 
-:func:`call` goes one step further for the fit program (:func:`privlin.runner._train_many`): JAX finds a cached
+:func:`call` goes one step further for the fit program (:func:`privlin.in_memory.train_many`): JAX finds a cached
 executable only after tracing and lowering the program to compute its key, most of a warm first fit's time; so
 privlin also keeps each compiled fit program whole, serialized, in ``programs/`` inside the cache directory, and a
 later process loads it without tracing, lowering or compiling (BENCHMARKS.md, "First fit, refit, grid search").

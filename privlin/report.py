@@ -8,20 +8,10 @@ from typing import Optional
 
 from dp_accounting import dp_event as _ev
 
+from .accounting import RELATION_NAMES, relation_label  # re-exported: callers import them from here
 from .events import event_to_dict
 
 __all__ = ["PrivacyLeakWarning", "PrivacyReport", "setting_leaks", "RELATION_NAMES", "relation_label"]
-
-#: The name users read for each of dp-accounting's neighbouring relations (README, PRIVACY.md): what every report,
-#: ledger summary and error prints, with dp-accounting's name beside it (:func:`relation_label`).
-RELATION_NAMES = {"replace_special": "zero-out", "replace_one": "substitution", "add_or_remove_one": "add/remove"}
-
-
-def relation_label(neighbouring: str) -> str:
-    """``"zero-out (dp-accounting: replace_special)"``: the relation as users read it, then as dp-accounting names it
-    (the name ``neighbouring=`` takes and records keep)."""
-    return f"{RELATION_NAMES.get(neighbouring, neighbouring)} (dp-accounting: {neighbouring})"
-
 
 class PrivacyLeakWarning(UserWarning):
     """A data-dependent quantity (class list, norm bound, ...) was read from private data without noise.

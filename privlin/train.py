@@ -27,10 +27,10 @@ runs many (key, σ, lr) settings at once and an audit vmaps over seeds):
 * ``sgd`` (DP-RandP, seed 004): full-batch DP-SGD with momentum, zero init; the
   intercept is trained where ``fit_intercept`` (the plan's default for sgd: its
   gradient is part of the clipped vector and gets noise with it), else held at
-  its init: :func:`noisy_update` per step (streaming) or :func:`fit_full_batch`
-  (in memory, ``lax.scan``).
-* ``minibatch``: Poisson-subsampled DP-SGD / DP-Adam / DP-LAMB:
-  :func:`fit_minibatch` (in memory; every step draws its own Poisson mask).
+  its init: the clipped gradient sum (:func:`grad_block` per chunk) and :func:`noisy_update`, one step of
+  :func:`privlin.steps.dp_step` (whatever loop runs the steps).
+* ``minibatch``: Poisson-subsampled DP-SGD / DP-Adam / DP-LAMB: the same step on the rows of a
+  :func:`poisson_mask`.
 
 Shapes: ``X`` (n, d) float32, ``Y`` (n, k) one-hot float32, ``mask`` (n,) 0/1,
 ``W`` (d, k), ``b`` (k,).
@@ -48,8 +48,9 @@ from . import noise, sensitivity
 
 __all__ = [
     "LinearParams", "ClassSums", "TrainState", "residuals", "logits_of", "clipped_grad_sum", "row_weights",
-    "privatize", "init_params", "make_optimizer", "init_state", "noisy_update", "fit_full_batch", "fit_minibatch",
-    "zero_init_residual_norm", "poisson_mask", "SAMPLE_CHUNK", "class_sums_init", "class_sums_update", "adam1_gradient", "adam1_step",
+    "privatize", "init_params", "make_optimizer", "init_state", "noisy_update",
+    "grad_clip", "grad_block", "grad_params", "zero_init_residual_norm", "poisson_mask", "SAMPLE_CHUNK",
+    "class_sums_init", "class_sums_update", "adam1_gradient", "adam1_step",
     "decision_function", "LOSSES", "OPTIMIZERS",
 ]
 
@@ -123,21 +124,38 @@ def clipped_grad_sum(params: LinearParams, X, Y, mask, clip, n, *, loss: str = "
         ``W`` (d, k) and ``b`` (k,) sums, float64 (``b`` is zero when ``fit_intercept`` is False).
     """
     d1, k = X.shape[1] + (1 if fit_intercept else 0), Y.shape[1]
-    c_eff = clip * (1.0 - sensitivity.margin(n, d1, outer_dims=k))
+    c_eff = grad_clip(clip, n, d1, k)
+    G = sensitivity.chunked(lambda G, X, Y, mask: grad_block(G, X, Y, mask, params, c_eff, n, clip=clip, loss=loss,
+                                                             fit_intercept=fit_intercept, row_norm=row_norm,
+                                                             class_weight=class_weight),
+                            jnp.zeros((d1, k), jnp.float64), X, Y, mask)
+    return grad_params(G, fit_intercept)
 
-    def add(G, X, Y, mask):
-        A, norms = sensitivity.directions(X, fit_intercept, norm=row_norm)
-        R = residuals(logits_of(params, A, norms, fit_intercept), Y, loss)
-        r_norm = jnp.sqrt(jnp.sum(R * R, axis=1))
-        magnitude = jnp.minimum(norms, c_eff / jnp.maximum(r_norm, _TINY))  # c_i ||x_i||, the clipped norm
-        if class_weight is not None:
-            magnitude = magnitude * row_weights(Y, class_weight)
-        return G + sensitivity.outer_sum(A, R * magnitude[:, None], mask, clip, n)
 
-    G = sensitivity.chunked(add, jnp.zeros((d1, k), jnp.float64), X, Y, mask)
+def grad_clip(clip, n, d1: int, k: int):
+    """The norm a row's gradient is clipped to so that, as summed, it moves the sum by at most ``clip``
+    (:func:`privlin.sensitivity.margin` of an outer product of a ``d1``- and a ``k``-vector)."""
+    return clip * (1.0 - sensitivity.margin(n, d1, outer_dims=k))
+
+
+def grad_block(G, X, Y, mask, params: LinearParams, c_eff, n, *, clip, loss: str, fit_intercept: bool,
+               row_norm, class_weight):
+    """``G`` + the clipped gradient sum of one chunk of rows, each gradient clipped to ``c_eff``
+    (:func:`grad_clip`): the block function of :func:`clipped_grad_sum` and of a driver's gradient total."""
+    A, norms = sensitivity.directions(X, fit_intercept, norm=row_norm)
+    R = residuals(logits_of(params, A, norms, fit_intercept), Y, loss)
+    r_norm = jnp.sqrt(jnp.sum(R * R, axis=1))
+    magnitude = jnp.minimum(norms, c_eff / jnp.maximum(r_norm, _TINY))  # c_i ||x_i||, the clipped norm
+    if class_weight is not None:
+        magnitude = magnitude * row_weights(Y, class_weight)
+    return G + sensitivity.outer_sum(A, R * magnitude[:, None], mask, clip, n)
+
+
+def grad_params(G, fit_intercept: bool) -> LinearParams:
+    """A gradient sum ``G`` of :func:`grad_block` as ``LinearParams``: W, and the intercept's row or zeros."""
     if fit_intercept:
         return LinearParams(G[:-1], G[-1])
-    return LinearParams(G, jnp.zeros((k,), G.dtype))
+    return LinearParams(G, jnp.zeros((G.shape[1],), G.dtype))
 
 
 def row_weights(Y, class_weight) -> jax.Array:
@@ -193,33 +211,6 @@ def noisy_update(state: TrainState, grad_sum: LinearParams, key, sigma, denom, o
     return TrainState(params, opt_state)
 
 
-def fit_full_batch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, clip: float = 1.0,
-                   loss: str = "softmax", optimizer: str = "sgd", momentum: float = 0.9, fit_intercept: bool = False,
-                   bias_init: float = 0.0, row_norm: float | None = None, intercept_scale=1.0,
-                   class_weight=None) -> LinearParams:
-    """Full-batch DP-SGD (DP-RandP) for ``steps`` steps on in-memory rows; pure, jittable, vmappable.
-
-    Parameters
-    ----------
-    X : (m, d) preprocessed rows; Y : (m, k) one-hot; mask : (m,) 1 for real rows, 0 for padding and null rows.
-    n : the public N (never Σ mask: which rows are null is private).
-    key : jax key (split into one key per step); sigma, learning_rate : scalars (may be traced).
-
-    Every step adds fresh noise N(0, (σC)²) to the clipped gradient sum and divides by N.
-    """
-    opt = make_optimizer(optimizer, learning_rate, momentum=momentum)
-    state = init_state(X.shape[1], Y.shape[1], opt, bias_init)
-
-    def step(state, k):
-        g = clipped_grad_sum(state.params, X, Y, mask, clip, n, loss=loss, fit_intercept=fit_intercept,
-                             row_norm=row_norm, class_weight=class_weight)
-        return noisy_update(state, g, k, sigma, n, opt, clip=clip, fit_intercept=fit_intercept,
-                            intercept_scale=intercept_scale), None
-
-    state, _ = jax.lax.scan(step, state, noise.split(key, steps))
-    return state.params
-
-
 #: Rows per Poisson-sampling chunk: row i of a step is drawn from chunk i // SAMPLE_CHUNK's own key, so a
 #: streamed pass (any block size) and an in-memory pass draw the same sample.
 SAMPLE_CHUNK = 4096
@@ -235,33 +226,6 @@ def poisson_mask(key, sample_rate, start, length: int) -> jax.Array:
     ids = first + jnp.arange(chunks)
     bits = jax.vmap(lambda c: noise.bernoulli(noise.fold_in(key, c), sample_rate, (SAMPLE_CHUNK,)))(ids)
     return jax.lax.dynamic_slice(bits.reshape(-1), (start - first * SAMPLE_CHUNK,), (length,)).astype(jnp.float32)
-
-
-def fit_minibatch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, sample_rate: float, clip: float = 1.0,
-                  loss: str = "softmax", optimizer: str = "sgd", momentum: float = 0.9, fit_intercept: bool = False,
-                  bias_init: float = 0.0, row_norm: float | None = None, intercept_scale=1.0,
-                  class_weight=None) -> LinearParams:
-    """Poisson-subsampled DP-SGD / DP-Adam / DP-LAMB on in-memory rows; pure, jittable, vmappable.
-
-    Each step includes every row independently with probability ``sample_rate`` (the
-    sampling the accountant assumes), sums clipped gradients of the sampled rows, adds
-    fresh noise and divides by the expected batch size q·N (N public), as in Opacus.
-    The sampling key and the noise key of a step are independent.
-    """
-    opt = make_optimizer(optimizer, learning_rate, momentum=momentum)
-    state = init_state(X.shape[1], Y.shape[1], opt, bias_init)
-    denom = sample_rate * n
-
-    def step(state, k):
-        k_sample, k_noise = noise.split(k)
-        take = poisson_mask(k_sample, sample_rate, 0, mask.shape[0]) * mask
-        g = clipped_grad_sum(state.params, X, Y, take, clip, n, loss=loss, fit_intercept=fit_intercept,
-                             row_norm=row_norm, class_weight=class_weight)
-        return noisy_update(state, g, k_noise, sigma, denom, opt, clip=clip, fit_intercept=fit_intercept,
-                            intercept_scale=intercept_scale), None
-
-    state, _ = jax.lax.scan(step, state, noise.split(key, steps))
-    return state.params
 
 
 # --------------------------------------------------------------------------- adam1 (Mehta et al.)

@@ -1,7 +1,7 @@
 """Memory and threads the readers share: block buffers that are reused, and the reading threads.
 
-Fresh memory costs a page fault per 4 KiB on first touch, which on the 2-core VM makes a copy ~4x slower than
-into memory already mapped; so a split reuses its block buffers, but only once nobody else holds a reference.
+Fresh memory costs a page fault per 4 KiB on first touch, which makes a copy much slower than into memory
+already mapped (BENCHMARKS.md); so a split reuses its block buffers, but only once nobody else holds a reference.
 """
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ def pageable(nbytes: int) -> np.ndarray:
 
 
 def page_locked(nbytes: int) -> np.ndarray:
-    """Page-locked (pinned) host memory, for blocks bound for a CUDA device: the GPU copies it by DMA (47 GB/s on an
-    H100 against 8 GB/s from pageable memory, which the driver stages through its own pinned buffer;
+    """Page-locked (pinned) host memory, for blocks bound for a CUDA device: the GPU copies it by DMA, several times
+    faster than from pageable memory, which the driver stages through its own pinned buffer (BENCHMARKS.md,
     ``benchmarks/investigations/diag_h2d.py``).  From torch's pinned allocator; the array keeps its tensor alive."""
     if not can_page_lock():
         raise RuntimeError("page-locked buffers need a CUDA device (torch.cuda.is_available() is False)")

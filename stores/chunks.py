@@ -1,13 +1,13 @@
 """Verified reads of a split's chunk files: every byte handed out matched its crc32c and its shard's manifest.
 
-Features shards bypass zarr's generic pipeline (several copies and an event loop: ~0.1 of raw file bandwidth on
-2 cores). On a local disk each inner chunk arrives with one ``preadv`` straight into the caller's buffer and is
-checksummed there; on any other store (fsspec URLs) the shard file is fetched whole (no copy) and each inner
-chunk copied out once. The one-chunk-per-shard arrays (labels, ids, valid) are decoded here too, so they are
+Features shards bypass zarr's generic pipeline (several copies and an event loop, a fraction of the file's
+bandwidth; BENCHMARKS.md). On a local disk each inner chunk arrives with one ``preadv`` straight into the caller's
+buffer and is checksummed there; on any other store (fsspec URLs) the shard file is fetched whole (no copy) and each
+inner chunk copied out once. The one-chunk-per-shard arrays (labels, ids, valid) are decoded here too, so they are
 held to their manifest like the features.
 
-Checksums use the ``crc32c`` package when it is installed (SSE4.2 with interleaved streams, GIL released:
-~16 GB/s a core on the 2-core box, 4x google-crc32c, which zarr's own codec uses); otherwise google-crc32c.
+Checksums use the ``crc32c`` package when it is installed (SSE4.2 with interleaved streams, GIL released; faster
+than google-crc32c, which zarr's own codec uses: BENCHMARKS.md); otherwise google-crc32c.
 Both compute the same Castagnoli CRC.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from .manifest import CRC_BYTES, EMPTY, FileRecord, index_bytes, parse_index
 
 try:
     from crc32c import crc32c as crc32c_value
-except ImportError:  # optional: same values, ~4x slower
+except ImportError:  # optional: same values, slower
     crc32c_value = google_crc32c.value
 
 _DECODE = {"labels": "<i8", "valid": "?"}
@@ -169,7 +169,7 @@ class ShardFiles:
 
 def _fixed_text(payload, width: int) -> np.ndarray:
     """A vlen-utf8 chunk of ASCII texts of ``width`` characters each (row items) as ASCII bytes ``S<width>``, parsed
-    with NumPy (the codec's list of Python strings costs ~1 s per million rows); other texts through the codec."""
+    with NumPy (the codec builds a list of Python strings, slow for millions of rows); other texts through the codec."""
     raw = np.frombuffer(payload, np.uint8)
     n = int(raw[:4].view("<u4")[0]) if raw.size >= 4 else -1
     if n >= 0 and raw.size == 4 + n * (4 + width):

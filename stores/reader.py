@@ -363,7 +363,7 @@ class Split:
         shards : range, optional
             Only these shards (a contiguous range, e.g. one process's share of a split); default all.
         page_locked : bool
-            Read into page-locked host memory (needs CUDA), which a GPU copies ~6x faster than ordinary memory.
+            Read into page-locked host memory (needs CUDA), which a GPU copies faster than ordinary memory.
         with_skipped : bool
             Yield every row, skipped ones included (their features and labels as stored), and the valid mask:
             ``(X, y, valid)``, blocks aligned with the shards (what a reader that keeps the split's row count,
@@ -380,7 +380,7 @@ class Split:
         -----
         Every chunk is checked against its crc32c and its shard manifest. Block buffers (at most
         ``buffers.Recycler.KEEP``, held by this Split for its next passes) are reused once the caller holds no reference
-        to a block: fresh memory costs a page fault per 4 KiB, which makes a copy ~4x slower on the 2-core box.
+        to a block: fresh memory costs a page fault per 4 KiB, which makes a copy much slower.
         A block the caller keeps is never overwritten.
         """
         if rows <= 0:

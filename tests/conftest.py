@@ -22,11 +22,10 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 def _test_xla_flags() -> str:
     """XLA compiles the tests' programs for compile time, not run time: they are compiled once or a few times for
-    small data (the suite's time was mostly XLA compiling, ~5 s a trainer program on a 2-core CPU).  LLVM at -O0
-    and XLA's loop emitters instead of its newer fusion emitters: the same HLO, the same float semantics (no fast
-    math either way), ~2.5x less CPU time on the compile-heavy files (test_runner, test_sweep, test_train,
-    test_ledger: 298 -> 151 s user; test_estimator + test_audit: 292 -> 129 s).  The fusion-emitter switch is
-    only set on the jaxlib it was measured with (0.10; an unknown XLA flag aborts the process).
+    small data, so compiling dominates the suite.  LLVM at -O0 and XLA's loop emitters instead of its newer fusion
+    emitters: the same HLO, the same float semantics (no fast math either way), much less CPU time on the
+    compile-heavy files (BENCHMARKS.md).  The fusion-emitter switch is only set on jaxlib 0.10, where the flag
+    exists (an unknown XLA flag aborts the process).
     Set XLA_FLAGS yourself (even empty: ``XLA_FLAGS= pytest``) to compile as users' programs are compiled."""
     flags = ["--xla_backend_optimization_level=0"]
     try:

@@ -74,16 +74,16 @@ def test_a_second_process_loads_every_program_from_the_default_cache_and_it_hold
     assert first["dir"] == str(where)
     entries = _entries(where)
     assert first["misses"] > 0 and len(entries) >= first["misses"] > 0
-    assert any(name.startswith("jit__train_many-") for name in entries)  # the fit program itself
+    assert any(name.startswith("jit_train_many-") for name in entries)  # the fit program itself
     from privlin import compilation
 
     programs = {p.name: compilation._unpack(p.read_bytes(), p.name) for p in _programs(where / "programs")}
     assert first["stats"] == {"built": 1} and len(programs) == 1  # the fit program, whole
-    assert "_train_many" in first["traced"]
+    assert "train_many" in first["traced"]
     second = _run(FIT, env)
     # nothing compiled again; the fit program loaded whole, not even traced (its form's alias names it)
     assert second["misses"] == 0 and second["stats"] == {"loaded": 1}, (first, second)
-    assert "_train_many" not in second["traced"] and len(second["traced"]) < len(first["traced"])
+    assert "train_many" not in second["traced"] and len(second["traced"]) < len(first["traced"])
     assert second["hits"] + 1 >= first["misses"], (first, second)
     assert first["W"] == second["W"] and first["acc"] == second["acc"] > 0.7  # bit for bit (seeded)
     assert len(_entries(where)) == len(entries)
@@ -113,10 +113,10 @@ def test_estimator_epsilon_grid_and_cross_validation_compile_the_fit_once(blobs)
     """DPLinearClassifier fits at 3 ε and a 3-fold cross_val_score reuse one compiled fit program (ε, σ, the
     learning rate, the key are arguments; the folds' N share one padded shape); counted as tests/test_runner.py
     counts them: the programs :func:`privlin.compilation.call` built or loaded, and jit's own cache of
-    ``runner._train_many`` (which ``call`` does not fill: it lowers and compiles the program itself)."""
+    ``in_memory.train_many`` (which ``call`` does not fill: it lowers and compiles the program itself)."""
     from sklearn.model_selection import cross_val_score
 
-    from privlin import DPLinearClassifier, compilation, runner
+    from privlin import DPLinearClassifier, compilation, in_memory
     from privlin.plan import make_plan
 
     X, y = blobs(450, d=6, k=3, seed=13)
@@ -130,11 +130,11 @@ def test_estimator_epsilon_grid_and_cross_validation_compile_the_fit_once(blobs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         DPLinearClassifier(epsilon=eps[0], **params).fit(X, y)
-        before, traced = programs(), runner._train_many._cache_size()
+        before, traced = programs(), in_memory.train_many._cache_size()
         for e in eps[1:]:
             DPLinearClassifier(epsilon=e, **params).fit(X, y)
         scores = cross_val_score(DPLinearClassifier(epsilon=eps[1], **params), X, y, cv=3)
-    assert programs() == before and runner._train_many._cache_size() == traced
+    assert programs() == before and in_memory.train_many._cache_size() == traced
     assert len(scores) == 3 and np.all(np.isfinite(scores))
 
 

@@ -16,7 +16,7 @@ from dp_accounting import NeighboringRelation
 from dp_accounting import dp_event as ev
 from dp_accounting.pld import pld_privacy_accountant
 
-from privlin import DPLinearClassifier, noise, releases, runner, scaling, sensitivity
+from privlin import DPLinearClassifier, noise, in_memory, releases, scaling, sensitivity
 from privlin.plan import make_plan
 from privlin.releases.base import Context
 from privlin.sweep import sweep
@@ -154,7 +154,7 @@ def test_without_noise_the_map_whitens_above_the_sampling_edge():
     Z /= np.linalg.norm(Z, axis=1, keepdims=True)
     with sensitivity.x64():  # the stage's two releases at σ = 0, through the in-memory driver
         ctx = Context(len(Z), Z.shape[1], Z.shape[1], 1.0, True)
-        rows = runner._InMemory(jnp.asarray(Z), None, jnp.ones(len(Z)))
+        rows = in_memory.InMemory(jnp.asarray(Z), None, jnp.ones(len(Z)))
         for r in (releases.MOMENTS, releases.WHITEN):
             ctx = r.use(ctx, r.compute(rows, ctx, jax.random.split(jax.random.key(0)), 0.0))
         s = ctx.scaling

@@ -102,7 +102,7 @@ def test_store_holds_backbone_features_labels_ids_and_provenance(data, tmp_path)
 
 
 def test_workers_start_from_a_fork_server_once_cuda_is_initialized(data, tmp_path, monkeypatch):
-    """Workers forked from a CUDA process abort on the first inherited CUDA tensor they free (seen on an H100):
+    """Workers forked from a CUDA process abort on the first inherited CUDA tensor they free:
     once CUDA is initialized they come from a fork server, and the store is the same as with forked workers."""
     base, folder, weights, _ = data
     kw = dict(weights=weights, head="gap", dtype="float32", batch_size=16, num_workers=2, shard_rows=16,

@@ -1,6 +1,6 @@
 """The σ's a compiled fit multiplies by are float32, rounded up (``noise.sigma_float32``): a σ rounded below the
 planned one would give an ε above the claim. Here, for every plan of a grid, the σ's the in-memory fit is given
-(``runner._dynamic``, ``Plan.static().chain``, multiplied in float32 as the trace does) are put back into the plan's
+(``fit_groups.dynamic_arguments``, ``Plan.static().chain``, multiplied in float32 as the trace does) are put back into the plan's
 event, and ε is recomputed from them by the closed form of Gaussian DP (:mod:`closed_forms`), independently of
 privlin's accountant."""
 import dataclasses
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from closed_forms import gaussians, gdp_epsilon, mu_of
 
-from privlin import noise, runner
+from privlin import fit_groups, noise
 from privlin.defaults import PARAMS
 from privlin.plan import make_plan
 
@@ -17,7 +17,7 @@ from privlin.plan import make_plan
 def _used(plan):
     """The plan with the σ's the compiled in-memory fit uses: the steps' and σ_ref as passed (float32), each
     release's σ_ref × its float32 ratio, multiplied in float32."""
-    sigmas, refs = runner._dynamic([plan])[:2]
+    sigmas, refs = fit_groups.dynamic_arguments([plan])[:2]
     sigma, ref = np.float32(sigmas[0]), np.float32(refs[0])
     chain = tuple((r, float(ref * np.float32(ratio))) for r, ratio in plan.static().chain)
     return dataclasses.replace(plan, sigma=float(sigma), chain=chain)

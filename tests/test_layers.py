@@ -17,14 +17,16 @@ def _graph():
     return {m: deps - {"privlin"} for m, deps in graph(("privlin",)).items()}
 
 
-#: The layers, bottom up (../shared/DESIGN.md, "privlin"): a module may import its own layer and those below.
+#: The layers, bottom up, stated here only (privlin/__init__.py and DESIGN.md point here): a module may import its
+#: own layer and those below.
 #: ``report`` and ``ledger`` sit under the fit workflow, which writes a fit's report and charges its ledger.
 LAYERS = (
     ("primitives", ("defaults", "sensitivity", "noise", "secure_noise", "accounting", "events", "compilation",
                     "progress")),
     ("releases", ("releases", "preprocess", "scaling", "radius", "train")),
     ("policy", ("plan",)),
-    ("execution", ("data", "report", "ledger", "evaluation", "runner", "workflow", "prediction")),
+    ("execution", ("data", "report", "ledger", "evaluation", "steps", "chain", "in_memory", "rows", "streamed",
+                   "fit_groups", "runner", "workflow", "prediction")),
     ("surfaces", ("estimator", "sweep", "model_selection", "selection", "knn", "audit")),
 )
 

@@ -9,18 +9,17 @@ import sys
 import tarfile
 import textwrap
 
+import closed_forms
 import numpy as np
 import pytest
 from dp_accounting import NeighboringRelation
 from dp_accounting import dp_event as ev
 from dp_accounting.pld import pld_privacy_accountant
-from scipy.stats import norm
 
 import privlin
 import stores
 from privlin.ledger import LedgerDamaged, PrivacyBudgetExceeded, PrivacyLedger
 from stores import items as item_ids
-from test_s3 import BUCKET, s3  # noqa: F401 - the moto S3 server fixture, for the S3 home
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 N = 200
@@ -32,13 +31,6 @@ def _pld(events, delta):
     for e in events:
         acc.compose(e)
     return acc.get_epsilon(delta)
-
-
-def _gdp_epsilon(mu, delta):
-    """ε at δ of μ-GDP (Dong, Roth, Su): the root of Φ(-ε/μ + μ/2) - e^ε Φ(-ε/μ - μ/2) = δ."""
-    from scipy.optimize import brentq
-
-    return brentq(lambda e: norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2) - delta, 0, 100)
 
 
 def _store(url, dim, rows=slice(None), seed=0):
@@ -122,13 +114,13 @@ def test_disjoint_halves_compose_per_item():
     first, second = PrivacyLedger.for_items(IMAGES[:N // 2]), PrivacyLedger.for_items(IMAGES[N // 2:])
     first.charge(fit, mechanism="fit on the first half", epsilon=1, delta=delta)
     second.charge(fit, mechanism="fit on the second half", epsilon=1, delta=delta)
-    one = _gdp_epsilon(1 / sigma, delta)
+    one = closed_forms.gdp_epsilon(1 / sigma, delta)
     assert one == pytest.approx(_pld([fit], delta), rel=1e-3)  # the closed form beside dp-accounting
     whole = PrivacyLedger.for_items(IMAGES)
     assert whole.spent(delta)[0] == pytest.approx(one, rel=1e-6)  # each item read once: one fit's ε
     assert len(whole.groups()) == 2 and len(whole.entries) == 2
     first.charge(fit, mechanism="again", epsilon=1, delta=delta)
-    two = _gdp_epsilon(math.sqrt(2) / sigma, delta)  # μ composes as √(μ₁² + μ₂²)
+    two = closed_forms.gdp_epsilon(math.sqrt(2) / sigma, delta)  # μ composes as √(μ₁² + μ₂²)
     assert whole.spent(delta)[0] == pytest.approx(two, rel=1e-6)
     assert second.spent(delta)[0] == pytest.approx(one, rel=1e-6)
 
@@ -156,9 +148,9 @@ def test_an_image_in_two_rows_is_charged_as_the_pair_of_rows(tmp_path):
     copies.charge(fit, mechanism="fit with a duplicate", epsilon=1, delta=delta)
     entry = copies.entries[-1]
     assert entry.params["rows_per_item"] == 2
-    assert entry.epsilon == pytest.approx(_gdp_epsilon(2 / sigma, delta), rel=1e-6)
-    assert copies.spent(delta)[0] == pytest.approx(_gdp_epsilon(2 / sigma, delta), rel=1e-6)
-    assert PrivacyLedger.for_items(IMAGES[:10]).spent(delta)[0] > _gdp_epsilon(1 / sigma, delta) * 1.5
+    assert entry.epsilon == pytest.approx(closed_forms.gdp_epsilon(2 / sigma, delta), rel=1e-6)
+    assert copies.spent(delta)[0] == pytest.approx(closed_forms.gdp_epsilon(2 / sigma, delta), rel=1e-6)
+    assert PrivacyLedger.for_items(IMAGES[:10]).spent(delta)[0] > closed_forms.gdp_epsilon(1 / sigma, delta) * 1.5
     # a subsampled mechanism's group guarantee is not computed: refused before anything is written
     sampled = ev.PoissonSampledDpEvent(0.1, ev.GaussianDpEvent(1.0))
     with pytest.raises(ValueError, match="held in 2 rows"):
@@ -248,83 +240,6 @@ def test_kill_inside_a_charge_leaves_a_consistent_home(ledger_home):
         entries = led.entries
         assert len({e.id for e in entries}) == len(entries)
     assert len(entries) > 0
-
-
-def _ledger(home_url, items):
-    return PrivacyLedger.for_items(items, home=home_url)
-
-
-@pytest.fixture(params=["sqlite", "s3"])
-def home_url(request, tmp_path):
-    """Every backend of the ledger home: the local SQLite default and S3 (the moto server of test_s3)."""
-    if request.param == "sqlite":
-        return str(tmp_path / "home")
-    import uuid
-
-    request.getfixturevalue("s3")
-    return f"s3://{BUCKET}/{uuid.uuid4().hex}/home"
-
-
-class TestHomeConformance:
-    """What every ledger home backend must do, run against each."""
-
-    def test_charges_compose_per_item_as_dp_accounting(self, home_url):
-        fit, sweep = ev.GaussianDpEvent(3.0), ev.SelfComposedDpEvent(
-            ev.PoissonSampledDpEvent(0.1, ev.GaussianDpEvent(1.5)), 10)
-        _ledger(home_url, IMAGES).charge(fit, mechanism="fit", epsilon=1, delta=1e-5)
-        _ledger(home_url, IMAGES[:10]).charge(sweep, mechanism="sweep", epsilon=4, delta=1e-5)
-        assert _ledger(home_url, IMAGES).spent(1e-5)[0] == pytest.approx(_pld([fit, sweep], 1e-5), rel=1e-6)
-        assert _ledger(home_url, IMAGES[10:]).spent(1e-5)[0] == pytest.approx(_pld([fit], 1e-5), rel=1e-6)
-
-    def test_a_cap_refuses_and_records_nothing(self, home_url):
-        fit = ev.GaussianDpEvent(3.0)
-        led = _ledger(home_url, IMAGES)
-        led.request_cap((_pld([fit], 1e-5) * 1.2, 1e-5))
-        led.charge(fit, mechanism="fit", epsilon=1, delta=1e-5)
-        with pytest.raises(PrivacyBudgetExceeded, match="Nothing was read"):
-            _ledger(home_url, IMAGES[:3]).charge(fit, mechanism="fit", epsilon=1, delta=1e-5)
-        assert len(_ledger(home_url, IMAGES).entries) == 1
-
-    def test_processes_under_a_cap_admit_exactly_what_fits(self, home_url):
-        fit, k = ev.GaussianDpEvent(8.0), 5
-        cap = (_pld([fit] * k, 1e-5) * 1.001, 1e-5)
-        _ledger(home_url, IMAGES).set_cap(*cap)
-        worker = textwrap.dedent(f"""
-            import sys; sys.path.insert(0, {ROOT!r})
-            from dp_accounting import dp_event as ev
-            from privlin.ledger import PrivacyLedger, PrivacyBudgetExceeded
-            led = PrivacyLedger.for_items({IMAGES!r}, home={home_url!r})
-            ok = 0
-            for i in range(3):
-                try:
-                    led.charge(ev.GaussianDpEvent(8.0), mechanism="w", epsilon=1, delta=1e-5)
-                    ok += 1
-                except PrivacyBudgetExceeded:
-                    pass
-            print(ok)
-        """)
-        procs = [subprocess.Popen([sys.executable, "-c", worker], stdout=subprocess.PIPE, text=True)
-                 for _ in range(4)]
-        admitted = [int(p.communicate(timeout=300)[0].split()[-1]) for p in procs]
-        assert sum(admitted) == k and len(_ledger(home_url, IMAGES).entries) == k
-
-    def test_an_edited_record_is_one_line(self, home_url):
-        _ledger(home_url, IMAGES).charge(ev.GaussianDpEvent(3.0), mechanism="fit", epsilon=1, delta=1e-5)
-        from privlin.ledger import home
-
-        h = home.open_home(home_url)
-        if isinstance(h, home.SqliteHome):
-            with sqlite3.connect(h.where) as db:
-                db.execute("UPDATE records SET body = replace(body, '3.0', '30.0')")
-        else:
-            import json
-
-            doc = json.loads(h.fs.cat_file(h._root + "/log.json"))
-            doc["records"][0]["body"]["event"]["noise_multiplier"] = 30.0
-            h.fs.pipe_file(h._root + "/log.json", json.dumps(doc).encode())
-        with pytest.raises(LedgerDamaged) as e:
-            _ledger(home_url, IMAGES).spent()
-        assert str(e.value).count("\n") == 0 and home_url.split("://")[-1] in str(e.value)
 
 
 def test_a_budget_above_a_stored_cap_is_refused_and_raises_no_cap():

@@ -342,7 +342,7 @@ def test_export_bare_name_goes_under_out_and_a_path_is_honoured(tmp_path, monkey
 
 def test_the_torch_trainer_loads_neither_jax_nor_scikit_learn():
     # DP-MAE needs privlin's accounting and event codec only; JAX and scikit-learn (privlin's estimator) would cost
-    # seconds and memory in every trainer process. Needs privlin/__init__ to import lazily (issue 35.6).
+    # seconds and memory in every trainer process. Needs privlin/__init__ to import lazily.
     code = ("import sys, backbones.mae.train, backbones.mae.dp; "
             "print(sorted(m for m in ('jax', 'sklearn') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,

@@ -8,7 +8,7 @@ import warnings
 import pytest
 
 import privlin
-from privlin import compilation, progress, runner
+from privlin import compilation, fit_groups, progress
 from privlin.sweep import sweep
 
 
@@ -58,7 +58,7 @@ def _fits_lines(err: str) -> list[str]:
 
 
 def test_the_fits_line_advances_with_a_fraction_and_an_estimate(blobs, shown_at_once, monkeypatch, capsys):
-    monkeypatch.setattr(runner, "CALL_WORK", 1.0)  # every setting its own call: the line moves between them
+    monkeypatch.setattr(fit_groups, "CALL_WORK", 1.0)  # every setting its own call: the line moves between them
     X, y = blobs(200, d=6, k=3, seed=5)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

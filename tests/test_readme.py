@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 
+import closed_forms
 import numpy as np
 import pytest
 
@@ -231,14 +232,6 @@ def test_readme_walk_in_real_processes(tmp_path):
 # ----------------------------------------------------------------------------- the README's tuning recipe
 
 
-def _gdp_epsilon(mu: float, delta: float) -> float:
-    """ε of μ-GDP at δ (Dong, Roth & Su 2019, δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)), solved with scipy."""
-    from scipy.optimize import brentq
-    from scipy.stats import norm
-
-    return brentq(lambda e: norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2) - delta, 0, 200)
-
-
 def _mu(report) -> float:
     """μ of one full-batch fit: each one-off release (re-centering rounds, centering, scaling) once, then ``steps``
     Gaussian steps (zero-out: each Gaussian's sensitivity is what its σ multiplies; the rounds and the centering's
@@ -261,16 +254,17 @@ def test_plain_grid_search_charges_every_fit_and_warns_that_its_scores_are_not(b
         search = GridSearchCV(DPLinearClassifier(epsilon=1.0, classes=range(3), steps=5, ledger=ledger),
                               {"learning_rate": [0.1, 1.0]}, cv=2, error_score="raise").fit(X, y)
     report = search.best_estimator_.privacy_
-    assert _gdp_epsilon(_mu(report), 1e-5) == pytest.approx(1.0, abs=1e-3)  # the oracle agrees on one fit
+    assert closed_forms.gdp_epsilon(_mu(report), 1e-5) == pytest.approx(1.0, abs=1e-3)  # the oracle agrees on one fit
     assert report.epsilon == pytest.approx(1.0, abs=1e-3)  # what one model guarantees ...
     assert len(ledger) == 2 * 2 + 1  # ... while every fold of every candidate and the refit were charged
     eps, delta = report.ledger_spent  # and the report states their composition
     assert delta == pytest.approx(1e-5)  # no cap: the smallest of the entries' δ (never their sum)
-    assert eps == pytest.approx(_gdp_epsilon(math.sqrt(5) * _mu(report), delta), rel=1e-4) and eps > 2
+    assert eps == pytest.approx(closed_forms.gdp_epsilon(math.sqrt(5) * _mu(report), delta), rel=1e-4) and eps > 2
     cv_ledger = PrivacyLedger.in_memory()
     cross_val_score(DPLinearClassifier(epsilon=1.0, classes=range(3), steps=5, ledger=cv_ledger), X, y, cv=2)
     assert len(cv_ledger) == 2
-    assert cv_ledger.spent(1e-5)[0] == pytest.approx(_gdp_epsilon(math.sqrt(2) * _mu(report), 1e-5), rel=1e-4)
+    two_fits = closed_forms.gdp_epsilon(math.sqrt(2) * _mu(report), 1e-5)
+    assert cv_ledger.spent(1e-5)[0] == pytest.approx(two_fits, rel=1e-4)
 
 
 def test_a_capped_ledger_stops_model_selection_at_the_fit_that_would_pass_it(blobs):
@@ -281,7 +275,7 @@ def test_a_capped_ledger_stops_model_selection_at_the_fit_that_would_pass_it(blo
 
     X, y = blobs(240, d=8, k=3)
     one = DPLinearClassifier(epsilon=1.0, classes=range(3), steps=5).fit(X, y).privacy_
-    cap = 1.001 * _gdp_epsilon(math.sqrt(3) * _mu(one), 1e-5)  # room for exactly three fits of the five
+    cap = 1.001 * closed_forms.gdp_epsilon(math.sqrt(3) * _mu(one), 1e-5)  # room for exactly three fits of the five
     ledger = PrivacyLedger.in_memory(cap=(cap, 1e-5))
     with pytest.raises(PrivacyBudgetExceeded, match="past the cap.*Nothing was read"):
         GridSearchCV(DPLinearClassifier(epsilon=1.0, classes=range(3), steps=5, ledger=ledger),

@@ -73,6 +73,23 @@ def test_store_fit_equals_array_fit_and_streaming_equals_in_memory(store, rows, 
     assert privlin.evaluate(on_store, store) > 0.9  # well-separated blobs: private training still learns them
 
 
+def test_a_minibatch_step_samples_streamed_as_in_memory_where_the_batch_holds_every_row(rows):
+    """One step function for both loops (privlin.steps.dp_step): a minibatch plan whose expected batch is all N
+    (q = 1) still splits each step's key into a sample key and a noise key in both drivers, so the streamed fit
+    draws the in-memory fit's noise."""
+    from privlin import data, runner
+    from privlin.plan import make_plan
+
+    (X, y), _ = rows
+    plan = make_plan(dict(method="minibatch", epsilon=2.0, steps=4, batch_size=10 * len(y), center=False),
+                     n=len(y), dim=X.shape[1], n_classes=K)
+    assert plan.sample_rate == 1.0
+    source, key = data.ArraySource(X, y), make_key(7).key
+    (in_memory,) = runner.run([plan], source, [key], np.arange(K))
+    (streamed,) = runner.run([plan], source, [key], np.arange(K), memory_limit=0, block_rows=256)
+    assert _rel(np.asarray(streamed.W), np.asarray(in_memory.W)) < 1e-5
+
+
 @pytest.mark.parametrize("method", ["sgd", "adam1"])
 def test_recentering_rounds_stream_as_they_run_in_memory(store, rows, method):
     """The re-centering rounds (one pass over the store each, before the centering's) give the same chain of
@@ -168,8 +185,8 @@ def test_rows_shard_across_two_devices():
         sys.path.insert(0, %r)
         sys.path.insert(0, %r)
         from test_runner import two_device_models
-        from privlin import runner
-        shard = runner._put_rows(np.zeros((4, 8), np.float32))[0]
+        from privlin import rows as privlin_rows
+        shard = privlin_rows.put_rows(np.zeros((4, 8), np.float32))[0]
         out = {"devices": jax.device_count(), "shards": len(shard.addressable_shards), **two_device_models()}
         print(json.dumps(out))
     """ % (ROOT, os.path.join(ROOT, "tests")))
@@ -216,7 +233,7 @@ def test_a_flipped_byte_late_in_a_streamed_pass_is_raised_not_skipped(store, row
 
 
 def test_read_ahead_streams_in_order_and_stops_with_its_consumer():
-    from privlin.runner import _read_ahead, stream_block_rows
+    from privlin.rows import read_ahead as _read_ahead, stream_block_rows
 
     assert list(_read_ahead(iter(range(50)))) == list(range(50))
     produced = []
@@ -248,7 +265,7 @@ def test_page_locked_route_reads_into_its_buffers_and_changes_no_bit(store, rows
     must be the pageable one bit for bit, every block read through those buffers."""
     import stores
     from stores import buffers
-    from privlin import runner
+    from privlin import rows as privlin_rows
 
     p = params("sgd", True, epsilon=2.0, random_state=3, block_rows=128)
     plain = privlin.fit(store, memory_limit=0, **p)
@@ -258,7 +275,7 @@ def test_page_locked_route_reads_into_its_buffers_and_changes_no_bit(store, rows
         handed.append(nbytes)
         return buffers.pageable(nbytes)
     monkeypatch.setattr(buffers, "page_locked", recording)
-    monkeypatch.setattr(runner, "_page_locked", lambda: True)
+    monkeypatch.setattr(privlin_rows, "page_locked", lambda: True)
     locked = privlin.fit(stores.open(str(store.url)), memory_limit=0, **p)  # a new Split: recorded allocator
     np.testing.assert_array_equal(locked.coef_transformed_, plain.coef_transformed_)
     np.testing.assert_array_equal(locked.intercept_transformed_, plain.intercept_transformed_)
@@ -270,10 +287,10 @@ def test_page_locked_route_reads_into_its_buffers_and_changes_no_bit(store, rows
 
 def test_page_locked_buffers_need_cuda_and_stay_off_without_a_gpu():
     from stores import buffers
-    from privlin import runner
+    from privlin import rows as privlin_rows
 
     if jax.default_backend() != "gpu":
-        assert not runner._page_locked()
+        assert not privlin_rows.page_locked()
     import torch
     assert buffers.can_page_lock() == torch.cuda.is_available()
     if not torch.cuda.is_available():
@@ -302,7 +319,7 @@ def test_an_epsilon_grid_with_the_same_releases_compiles_one_program(blobs):
     (issue 37): fits at three ε whose plans make the same releases reuse one program."""
     import warnings
 
-    from privlin import DPLinearClassifier, compilation, runner
+    from privlin import DPLinearClassifier, compilation, in_memory
     from privlin.plan import make_plan
 
     X, y = blobs(3000, d=6, k=3, seed=11)
@@ -313,10 +330,10 @@ def test_an_epsilon_grid_with_the_same_releases_compiles_one_program(blobs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         DPLinearClassifier(**params, epsilon=eps[0], classes=[0, 1, 2], random_state=0).fit(X, y)
-        before = runner._train_many._cache_size(), compilation.STATS["built"] + compilation.STATS["loaded"]
+        before = in_memory.train_many._cache_size(), compilation.STATS["built"] + compilation.STATS["loaded"]
         for e in eps[1:]:
             DPLinearClassifier(**params, epsilon=e, classes=[0, 1, 2], random_state=0).fit(X, y)
-    assert (runner._train_many._cache_size(), compilation.STATS["built"] + compilation.STATS["loaded"]) == before
+    assert (in_memory.train_many._cache_size(), compilation.STATS["built"] + compilation.STATS["loaded"]) == before
 
 
 def test_streamed_plans_take_one_pass_per_total_and_share_identical_ones(rows, monkeypatch):

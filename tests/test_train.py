@@ -11,6 +11,7 @@ from privlin import sensitivity
 from privlin import train as T
 from privlin import noise
 from privlin.noise import make_key
+from privlin.in_memory import fit_full_batch, fit_minibatch
 
 
 pytestmark = pytest.mark.unit  # the pure pieces: run alone with `pytest -m unit`
@@ -106,7 +107,7 @@ def test_full_batch_steps_use_fresh_noise():
     X = jnp.zeros((4, 300))
     Y = jax.nn.one_hot(jnp.arange(4) % 2, 2)
     mask = jnp.ones(4)
-    W = T.fit_full_batch(X, Y, mask, 4, make_key(0).key, 2.0, 1.0, steps=16, momentum=0.0, clip=1.0).W
+    W = fit_full_batch(X, Y, mask, 4, make_key(0).key, 2.0, 1.0, steps=16, momentum=0.0, clip=1.0).W
     # each step moves W by lr * noise / N, noise std sigma*C = 2 -> std after 16 steps = 4 * 2 / 4 = 2
     assert np.std(np.asarray(W)) == pytest.approx(2.0, rel=0.06)
 
@@ -171,11 +172,11 @@ def test_adam1_step_is_one_optax_adam_step_on_the_noisy_gradient():
 
 def test_trainers_vmap_over_keys_sigmas_and_learning_rates():
     X, Y, mask = data(seed=6)
-    f = jax.jit(jax.vmap(functools.partial(T.fit_full_batch, steps=3), in_axes=(None, None, None, None, 0, 0, 0)))
+    f = jax.jit(jax.vmap(functools.partial(fit_full_batch, steps=3), in_axes=(None, None, None, None, 0, 0, 0)))
     keys = noise.split(make_key(0).key, 3)
     out = f(X, Y, mask, N, keys, jnp.array([0.0, 1.0, 1.0]), jnp.array([0.1, 0.1, 0.2]))
     assert out.W.shape == (3, D, K)
-    one = T.fit_full_batch(X, Y, mask, N, keys[1], 1.0, 0.1, steps=3)
+    one = fit_full_batch(X, Y, mask, N, keys[1], 1.0, 0.1, steps=3)
     assert np.allclose(out.W[1], one.W, atol=1e-6)
     acc = T.class_sums_update(T.class_sums_init(D, K), X, Y, mask, 1.0, N)
     many = jax.vmap(T.adam1_step, in_axes=(None, None, 0, 0, 0))(acc, N, keys, jnp.array([1.0, 2.0, 3.0]), jnp.ones(3))
@@ -184,7 +185,7 @@ def test_trainers_vmap_over_keys_sigmas_and_learning_rates():
 
 def test_sigma_zero_full_batch_is_plain_clipped_gradient_descent():
     X, Y, mask = data(seed=8)
-    params = T.fit_full_batch(X, Y, mask, N, make_key(0).key, 0.0, 0.5, steps=4, momentum=0.0, clip=100.0)
+    params = fit_full_batch(X, Y, mask, N, make_key(0).key, 0.0, 0.5, steps=4, momentum=0.0, clip=100.0)
     p = T.init_params(D, K)
     for _ in range(4):
         g = jax.grad(lambda q: jnp.mean(jax.vmap(example_loss, in_axes=(None, 0, 0, None))(q, X, Y, "softmax")))(p)
@@ -197,10 +198,10 @@ def test_minibatch_poisson_rate_and_optimizers():
     X = jnp.ones((n, 1))
     Y = jax.nn.one_hot(jnp.zeros(n, jnp.int32), 2)
     # with sigma=0, plain SGD, one step: W moves by lr * (sampled rows * clipped grad) / (q n)
-    W = T.fit_minibatch(X, Y, jnp.ones(n), n, make_key(3).key, 0.0, 1.0, steps=1, sample_rate=q, momentum=0.0).W
+    W = fit_minibatch(X, Y, jnp.ones(n), n, make_key(3).key, 0.0, 1.0, steps=1, sample_rate=q, momentum=0.0).W
     frac = float(W[0, 0]) / 0.5  # each sampled row contributes residual 0.5 to class 0 (softmax at zero init)
     assert frac == pytest.approx(1.0, abs=4 * np.sqrt((1 - q) / (q * n)))
     for opt in ("adam", "lamb"):
         Xr, Yr, m = data(seed=9)
-        out = T.fit_minibatch(Xr, Yr, m, N, make_key(0).key, 1.0, 1e-2, steps=3, sample_rate=0.5, optimizer=opt)
+        out = fit_minibatch(Xr, Yr, m, N, make_key(0).key, 1.0, 1e-2, steps=3, sample_rate=0.5, optimizer=opt)
         assert np.all(np.isfinite(out.W)) and np.all(out.b == 0)

@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]  # privlin, stores; the bench_* helpers it reuses
 import stores  # noqa: E402
 from stores import buffers  # noqa: E402
-from privlin import data, runner  # noqa: E402
+from privlin import data, rows as runner_rows  # noqa: E402
 from bench_privlin_speed import build_store  # noqa: E402
 from bench_store_read import timed  # noqa: E402
 from bench_runner_read import device_name, patched  # noqa: E402
@@ -49,10 +49,10 @@ def main():
     try:
         path, small = os.path.join(tmp, "big.zarr"), os.path.join(tmp, "one_block.zarr")
         build_store(path, a.n, a.d, a.k)
-        rows = runner.stream_block_rows(65536, a.d * 2)
+        rows = runner_rows.stream_block_rows(65536, a.d * 2)
         build_store(small, rows, a.d, a.k)
         split = stores.open(path)["train"]
-        locked = runner._page_locked()
+        locked = runner_rows.page_locked()
         kw = dict(epsilon=1.0, delta=1e-5, classes=range(a.k), random_state=0, method="adam1", center=False,
                   memory_limit=0)
         default_pool, wide_pool = buffers.io_pool(), ThreadPoolExecutor(os.cpu_count())
@@ -93,10 +93,10 @@ def main():
             runs["blocks(), 4 threads"] = with_pool(ThreadPoolExecutor(4), read)
             runs["blocks(), 12 threads"] = with_pool(ThreadPoolExecutor(12), read)
             deeper = lambda blocks, depth=1: ahead(blocks, depth=3)  # noqa: E731
-            ahead = runner._read_ahead
+            ahead = runner_rows.read_ahead
             fit = lambda: privlin.fit(path, **kw)  # noqa: E731
             runs["adam1 streamed, read-ahead 3 blocks"] = patched(patched(fit, buffers.Recycler, "KEEP", 6),
-                                                                  runner, "_read_ahead", deeper)
+                                                                  runner_rows, "read_ahead", deeper)
             runs["blocks(), checksums skipped (bound)"] = patched(read, chunks.ShardFiles, "_check",
                                                                   lambda self, *args: None)
         wall, cpu = timed(runs, a.repeats)

@@ -15,7 +15,9 @@ explicit, recorded act (:meth:`PrivacyLedger.set_cap`).
 Routes: ``PrivacyLedger.for_split(store, split)`` (a store split's items; a ``privacy_ledger.json`` the store kept
 before is imported once, :mod:`privlin.ledger.migrate`), ``PrivacyLedger.for_items(ids)`` (arrays with item ids);
 arrays without ids get an in-memory ledger (:class:`PrivacyLedger` ``in_memory``) or a ledger file
-(``PrivacyLedger(path)``), which compose with nothing else.  Command line: ``python -m privlin.ledger PATH``.
+(``PrivacyLedger(path)``), which compose with nothing else.  Both kinds are a :class:`Ledger` (what they share:
+composing and checking against a cap, :mod:`privlin.ledger.budget`); ``for_split``/``for_items`` give an
+:class:`ItemLedger`.  Command line: ``python -m privlin.ledger PATH``.
 
 Tamper-evident: every record of the home is hash-chained, every item set checked against its hash; a damaged home
 is one line (:class:`LedgerDamaged`), never a lower total.  What it does not protect against (a re-encoded image is a
@@ -25,26 +27,24 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["LEDGER_FILENAME", "PrivacyBudgetExceeded", "LedgerDamaged", "LedgerEntry", "PrivacyLedger",
-           "ledger_path"]
+__all__ = ["LEDGER_FILENAME", "PrivacyBudgetExceeded", "LedgerDamaged", "LedgerEntry", "Ledger", "PrivacyLedger",
+           "ItemLedger", "ledger_path"]
 
-LEDGER_FILENAME = "privacy_ledger.json"
-_SUBMODULES = {"core", "entry", "home", "items", "migrate", "storage"}
+#: Where each public name lives, bottom up: ``entry`` (a record), ``home`` (the item store), ``budget`` (composing
+#: against a cap), ``document`` (a ledger file's format), ``items`` (a set of items in the home), ``migrate`` (a
+#: store's old ledger file into the home), ``core`` (:class:`PrivacyLedger` and its constructors).
+_HOME = {"LedgerEntry": "entry", "LedgerDamaged": "home", "PrivacyBudgetExceeded": "budget", "Ledger": "budget",
+         "LEDGER_FILENAME": "document", "ledger_path": "document", "ItemLedger": "items", "PrivacyLedger": "core"}
 
 
 def __getattr__(name: str):
-    """Everything else from :mod:`privlin.ledger.core`, imported on first use (dp-accounting takes seconds to
-    import, and ``python -m privlin.ledger --help`` must not wait for it)."""
-    if name.startswith("__"):
-        raise AttributeError(name)
-    if name in _SUBMODULES:  # ``from . import storage`` inside core, while core is still loading
-        return importlib.import_module(f".{name}", __name__)
-    core = importlib.import_module(".core", __name__)
-    importlib.import_module(".migrate", __name__)  # registers the home's openers in core (they subclass its ledger)
-    try:
-        return getattr(core, name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    """The public names, imported on first use (dp-accounting takes seconds to import, and
+    ``python -m privlin.ledger --help`` must not wait for it)."""
+    if name in _HOME:
+        value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

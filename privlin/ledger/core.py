@@ -1,39 +1,25 @@
-"""The ledger itself (:mod:`privlin.ledger` names it; see there): document, hash chain, anchor, charges."""
+"""The ledger users open (:mod:`privlin.ledger` names it; see there): a ledger file or an in-memory history, and
+the constructors of the ledgers in the home (:meth:`PrivacyLedger.for_split`, :meth:`PrivacyLedger.for_items`)."""
 from __future__ import annotations
 
-import datetime as _dt
-import hashlib
-import json
 import math
 import os
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping
 
 from dp_accounting import dp_event as _ev
 
 from .. import accounting
-from ..report import relation_label
-from . import LEDGER_FILENAME, storage
+from ..accounting import relation_label
+from . import storage
+from .budget import Ledger, PrivacyBudgetExceeded, check_cap, now
+from .document import LEDGER_FILENAME, Document, StoreAnchor, anchor_record, ledger_path, read
 from .entry import LedgerEntry, jsonable
 from .home import LedgerDamaged
+from .items import ItemLedger
+from .migrate import split_ledger
 
 __all__ = ["LEDGER_FILENAME", "PrivacyBudgetExceeded", "LedgerDamaged", "LedgerEntry", "PrivacyLedger",
-           "ledger_path"]
-
-FORMAT = "privlin.ledger/2"
-
-
-class PrivacyBudgetExceeded(RuntimeError):
-    """A mechanism would push a split's total ε past its cap; nothing was read."""
-
-
-
-
-def _head(previous: str, neighbouring, caps, entries) -> str:
-    """sha256 of a ledger state (relation, caps, entries), chained to the state before."""
-    body = json.dumps({"previous": previous, "neighbouring": neighbouring, "caps": caps,
-                       "entries": [e.to_dict() for e in entries]}, sort_keys=True, separators=(",", ":"),
-                      allow_nan=False)
-    return hashlib.sha256(body.encode()).hexdigest()
+           "StoreAnchor", "ledger_path"]
 
 
 def _reopen(path, cap, neighbouring, anchor):
@@ -59,113 +45,7 @@ class _Elsewhere:
         return "<in-memory PrivacyLedger of another process>"
 
 
-#: How ledgers in the home are opened: ``privlin.ledger.items`` and ``.migrate`` register here on import (their
-#: ledgers subclass :class:`PrivacyLedger`, so this module cannot import them); ``privlin.ledger`` loads them.
-OPENERS: dict = {}
-
-
-def _opener(kind: str):
-    try:
-        return OPENERS[kind]
-    except KeyError:
-        raise RuntimeError("the ledger home's openers are not loaded: import PrivacyLedger from privlin.ledger, "
-                           "not privlin.ledger.core") from None
-
-
-def ledger_path(store_url: str, split: str) -> str:
-    """Where the ledger of ``split`` of the store at ``store_url`` lives."""
-    if not isinstance(split, str) or not split or "/" in split or split in (".", ".."):
-        raise ValueError(f"split must be a plain name, got {split!r}")
-    return str(store_url).rstrip("/") + "/" + split + "/" + LEDGER_FILENAME
-
-
-def _check_cap(cap) -> tuple[float, float] | None:
-    if cap is None:
-        return None
-    try:
-        eps, delta = (float(c) for c in cap)
-    except (TypeError, ValueError):
-        raise ValueError(f"cap must be (epsilon, delta), got {cap!r}") from None
-    if not (eps >= 0 and 0 < delta < 1):
-        raise ValueError(f"cap must have epsilon >= 0 and 0 < delta < 1, got {cap!r}")
-    return (eps, delta)
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-class _Document:
-    """The parsed ledger document: relation, cap history, entries."""
-
-    def __init__(self, data: dict | None, where: str):
-        self.where = where
-        if data is None:
-            self.neighbouring, self.caps, self.entries, self.head, self.previous = None, [], [], "", ""
-            return
-        if not isinstance(data, Mapping) or data.get("format") != FORMAT or not isinstance(data.get("entries"), list):
-            raise LedgerDamaged(f"{where} is not a privlin ledger (format {FORMAT}): damaged or replaced")
-        try:
-            self.neighbouring = accounting.relation_name(data.get("neighbouring"))
-            self.caps = list(data.get("caps") or [])
-            self.entries = [LedgerEntry.from_dict(d) for d in data["entries"]]
-        except (ValueError, TypeError) as e:
-            if "unknown DpEvent type" in str(e):
-                raise
-            raise LedgerDamaged(f"privacy ledger {where} is damaged: {e}") from None
-        self.previous, self.head = str(data.get("previous", "")), str(data.get("head", ""))
-        if self.head != _head(self.previous, self.neighbouring, self.caps, self.entries):
-            raise LedgerDamaged(f"privacy ledger {where} does not match its checksum: edited or damaged "
-                                f"({len(self.entries)} entries)")
-
-    @property
-    def cap(self) -> tuple[float, float] | None:
-        return _check_cap((self.caps[-1]["epsilon"], self.caps[-1]["delta"])) if self.caps else None
-
-    def to_dict(self) -> dict:
-        """The document of this state, chained to the one it was read as."""
-        head = _head(self.head, self.neighbouring, self.caps, self.entries)
-        return {"format": FORMAT, "neighbouring": self.neighbouring, "caps": self.caps,
-                "entries": [e.to_dict() for e in self.entries], "previous": self.head, "head": head}
-
-
-class StoreAnchor:
-    """A split ledger's anchor in the split's sealed metadata (``stores.anchor``): what :func:`_anchor_record` gives."""
-
-    def __init__(self, url: str, split: str):
-        self.url, self.split = url, split
-
-    def get(self):
-        from stores.anchor import ledger_anchor
-
-        return ledger_anchor(self.url, self.split)
-
-    def set(self, record: dict) -> None:
-        from stores.anchor import set_ledger_anchor
-
-        set_ledger_anchor(self.url, self.split, record)
-
-
-def _anchor_record(data: dict) -> dict:
-    """What an anchor commits to: the state's head, the state it was chained to, and its entry and cap counts, so
-    the anchored state can be recomputed from any ledger that extends it (:func:`_extends`)."""
-    return {"entries": len(data["entries"]), "caps": len(data["caps"]), "head": data["head"],
-            "previous": data["previous"]}
-
-
-def _extends(doc: _Document, anchored: Mapping) -> bool:
-    """Whether ``doc`` is one write past the anchored state: chained to it, and holding its caps and entries
-    unchanged as a prefix (a crash between the ledger's write and the anchor's move leaves exactly that)."""
-    n, c = int(anchored.get("entries", -1)), anchored.get("caps")
-    if doc.previous != anchored.get("head") or not 0 <= n <= len(doc.entries):
-        return False
-    if c is None or "previous" not in anchored:  # an anchor written before it committed to its prefix
-        return n < len(doc.entries)
-    return int(c) <= len(doc.caps) and _head(anchored["previous"], doc.neighbouring, doc.caps[:int(c)],
-                                             doc.entries[:n]) == anchored["head"]
-
-
-class PrivacyLedger:
+class PrivacyLedger(Ledger):
     """The privacy spent on one private split (composed exactly by GDP when every entry is a full-batch Gaussian,
     else by PLD: :func:`privlin.accounting.compose_epsilon`), and its cap.
 
@@ -191,10 +71,10 @@ class PrivacyLedger:
     def __init__(self, path: str | os.PathLike | None = None, *, cap=None, neighbouring=None,
                  lock_timeout: float = 60.0, anchor=None):
         self.path = None if path is None else storage.canonical(path)
-        self._requested_cap = _check_cap(cap)
+        self._requested_cap = check_cap(cap)
         self._requested_relation = None if neighbouring is None else accounting.relation_name(neighbouring)
         self._backend = storage.backend(self.path, lock_timeout)
-        self._anchor = anchor  # get() -> record | None, set(record) (_anchor_record), e.g. a store split's
+        self._anchor = anchor  # get() -> record | None, set(record) (anchor_record), e.g. a store split's
 
     # -- construction -----------------------------------------------------------------
     @classmethod
@@ -204,18 +84,18 @@ class PrivacyLedger:
 
     @classmethod
     def for_split(cls, store_url: str | os.PathLike, split: str, *, anchored: bool | None = None,
-                  home=None, **kwargs) -> "PrivacyLedger":
+                  home=None, **kwargs) -> ItemLedger:
         """The ledger of the items of split ``split`` of the store at ``store_url``, in the ledger home
         (:class:`privlin.ledger.items.ItemLedger`): every store, copy and backbone of the same images shares it.
         A ledger file the store kept before (``<split>/privacy_ledger.json``) is imported first, once.
         ``anchored`` is accepted for older callers and ignored (the home is outside the store)."""
-        return _opener("split")(store_url, split, home=home, **kwargs)
+        return split_ledger(store_url, split, home=home, **kwargs)
 
     @classmethod
-    def for_items(cls, items, *, label: str | None = None, home=None, **kwargs) -> "PrivacyLedger":
+    def for_items(cls, items, *, label: str | None = None, home=None, **kwargs) -> ItemLedger:
         """The ledger of ``items`` (``stores.items`` ids, one per row a mechanism reads) in the ledger home: what
         arrays with item ids charge (``Split.items`` gives a store's)."""
-        return _opener("items")(items, label=label, home=home, **kwargs)
+        return ItemLedger(items, label=label, home=home, **kwargs)
 
     @classmethod
     def load(cls, path, **kwargs) -> "PrivacyLedger":
@@ -225,29 +105,15 @@ class PrivacyLedger:
             raise FileNotFoundError(f"no privacy ledger at {path}")
         return led
 
-    def request_cap(self, cap) -> "PrivacyLedger":
-        """Ask for ``cap`` at the next charge (it may set or lower the stored cap, never raise it); returns self."""
-        if cap is not None:
-            self._requested_cap = _check_cap(cap)
-        return self
-
     # -- reading ----------------------------------------------------------------------
-    def _doc(self) -> _Document:
-        doc = _Document(self._backend.read(), self.path or "in-memory ledger")
-        if self._anchor is not None:
-            recorded = self._anchor.get()
-            if recorded and recorded["head"] != doc.head and not _extends(doc, recorded):
-                raise LedgerDamaged(
-                    f"privacy ledger {self.where} is {'missing' if not doc.head else 'not the one'} the store "
-                    f"records ({recorded['entries']} entries, head {recorded['head'][:12]}): deleted, replaced or "
-                    f"edited; the split's budget cannot be read (restore the file from a backup)")
-        return doc
+    def _doc(self) -> Document:
+        return read(self._backend.read(), self.where, self._anchor)
 
-    def _write(self, doc: _Document) -> None:
+    def _write(self, doc: Document) -> None:
         data = doc.to_dict()
         self._backend.write(data)
         if self._anchor is not None:
-            self._anchor.set(_anchor_record(data))
+            self._anchor.set(anchor_record(data))
 
     @property
     def where(self) -> str:
@@ -267,23 +133,6 @@ class PrivacyLedger:
         """All recorded entries, oldest first (re-read from storage)."""
         return self._doc().entries
 
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def events(self) -> list[_ev.DpEvent]:
-        return [e.event for e in self.entries]
-
-    def default_delta(self, entries: Sequence[LedgerEntry] | None = None, cap=None) -> float:
-        """The δ every total is reported at: the cap's δ, else the smallest positive δ of the entries (0 when none).
-
-        Never their sum: a total at a larger δ than one of its own entries would read smaller than that entry's ε.
-        """
-        cap = self.cap if cap is None else cap
-        if cap is not None:
-            return cap[1]
-        entries = self.entries if entries is None else entries
-        return min((e.delta for e in entries if e.delta > 0), default=0.0)
-
     def spent(self, delta: float | None = None) -> tuple[float, float]:
         """Total ``(epsilon, delta)`` paid so far, by :func:`privlin.accounting.compose_epsilon` (at
         :meth:`default_delta` unless given)."""
@@ -291,30 +140,14 @@ class PrivacyLedger:
         delta = self.default_delta(doc.entries, doc.cap or self._requested_cap) if delta is None else float(delta)
         return self._compose(doc.entries, delta, self._relation_of(doc)), delta
 
-    def _relation_of(self, doc: _Document) -> str:
+    def _relation_of(self, doc: Document) -> str:
         return doc.neighbouring or self._requested_relation or accounting.DEFAULT_NEIGHBOURING
-
-    @staticmethod
-    def _compose(entries: Sequence[LedgerEntry], delta: float, relation: str) -> float:
-        for e in entries:
-            if e.neighbouring != relation:
-                raise ValueError(f"ledger entry {e.id} ({e.mechanism}) is under {relation_label(e.neighbouring)} "
-                                 f"neighbours, the ledger under {relation_label(relation)}: they do not compose")
-        if not entries:
-            return 0.0
-        if delta <= 0 and not all(isinstance(e.event, (_ev.NoOpDpEvent, _ev.NonPrivateDpEvent)) for e in entries):
-            raise ValueError("a total over Gaussian mechanisms needs delta > 0")  # (0 or ∞ need no δ)
-        return accounting.compose_epsilon((e.event for e in entries), delta, neighbouring=relation)
 
     def projected(self, event: _ev.DpEvent, delta: float | None = None) -> tuple[float, float]:
         """Total ``(epsilon, delta)`` if ``event`` were run now (what :meth:`check` compares with the cap)."""
         doc = self._doc()
         delta = self.default_delta(doc.entries, doc.cap or self._requested_cap) if delta is None else float(delta)
         return self._with(doc.entries, event, "probe", delta, self._relation_of(doc)), delta
-
-    def _with(self, entries, event, mechanism, delta, relation) -> float:
-        """ε at ``delta`` of ``entries`` and ``event`` composed."""
-        return self._compose([*entries, LedgerEntry(mechanism, event, math.nan, 0.0, relation)], delta, relation)
 
     def check(self, event: _ev.DpEvent, *, mechanism: str = "mechanism") -> float:
         """Raise :class:`PrivacyBudgetExceeded` if ``event`` would pass the cap (nothing is recorded).
@@ -326,30 +159,6 @@ class PrivacyLedger:
         if cap is None:
             return math.nan
         return self._check(doc.entries, event, mechanism, cap, self._relation_of(doc))
-
-    def _check(self, entries, event, mechanism, cap, relation) -> float:
-        eps_cap, delta_cap = cap
-        total = self._with(entries, event, mechanism, delta_cap, relation)
-        if total > eps_cap * (1 + 1e-9):
-            spent = self._compose(entries, delta_cap, relation)
-            raise PrivacyBudgetExceeded(
-                f"{mechanism} would bring the total to ε={total:.4g} at δ={delta_cap:g}, past the cap "
-                f"ε={eps_cap:g} ({len(entries)} earlier entries already spent ε={spent:.4g} at δ={delta_cap:g}; "
-                f"ledger: {self.where}). Nothing was read.")
-        return total
-
-    def _cap_after(self, stored) -> tuple[float, float] | None:
-        """The cap once this handle's requested cap is applied: it may set or lower the ``stored`` one, never raise
-        it."""
-        asked = self._requested_cap
-        if asked is None or asked == stored:
-            return stored
-        if stored is not None and (asked[0] > stored[0] or asked[1] > stored[1]):
-            raise PrivacyBudgetExceeded(
-                f"budget (ε={asked[0]:g}, δ={asked[1]:g}) is above the cap stored in {self.where} "
-                f"(ε={stored[0]:g}, δ={stored[1]:g}); raising a cap is an explicit act: "
-                f"PrivacyLedger({self.where!r}).set_cap(...). Nothing was read.")
-        return asked
 
     # -- writing ----------------------------------------------------------------------
     def charge(self, event: _ev.DpEvent, *, mechanism: str, epsilon: float, delta: float,
@@ -396,12 +205,12 @@ class PrivacyLedger:
                     self._check(doc.entries, event, entry.mechanism, cap, rel)
                 except PrivacyBudgetExceeded:
                     if cap != doc.cap:  # the budget asked for is policy from now on, even for a refused charge
-                        doc.caps.append({"epsilon": cap[0], "delta": cap[1], "time": _now(), "note": "set by a charge"})
+                        doc.caps.append({"epsilon": cap[0], "delta": cap[1], "time": now(), "note": "set by a charge"})
                         doc.neighbouring = rel
                         self._write(doc)
                     raise
             if cap != doc.cap:
-                doc.caps.append({"epsilon": cap[0], "delta": cap[1], "time": _now(), "note": "set by a charge"})
+                doc.caps.append({"epsilon": cap[0], "delta": cap[1], "time": now(), "note": "set by a charge"})
             doc.neighbouring = rel
             doc.entries.append(entry)
             self._write(doc)
@@ -413,7 +222,7 @@ class PrivacyLedger:
         Raising a stored cap (either number) needs a ``note`` saying why (``ValueError`` without one): it is the
         one act that lets a split spend more.
         """
-        cap = _check_cap((epsilon, delta))
+        cap = check_cap((epsilon, delta))
         with self._backend.locked():
             doc = self._doc()
             stored = doc.cap
@@ -421,7 +230,7 @@ class PrivacyLedger:
                 raise ValueError(f"raising the cap of {self.where} from (ε={stored[0]:g}, δ={stored[1]:g}) to "
                                  f"(ε={cap[0]:g}, δ={cap[1]:g}) needs a note saying why (it is recorded)")
             doc.neighbouring = self._relation_of(doc)
-            doc.caps.append({"epsilon": cap[0], "delta": cap[1], "time": _now(), "note": str(note)})
+            doc.caps.append({"epsilon": cap[0], "delta": cap[1], "time": now(), "note": str(note)})
             self._write(doc)
         self._requested_cap = None
 
@@ -483,8 +292,3 @@ class PrivacyLedger:
             return _Elsewhere, (f"{self!r} is an in-memory ledger and cannot be used in another process (e.g. "
                                 "GridSearchCV(n_jobs > 1)): use a ledger file, PrivacyLedger(path), or n_jobs=1",)
         return (_reopen, (self.path, self._requested_cap, self._requested_relation, self._anchor))
-
-    def __deepcopy__(self, memo):
-        # A ledger is a handle on shared state (a file, or one in-memory history):
-        # sklearn.clone must not fork it, or charges would land in a copy.
-        return self

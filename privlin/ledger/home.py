@@ -25,7 +25,7 @@ from typing import Iterator
 
 import numpy as np
 
-import privlin.ledger.storage as storage  # not ``from . import``: the package's lazy __getattr__ would load core
+from . import storage
 
 __all__ = ["location", "open_home", "ItemSet", "SqliteHome", "ObjectHome", "ENV"]
 
@@ -52,12 +52,14 @@ _OPEN_GUARD = threading.Lock()
 
 
 def open_home(where: str | os.PathLike | None = None, *, timeout: float = 60.0):
-    """The home at ``where`` (see :func:`location`), one handle per location in this process."""
+    """The home at ``where`` (see :func:`location`), one handle per location in this process (keyed by the process
+    id too: a forked child opens its own, since a parent's S3 client is not fork-safe)."""
     loc = location(where)
+    key = f"{os.getpid()}:{loc}"
     with _OPEN_GUARD:
-        if loc not in _OPEN:
-            _OPEN[loc] = ObjectHome(loc, timeout) if "://" in loc else SqliteHome(loc, timeout)
-        return _OPEN[loc]
+        if key not in _OPEN:
+            _OPEN[key] = ObjectHome(loc, timeout) if "://" in loc else SqliteHome(loc, timeout)
+        return _OPEN[key]
 
 
 class LedgerDamaged(ValueError):

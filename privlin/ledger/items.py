@@ -21,9 +21,9 @@ from dp_accounting import dp_event as _ev
 
 from .. import accounting
 from ..events import for_rows
-from ..report import relation_label
+from ..accounting import relation_label
 from . import home as _home
-from .core import PrivacyBudgetExceeded, PrivacyLedger, _check_cap, _now
+from .budget import Ledger, PrivacyBudgetExceeded, check_cap, now
 from .entry import LedgerEntry, jsonable
 
 __all__ = ["ItemLedger", "Group"]
@@ -44,7 +44,7 @@ def _reopen(where, values, label, cap, relation, rows_per_item=1):
                       cap=cap, neighbouring=relation)
 
 
-class ItemLedger(PrivacyLedger):
+class ItemLedger(Ledger):
     """The privacy spent on a set of items, read from and charged to the ledger home.
 
     Parameters
@@ -56,7 +56,7 @@ class ItemLedger(PrivacyLedger):
     label : str, optional
         What the items are, for messages (``store s.zarr, split 'train'``).
     cap, neighbouring, lock_timeout
-        As :class:`PrivacyLedger`; a cap set here is recorded on these items.
+        As :class:`privlin.ledger.PrivacyLedger`; a cap set here is recorded on these items.
     """
 
     def __init__(self, items, *, home=None, label: str | None = None, cap=None, neighbouring=None,
@@ -65,9 +65,8 @@ class ItemLedger(PrivacyLedger):
         self.home = _home.open_home(home, timeout=lock_timeout)
         self.path = self.home.where
         self.label = label or f"{len(self.scope)} items"
-        self._requested_cap = _check_cap(cap)
+        self._requested_cap = check_cap(cap)
         self._requested_relation = None if neighbouring is None else accounting.relation_name(neighbouring)
-        self._anchor = None
         self._members: dict[str, np.ndarray | bool] = {}
 
     # -- the items' state ---------------------------------------------------------------
@@ -193,7 +192,7 @@ class ItemLedger(PrivacyLedger):
     def charge(self, event: _ev.DpEvent, *, mechanism: str, epsilon: float, delta: float,
                params: Mapping | None = None, neighbouring=None, entry_id: str | None = None) -> LedgerEntry:
         """Check every item's cap and record ``event`` on these items, in one write transaction of the home. Call it
-        *before* reading the items; see :meth:`PrivacyLedger.charge`."""
+        *before* reading the items; see :meth:`privlin.ledger.PrivacyLedger.charge`."""
         asked = None if neighbouring is None else accounting.relation_name(neighbouring)
         rows, event = self.scope.rows_per_item, self._per_item(event)  # refused here, before anything is written
         if rows > 1:
@@ -225,7 +224,7 @@ class ItemLedger(PrivacyLedger):
                 refused = e
             asked_cap = self._requested_cap
             if asked_cap is not None and any(g.cap != asked_cap for g in groups):  # policy from now on
-                txn.append("cap", self.scope, {"epsilon": asked_cap[0], "delta": asked_cap[1], "time": _now(),
+                txn.append("cap", self.scope, {"epsilon": asked_cap[0], "delta": asked_cap[1], "time": now(),
                                                "note": "set by a charge", "neighbouring": rel})
             if refused is None:
                 txn.append("entry", self.scope, body)
@@ -235,14 +234,14 @@ class ItemLedger(PrivacyLedger):
 
     def set_cap(self, epsilon: float, delta: float, *, note: str = "") -> None:
         """Set the cap of these items (recorded on their set); raising any item's cap needs a ``note``."""
-        cap = _check_cap((epsilon, delta))
+        cap = check_cap((epsilon, delta))
         with self.home.transaction() as txn:
             groups = self._groups(txn.records)
             for g in groups:
                 if g.cap is not None and (cap[0] > g.cap[0] or cap[1] > g.cap[1]) and not str(note).strip():
                     raise ValueError(f"raising the cap of {self.where} from (ε={g.cap[0]:g}, δ={g.cap[1]:g}) to "
                                      f"(ε={cap[0]:g}, δ={cap[1]:g}) needs a note saying why (it is recorded)")
-            txn.append("cap", self.scope, {"epsilon": cap[0], "delta": cap[1], "time": _now(), "note": str(note),
+            txn.append("cap", self.scope, {"epsilon": cap[0], "delta": cap[1], "time": now(), "note": str(note),
                                            "neighbouring": self._relation(groups)})
         self._requested_cap = None
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 
-from .core import OPENERS, LedgerDamaged, PrivacyLedger, StoreAnchor, ledger_path
+from . import storage
+from .document import StoreAnchor, ledger_path, read
+from .home import LedgerDamaged
 from .items import ItemLedger, label_of
 
 __all__ = ["split_ledger", "import_store_ledger"]
@@ -41,11 +43,10 @@ def import_store_ledger(url: str, split: str, led: ItemLedger) -> int:
     if not fs.exists(p) and not anchored:
         return 0
     try:
-        doc = PrivacyLedger(path, anchor=StoreAnchor(url, split))._doc()
+        where = storage.canonical(path)
+        doc = read(storage.backend(where, 60.0).read(), where, StoreAnchor(url, split))
     except (LedgerDamaged, ValueError, OSError) as e:
         why = " ".join(str(e).split())
         raise LedgerDamaged(f"the store's ledger {path} cannot be imported into the ledger home: {why}") from None
     return led.import_entries(doc.entries, doc.caps, path)
 
-
-OPENERS.update(split=split_ledger, items=ItemLedger)

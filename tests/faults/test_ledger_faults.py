@@ -157,7 +157,7 @@ def test_a_hand_edited_ledger_chained_to_the_anchor_is_refused(charged):
     """Every entry and cap dropped, ``head`` recomputed, ``previous`` set to the anchored head: the anchor commits to
     its entry count and prefix, so this is not the crash window and the budget is not reset."""
     import stores.anchor
-    from privlin.ledger import _head
+    from privlin.ledger.document import _head
 
     url, path = charged
     anchored = stores.anchor.ledger_anchor(url, "train")
@@ -218,7 +218,7 @@ def test_an_anchor_written_before_it_committed_to_its_prefix_still_refuses_a_res
     write past them reads (the crash window), a ledger emptied and chained to them does not; the next charge writes
     the full anchor."""
     import stores.anchor
-    from privlin.ledger import _head
+    from privlin.ledger.document import _head
 
     url, path = charged
     full = stores.anchor.ledger_anchor(url, "train")

@@ -1,0 +1,4 @@
+"""``python -m privlin.audit``: :func:`privlin.audit.cli.main`."""
+from .cli import main
+
+raise SystemExit(main())

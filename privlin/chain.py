@@ -1,0 +1,123 @@
+"""One model: :func:`fit_chain` walks a plan's chain of releases (:mod:`privlin.releases`: row norm,
+re-centering, centering, scaling, curvature, any added release) and then trains, on rows seen only through a
+driver (:class:`privlin.releases.base.Driver`: :class:`privlin.in_memory.InMemory`, traced; the streamed one of
+:mod:`privlin.streamed`); :class:`Released` is what it releases, :func:`preprocess_rows` the rows a fitted model
+reads.
+
+Training is ``adam1``'s one class-sum total and :func:`privlin.train.adam1_step`, or ``sgd``/``minibatch``'s DP
+steps (:func:`privlin.steps.fit_steps`: one step function, the loop the driver's).  Every sum is divided by the
+public N, never by a count of rows.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from . import scaling, steps, train
+from .plan import Plan, Static, learning_rates
+from .releases.base import Context, Driver, RowMap, model_rows, rows_and_center, stage_keys
+
+__all__ = ["Released", "fit_chain", "preprocess_rows"]
+
+
+class Released(NamedTuple):
+    """Everything a fit releases: weights ``W`` (d', k), intercept ``b`` (k,), the noisy mean (d',) or None, the
+    scaling stage's map (:class:`privlin.scaling.Scaling`) or None, the curvature bound (a scalar, from
+    :func:`privlin.scaling.release_curvature`) or None, log₂ of the typical row norm (a scalar, from
+    :func:`privlin.radius.release_log_scale`) or None; d' = ``Plan.model_dim``."""
+
+    W: jax.Array
+    b: jax.Array
+    mean: Optional[jax.Array]
+    scaling: Optional[scaling.Scaling] = None
+    curvature: Optional[jax.Array] = None
+    radius: Optional[jax.Array] = None
+    extra: Optional[dict] = None  # {name: value} of the added releases (privlin.releases.ADDED)
+
+
+def fit_chain(driver: Driver, settings: Static, chain: Sequence, n, dim: int, k: int, key, sigma, learning_rate,
+              lr_ceiling, center_stages=None) -> Released:
+    """What runs when one model is trained: the plan's chain of releases in order, then DP training.
+
+    Each release computes its value from the rows through ``driver`` (:class:`privlin.releases.base.Driver`: its
+    exact sums, and where secure mode draws noise) and the values released before it; :meth:`Release.use` says
+    how later rows use the value (the :class:`~privlin.releases.base.Context`'s row map).  Training is the last
+    step, on the rows as the chain left them (:func:`_train`).  Both drivers run exactly this.
+
+    Parameters
+    ----------
+    driver : :class:`_InMemory` (traced) or :class:`_Streamed`
+    settings : privlin.plan.Static
+        The plan's training settings (its ``chain`` field is not read: ``chain`` carries the σ's).
+    chain : sequence of (Release, σ)
+    n : the public N; dim : the rows' dimension; k : the number of classes
+    key : the fit's key (:func:`stage_keys`, :func:`release_key`)
+    sigma, learning_rate, lr_ceiling : the steps' σ, the learning rate, ``Plan.learning_rate_ceiling``
+    center_stages : this plan's centering stages where one program runs plans of one and two (traced), else None
+    """
+    ctx = Context(n, dim, dim + sum(r.adds_dims for r, _ in chain), settings.clip, settings.normalize,
+                  center_stages=center_stages)
+    for release, release_sigma in chain:
+        ctx = release.use(ctx, release.compute(driver, ctx, key, release_sigma))
+    params = _train(driver, settings, ctx, k, stage_keys(key)[2], sigma, learning_rate, lr_ceiling)
+    return Released(params.W, params.b, ctx.mean, ctx.scaling, ctx.curvature, ctx.log_scale, ctx.extra)
+
+
+def _train(driver, s: Static, ctx: Context, k: int, key, sigma, lr, ceiling) -> train.LinearParams:
+    """DP training on the rows as the chain left them: ``adam1`` is one class-sum total and
+    :func:`privlin.train.adam1_step`; ``sgd``/``minibatch`` the DP steps on the rows as the chain maps them
+    (:func:`privlin.steps.fit_steps`), each step's clipped gradient divided by the public batch size: N, or the
+    expected q·N of a Poisson-sampled step."""
+    intercept_scale = 1.0
+    if ctx.curvature is not None:  # lifts W's rate (sgd optimizer only: never adam1)
+        lr, intercept_scale = _lifted_rates(ceiling, ctx.curvature, s.momentum, s.clip, s.fit_intercept)
+    if s.method == "adam1":
+        sums = driver.total("adam1 pass", train.class_sums_init(ctx.model_dim, k), _class_sums, ctx.row_map(), ctx.n,
+                            labels=True, clip=s.clip, normalize=s.normalize, loss=s.loss, bias_init=s.bias_init,
+                            fit_intercept=s.fit_intercept, class_weight=s.class_weight)
+        noisy = steps.released_gradient(driver, train.adam1_gradient(sums, loss=s.loss, bias_init=s.bias_init),
+                                        s.fit_intercept)
+        if noisy is not None:
+            return train.adam1_update(noisy, ctx.n, lr, bias_init=s.bias_init, fit_intercept=s.fit_intercept)
+        return train.adam1_step(sums, ctx.n, key, sigma, lr, clip=s.clip, loss=s.loss, bias_init=s.bias_init,
+                                fit_intercept=s.fit_intercept)
+    q = s.sample_rate if s.method == "minibatch" else None  # a minibatch step samples even where q is 1
+    t = steps.Steps(ctx.n, sigma, lr, ctx.n if q is None else q * ctx.n, intercept_scale, q, s.clip, s.loss,
+                    s.optimizer, s.momentum, s.fit_intercept, s.clip if s.normalize else None, s.class_weight)
+    rows = driver.mapped(ctx.row_map(), s.clip, s.normalize)  # in memory: the curvature release's, if it read them
+    return steps.fit_steps(rows, t, key, s.steps, ctx.model_dim, k, s.bias_init, f"{s.method} steps")
+
+
+def _class_sums(acc, X, Y, mask, rows: RowMap, n, *, clip, normalize, loss, bias_init, fit_intercept, class_weight):
+    """``acc`` + adam1's class sums (:func:`privlin.train.class_sums_update`) of a chunk of training rows: the rows
+    up to their last centering and its mean (:func:`rows_and_center`), so that plans vmapped over their means share
+    the pass."""
+    U, center = rows_and_center(X, rows, clip, normalize)
+    return train.class_sums_update(acc, U, Y, mask, clip, n, loss=loss, bias_init=bias_init,
+                                   fit_intercept=fit_intercept, row_norm=clip if normalize else None, center=center,
+                                   class_weight=class_weight)
+
+
+def _lifted_rates(ceiling, curvature, momentum, clip, fit_intercept):
+    """(W's rate, intercept's rate / W's) from a released curvature bound (:func:`privlin.plan.learning_rates`);
+    the intercept's rate is applied by scaling its gradient (:func:`privlin.train.noisy_update`)."""
+    lr_w, lr_b = learning_rates(ceiling, curvature, momentum=momentum, clip=clip, fit_intercept=fit_intercept)
+    return lr_w, lr_b / lr_w
+
+
+def preprocess_rows(plan: Plan, X, mean, scl=None, log_scale=None) -> jax.Array:
+    """Rows as a fitted plan's model sees them (prediction uses this); ``log_scale``: the released log₂ R of a
+    radial plan (its rows gain their radial coordinate first)."""
+    if plan.radial and log_scale is None:
+        raise ValueError("this plan's rows carry a radial coordinate: pass the released log2 row norm")
+    rows = RowMap(None if mean is None else jnp.asarray(mean), scl,
+                  None if log_scale is None or not plan.radial else jnp.float32(log_scale))
+    return _model_rows_jit(jnp.asarray(X), rows, plan.clip, plan.normalize)
+
+
+_model_rows_jit = jax.jit(model_rows, static_argnames=("norm", "normalize"))
+
+
+_model_rows_jit = jax.jit(model_rows, static_argnames=("norm", "normalize"))

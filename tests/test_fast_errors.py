@@ -1,0 +1,66 @@
+"""A name a user mistypes is reported before the heavy imports: ``privlin.fit`` checks the store path, the split and
+the method first, so the error comes while JAX, scikit-learn and torch are still unloaded (asserted in a fresh
+process, not timed)."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HEAVY = ("jax", "sklearn", "torch")
+
+
+def _error_in_a_fresh_process(call: str) -> tuple[str, list[str]]:
+    """``call``'s exception (type and message) and which heavy modules were loaded when it was raised."""
+    code = ("import sys, privlin\n"
+            f"try:\n    {call}\nexcept Exception as e:\n"
+            f"    print(type(e).__name__, e)\n    print([m for m in {HEAVY!r} if m in sys.modules])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2, out.stdout + out.stderr
+    return lines[0], eval(lines[1])  # noqa: S307 - a list of names printed by the child
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    import stores
+
+    url = str(tmp_path_factory.mktemp("fast") / "s.zarr")
+    w = stores.create_split(url, "train", n_rows=8, dim=4, dtype="float32", shard_rows=8, chunk_rows=8)
+    for s in w.pending():
+        a, b = w.shard_bounds(s)
+        rows = np.array([f"{i}" for i in range(a, b)])
+        w.write_shard(s, np.zeros((b - a, 4), np.float32), np.arange(b - a) % 2, rows)
+    assert w.finalize()
+    return url
+
+
+def test_a_missing_store_is_named_before_the_heavy_imports(tmp_path):
+    missing = str(tmp_path / "feats.zarr")
+    error, loaded = _error_in_a_fresh_process(f"privlin.fit({missing!r}, epsilon=1)")
+    assert error == f"FileNotFoundError no feature store at {missing!r}" and loaded == []
+
+
+def test_a_mistyped_split_is_named_before_the_heavy_imports(store):
+    error, loaded = _error_in_a_fresh_process(f"privlin.fit({store!r}, split='trian', epsilon=1)")
+    assert error == f"ValueError no split 'trian' in {store!r}; splits: ['train']" and loaded == []
+
+
+def test_a_mistyped_method_is_named_before_the_heavy_imports(store):
+    error, loaded = _error_in_a_fresh_process(f"privlin.fit({store!r}, epsilon=1, method='adma1')")
+    assert error.startswith("ValueError unknown method 'adma1'") and "adam1" in error and loaded == []
+
+
+def test_the_checked_fit_is_the_estimators_fit(store):
+    """The check passes a good call through unchanged: the same model as ``privlin.estimator.fit`` on the path."""
+    import privlin
+    from privlin import estimator
+
+    kw = dict(epsilon=1.0, classes=[0, 1], random_state=0, progress=False)
+    a, b = privlin.fit(store, **kw), estimator.fit(store, **kw)
+    learned = [k for k, v in vars(b).items() if k.endswith("_") and isinstance(v, np.ndarray)]
+    assert learned and all(np.array_equal(getattr(a, k), getattr(b, k)) for k in learned)
+    assert a.privacy_.epsilon == b.privacy_.epsilon
