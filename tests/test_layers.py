@@ -27,7 +27,7 @@ LAYERS = (
     ("policy", ("plan",)),
     ("execution", ("data", "report", "ledger", "evaluation", "steps", "chain", "in_memory", "rows", "streamed",
                    "fit_groups", "runner", "workflow", "prediction")),
-    ("surfaces", ("estimator", "sweep", "model_selection", "selection", "knn", "audit")),
+    ("surfaces", ("estimator", "sweep", "model_selection", "selection", "knn", "audit", "public")),
 )
 
 
