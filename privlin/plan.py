@@ -26,7 +26,7 @@ from .defaults import (ADAM1_BIAS_INIT, ADAM_LR, CURVATURE_FLATNESS, CURVATURE_G
                        DEFAULT_CENTER_SHARE, DEFAULT_EPSILON, DEFAULT_SCALE_SHARE, DEFAULT_STEPS, LOGIT_NOISE,
                        MAX_STEPS, METHODS, PARAMS, RADIUS_SHARE, RECENTER_SHARE)
 from .releases import Release
-from .releases.base import planned_sigma
+from .releases.base import planned_sigma, row_map
 
 __all__ = ["Plan", "Static", "make_plan", "class_weights", "default_learning_rate", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS",
            "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "RADIUS_SHARE",
@@ -154,6 +154,11 @@ class Plan:
     whitened = property(lambda self: self.release("whiten") is not None)
     radial = property(lambda self: self.release("radius") is not None)
     curved = property(lambda self: self.release("curvature") is not None)
+
+    def row_map(self, values: Mapping[str, Any]):
+        """The row map that the released ``values`` (by release name) define: how the fitted model maps rows
+        (:func:`privlin.releases.base.row_map`, in the order the releases ran)."""
+        return row_map([r for r, _ in self.chain], values)
 
     @property
     def model_dim(self) -> int:

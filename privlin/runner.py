@@ -57,18 +57,12 @@ PAGE_LOCKED = True
 
 
 class Released(NamedTuple):
-    """Everything a fit releases: weights ``W`` (d', k), intercept ``b`` (k,), the noisy mean (d',) or None, the
-    scaling stage's map (:class:`privlin.scaling.Scaling`) or None, the curvature bound (a scalar, from
-    :func:`privlin.scaling.release_curvature`) or None, log₂ of the typical row norm (a scalar, from
-    :func:`privlin.radius.release_log_scale`) or None; d' = ``Plan.model_dim``."""
+    """Everything a fit releases: weights ``W`` (d', k), intercept ``b`` (k,) and ``values``: each release's value
+    by its name (:class:`privlin.releases.base.Context`'s ``values``); d' = ``Plan.model_dim``."""
 
     W: jax.Array
     b: jax.Array
-    mean: Optional[jax.Array]
-    scaling: Optional[scaling.Scaling] = None
-    curvature: Optional[jax.Array] = None
-    radius: Optional[jax.Array] = None
-    extra: Optional[dict] = None  # {name: value} of the added releases (privlin.releases.ADDED)
+    values: dict
 
 
 # ----------------------------------------------------------------------------- one model: the chain, then training
@@ -98,7 +92,7 @@ def fit_chain(driver: Driver, settings: Static, chain: Sequence, n, dim: int, k:
     for release, release_sigma in chain:
         ctx = release.use(ctx, release.compute(driver, ctx, key, release_sigma))
     params = _train(driver, settings, ctx, k, stage_keys(key)[2], sigma, learning_rate, lr_ceiling)
-    return Released(params.W, params.b, ctx.mean, ctx.scaling, ctx.curvature, ctx.log_scale, ctx.extra)
+    return Released(params.W, params.b, ctx.values)
 
 
 def _train(driver, s: Static, ctx: Context, k: int, key, sigma, lr, ceiling) -> train.LinearParams:
@@ -274,9 +268,14 @@ def train_rows(static: Static, X, Y, mask, n, key, sigma, sigma_ref, learning_ra
                      lr_ceiling, center_stages)
 
 
-def preprocess_rows(plan: Plan, X, mean, scl=None, log_scale=None) -> jax.Array:
-    """Rows as a fitted plan's model sees them (prediction uses this); ``log_scale``: the released log₂ R of a
-    radial plan (its rows gain their radial coordinate first)."""
+def preprocess_rows(plan: Plan, X, mean=None, scl=None, log_scale=None, *, values=None) -> jax.Array:
+    """Rows as a fitted plan's model sees them (prediction uses this): from the released ``values`` by release name
+    (:meth:`Plan.row_map`), or from the released mean, scaling and ``log_scale`` (the released log₂ R of a radial
+    plan: its rows gain their radial coordinate first)."""
+    if values is not None:
+        if missing := [r.name for r, _ in plan.chain if r.name not in values]:
+            raise ValueError(f"the released values of {missing} are missing: prediction maps rows by them")
+        mean, scl, log_scale = plan.row_map(values)
     if plan.radial and log_scale is None:
         raise ValueError("this plan's rows carry a radial coordinate: pass the released log2 row norm")
     rows = RowMap(None if mean is None else jnp.asarray(mean), scl,

@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
+import jax
 import numpy as np
 
-from . import data, runner, secure_noise
+from . import data, releases, runner, secure_noise
 from .plan import Plan, make_plan
 from .report import PrivacyReport, setting_leaks
 
-__all__ = ["Fitted", "fit_plans", "plans_for", "report_for", "unpack", "coef_of", "input_space_weights",
+__all__ = ["Fitted", "host_values", "views", "fit_plans", "plans_for", "report_for", "unpack", "coef_of", "input_space_weights",
            "transformed_feature_names", "estimator_charge"]
 
 
@@ -32,10 +33,9 @@ class Fitted:
     coef : ndarray (k, d') float64 — the weights as trained, on the *transformed* rows (the estimator's
         ``coef_transformed_``); d' = ``plan.model_dim``
     intercept : ndarray (k,) float64 — the estimator's ``intercept_transformed_``
-    mean : ndarray or None — the released mean (or chain of means) of the centering
-    scaling : privlin.scaling.Scaling or None
-    curvature, radius : float or None — the released curvature bound and log₂ row norm
-    extra : dict — released values of added releases (:data:`privlin.releases.ADDED`)
+    values : dict — every release's value by its name, on the host (:func:`host_values`), given ones included:
+        the one record of what the releases released; ``mean``, ``scaling``, ``curvature``, ``radius`` and
+        ``extra`` are views of it (:func:`views`)
     report : PrivacyReport
     ledger : the ledger charged (None: none)
     class_names : ndarray (k,) or None — the names the store publishes for ``classes`` (its labels index them),
@@ -46,18 +46,36 @@ class Fitted:
     classes: np.ndarray
     coef: np.ndarray
     intercept: np.ndarray
-    mean: Optional[np.ndarray]
-    scaling: Any
-    curvature: Optional[float]
-    radius: Optional[float]
-    extra: dict
+    values: dict
     report: PrivacyReport
     ledger: Any = None
     class_names: Optional[np.ndarray] = None
 
-    def values(self) -> dict:
-        """Released values by release name (what the report's notes read)."""
-        return {"curvature": self.curvature, "radius": self.radius, **self.extra}
+    mean = property(lambda self: views(self.plan, self.values)["mean"])
+    scaling = property(lambda self: views(self.plan, self.values)["scaling"])
+    curvature = property(lambda self: views(self.plan, self.values)["curvature"])
+    radius = property(lambda self: views(self.plan, self.values)["radius"])
+    extra = property(lambda self: views(self.plan, self.values)["extra"])
+
+
+def host_values(values) -> dict:
+    """Released values on the host: a scalar as a Python float, an array as NumPy (the value the report, the
+    records and the estimator's attributes read)."""
+    return {name: jax.tree.map(lambda a: float(a) if np.ndim(a) == 0 else np.asarray(a), v)
+            for name, v in values.items()}
+
+
+def views(plan: Plan, values) -> dict:
+    """The released values as the estimator's attributes show them, all derived here from ``values`` (by release
+    name): ``mean`` (float64, the chain of means where re-centering rounds ran), ``scaling``
+    (:class:`privlin.scaling.Scaling`) and ``radius`` (log₂ R) — the row map the chain's releases define — the
+    ``curvature`` bound, and ``extra``: the values of releases privlin does not ship."""
+    rows = plan.row_map(values)
+    curvature = values.get(releases.CURVATURE.name)
+    return {"mean": None if rows.mean is None else np.asarray(rows.mean, dtype=np.float64), "scaling": rows.scaling,
+            "radius": None if rows.log_scale is None else float(rows.log_scale),
+            "curvature": None if curvature is None else float(curvature),
+            "extra": {name: v for name, v in values.items() if name not in releases.BUILT_IN}}
 
 
 def estimator_charge(seeded: bool) -> Callable:
@@ -89,16 +107,11 @@ def fit_plans(source: data.Source, params_list: Sequence[dict], keys: Sequence, 
                           memory_limit=int(memory_limit), verbose=bool(verbose))
     out = []
     for plan, r in zip(plans, released):
-        curvature = None if r.curvature is None else float(r.curvature)
-        radius = None if r.radius is None else float(r.radius)
-        extra = {name: np.asarray(v) for name, v in (r.extra or {}).items()}
+        values = host_values(r.values)
         out.append(Fitted(plan=plan, classes=classes, coef=coef_of(r.W),
-                          intercept=np.asarray(r.b, dtype=np.float64).copy(),
-                          mean=None if r.mean is None else np.asarray(r.mean, dtype=np.float64),
-                          scaling=r.scaling, curvature=curvature, radius=radius, extra=extra,
+                          intercept=np.asarray(r.b, dtype=np.float64).copy(), values=values,
                           report=report_for(plan, seeded=seeded, leaks=leaks, data=source.description,
-                                            ledger=led if report_ledger else None,
-                                            values={"curvature": curvature, "radius": radius, **extra}),
+                                            ledger=led if report_ledger else None, values=values),
                           ledger=led, class_names=names))
     return out
 
@@ -108,11 +121,10 @@ def unpack(fitted: Fitted, est, *, ledger=True):
     est.classes_ = fitted.classes if fitted.class_names is None else fitted.class_names
     est.coef_transformed_ = fitted.coef
     est.intercept_transformed_ = fitted.intercept
-    est.mean_ = fitted.mean
-    est.scaling_ = fitted.scaling
-    est.radius_ = fitted.radius
-    est.curvature_ = fitted.curvature
-    est.extra_ = dict(fitted.extra)
+    view = views(fitted.plan, fitted.values)
+    est.released_ = dict(fitted.values)
+    est.mean_, est.scaling_, est.radius_ = view["mean"], view["scaling"], view["radius"]
+    est.curvature_, est.extra_ = view["curvature"], view["extra"]
     est.n_features_in_ = fitted.plan.dim
     est.plan_ = fitted.plan
     est.ledger_ = fitted.ledger if ledger else None

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from .. import accounting, noise, preprocess, scaling
 
-__all__ = ["Release", "Facts", "planned_sigma", "Driver", "Context", "RowMap", "model_rows", "rows_and_center", "stage_keys",
+__all__ = ["Release", "Facts", "planned_sigma", "Driver", "Context", "RowMap", "row_map", "model_rows", "rows_and_center", "stage_keys",
            "release_key", "recenter_keys"]
 
 
@@ -114,30 +114,42 @@ def rows_and_center(X, rows: RowMap, norm: float, normalize: bool):
 
 class Context(NamedTuple):
     """What a release reads besides the rows: the plan's public settings (N, the rows' dimension ``dim``, the
-    model's inputs ``model_dim``, the clip norm, whether rows are normalized) and the values released before it,
-    each in the field through which later rows use it (:meth:`Release.use`)."""
+    model's inputs ``model_dim``, the clip norm, whether rows are normalized), ``values``: the values released (or
+    given) before it, by release name, and ``rows``: the row map they define, each release's contribution added by
+    the release itself (:meth:`Release.map_rows`)."""
 
     n: Any
     dim: int
     model_dim: int
     clip: float
     normalize: bool
-    log_scale: Any = None     # radius: rows gain their radial coordinate
-    rounds: Any = None        # re-centering rounds' means (R, d'): subtracted first
-    mean: Any = None          # the means subtracted so far, as privlin.preprocess.apply takes them: (d',) or (R, d')
-    moments: Any = None       # the scaling stage's (shift, scale)
-    rotate: Any = None        # the whitening map (d', d')
-    curvature: Any = None     # the curvature bound: lifts W's learning rate
-    extra: dict = {}          # {name: value} of added releases
+    values: dict = {}
+    rows: RowMap = RowMap()
     center_stages: Any = None  # this plan's centering stages where one program runs plans of 1 and 2 (traced)
-
-    @property
-    def scaling(self):
-        return None if self.moments is None else scaling.Scaling(*self.moments, self.rotate)
 
     def row_map(self) -> RowMap:
         """How later rows use what was released so far (:func:`model_rows`)."""
-        return RowMap(self.mean, self.scaling, self.log_scale)
+        return self.rows
+
+    @property
+    def scaling(self):
+        """The scaling map released so far (None: none)."""
+        return self.rows.scaling
+
+    @property
+    def curvature(self):
+        """The released curvature bound, which lifts W's learning rate in training (None: not released)."""
+        return self.values.get("curvature")
+
+
+def row_map(releases, values) -> RowMap:
+    """The row map the released ``values`` (by name) of ``releases`` (in the order they ran) define: what
+    :attr:`Context.rows` holds after them, and what prediction maps rows with."""
+    rows = RowMap()
+    for r in releases:
+        if r.name in values:
+            rows = r.map_rows(rows, values[r.name])
+    return rows
 
 
 def planned_sigma(share: float, mu: float, relation) -> float:
@@ -214,8 +226,13 @@ class Release:
         return self.release(total, ctx.n, release_key(key, self.name), sigma, driver.noisy(self.name, total))
 
     def use(self, ctx: Context, value) -> Context:
-        """The context later releases and training see: an added release's value is kept by name."""
-        return ctx._replace(extra={**ctx.extra, self.name: value})
+        """The context later releases and training see: the value kept by name, and the row map as
+        :meth:`map_rows` changes it."""
+        return ctx._replace(values={**ctx.values, self.name: value}, rows=self.map_rows(ctx.rows, value))
+
+    def map_rows(self, rows: RowMap, value) -> RowMap:
+        """How later rows use the value: the row map after it (default: unchanged)."""
+        return rows
 
     # ---- added releases
     def share(self, facts: Facts) -> float:

@@ -26,7 +26,7 @@ def offset_sum(total, X, mask, first, radius, n, log_scale, rounds, *, clip):
 
 def rows_total(driver, ctx, what, rounds):
     """The exact sum of the rows at norm C, as the re-centering ``rounds`` (None: none yet) leave them."""
-    return driver.total(what, jnp.zeros(ctx.model_dim, jnp.float64), row_sum, ctx.n, ctx.log_scale, rounds,
+    return driver.total(what, jnp.zeros(ctx.model_dim, jnp.float64), row_sum, ctx.n, ctx.rows.log_scale, rounds,
                         clip=ctx.clip)
 
 
@@ -58,22 +58,23 @@ class Centering(StagedMean):
         """:func:`privlin.preprocess.staged_mean` of the rows as the re-centering rounds left them; the refining
         stage's offsets are one more sum.  Secure mode: one stage (make_plan), drawn on the host.  In a program
         shared by plans of one and two stages (``ctx.center_stages``, traced), ``parts`` is the most of them."""
-        total = rows_total(driver, ctx, "centering", ctx.rounds)
+        rounds = ctx.rows.mean  # the re-centering rounds' means, where they ran
+        total = rows_total(driver, ctx, "centering", rounds)
         noisy = driver.noisy(self.name, total)
         if noisy is not None:
             return preprocess.private_mean(total, ctx.n, None, sigma, ctx.clip, noisy=noisy)
 
         def offsets_of(first, r):
             return driver.total("centering, refined", jnp.zeros(ctx.model_dim, jnp.float64), offset_sum, first, r,
-                                ctx.n, ctx.log_scale, ctx.rounds, clip=ctx.clip)
+                                ctx.n, ctx.rows.log_scale, rounds, clip=ctx.clip)
 
         stages = self.stages if ctx.center_stages is None else ctx.center_stages  # traced: plans of 1 and 2 at once
         return preprocess.staged_mean(total, offsets_of, ctx.n, (stage_keys(key)[0], release_key(key, "center-refine")),
                                       sigma, stages, ctx.clip, ctx.model_dim, most=self.stages)
 
-    def use(self, ctx, value):
+    def map_rows(self, rows, value):
         """Later rows are centered by it, after the re-centering rounds' means (a chain (R + 1, d'))."""
-        return ctx._replace(mean=value if ctx.rounds is None else jnp.concatenate([ctx.rounds, value[None]]))
+        return rows._replace(mean=value if rows.mean is None else jnp.concatenate([rows.mean, value[None]]))
 
     def note(self, plan, sigma, value):
         if self.stages != 2:

@@ -33,9 +33,6 @@ class Curvature(Release):
         return scaling.release_curvature(M, ctx.n, release_key(key, self.name), sigma,
                                          None if noisy is None else noisy[0])
 
-    def use(self, ctx, value):
-        return ctx._replace(curvature=value)
-
     def secure(self, plan, sigma):
         sens = scaling.curvature_sensitivity(plan.n, plan.model_dim)
         return sigma * sens, sens, float(plan.n)

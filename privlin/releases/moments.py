@@ -35,8 +35,9 @@ class Moments(Release):
         return scaling.release_moments(sums, ctx.n, noise.split(stage_keys(key)[1])[0], sigma,
                                        driver.noisy(self.name, sums))
 
-    def use(self, ctx, value):
-        return ctx._replace(moments=tuple(value))
+    def map_rows(self, rows, value):
+        """Later rows are standardized by ``(shift, scale)`` (no rotation yet)."""
+        return rows._replace(scaling=scaling.Scaling(*value, None))
 
 
 MOMENTS = Moments()

@@ -31,8 +31,9 @@ class Radius(Release):
     def release(self, total, n, key, sigma, noisy=None):
         return _radius.release_log_scale(total, key, sigma, noisy)
 
-    def use(self, ctx, value):
-        return ctx._replace(log_scale=value)
+    def map_rows(self, rows, value):
+        """Later rows gain their radial coordinate around 2^value."""
+        return rows._replace(log_scale=value)
 
     def note(self, plan, sigma, value):
         return None if value is None else f"radial coordinate around the released row norm 2^{float(value):g}"

@@ -29,8 +29,9 @@ class Recentering(StagedMean):
         return preprocess.round_means(lambda rounds: rows_total(driver, ctx, "re-centering", rounds), ctx.n,
                                       recenter_keys(key, self.rounds), sigma, self.rounds, ctx.clip)
 
-    def use(self, ctx, value):
-        return ctx._replace(rounds=value, mean=value)
+    def map_rows(self, rows, value):
+        """Later rows are re-centered by the rounds' means (R, d'), each followed by a normalization."""
+        return rows._replace(mean=value)
 
     def note(self, plan, sigma, value):
         return (f"re-centered first in {self.rounds} rounds at σ {preprocess.stage_sigma(sigma, self.rounds):.4g} "

@@ -28,14 +28,15 @@ class Whitening(Release):
     def compute(self, driver, ctx, key, sigma):
         """:func:`privlin.scaling.release_rotation` of the standardized rows' second moment (the rows the moments'
         map gives before any rotation), with the second half of the scaling key."""
-        shift, scale = ctx.moments
+        shift, scale, _ = ctx.rows.scaling
         M = driver.total("scaling", jnp.zeros((ctx.model_dim,) * 2, jnp.float64), standardized_second_moment,
-                         ctx.row_map()._replace(scaling=None), shift, scale, ctx.n, normalize=ctx.normalize)
+                         ctx.rows._replace(scaling=None), shift, scale, ctx.n, normalize=ctx.normalize)
         return scaling.release_rotation(M, ctx.n, noise.split(stage_keys(key)[1])[1], sigma,
                                         driver.noisy(self.name, lambda: scaling.upper(M)))
 
-    def use(self, ctx, value):
-        return ctx._replace(rotate=value)
+    def map_rows(self, rows, value):
+        """Later rows are whitened by it after the standardization."""
+        return rows._replace(scaling=rows.scaling._replace(rotate=value))
 
 
 WHITEN = Whitening()
