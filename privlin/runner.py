@@ -68,7 +68,7 @@ class Released(NamedTuple):
 # ----------------------------------------------------------------------------- one model: the chain, then training
 
 def fit_chain(driver: Driver, settings: Static, chain: Sequence, n, dim: int, k: int, key, sigma, learning_rate,
-              lr_ceiling, center_stages=None) -> Released:
+              lr_ceiling, center_stages=None, given=None) -> Released:
     """What runs when one model is trained: the plan's chain of releases in order, then DP training.
 
     Each release computes its value from the rows through ``driver`` (:class:`privlin.releases.base.Driver`: its
@@ -86,11 +86,17 @@ def fit_chain(driver: Driver, settings: Static, chain: Sequence, n, dim: int, k:
     key : the fit's key (:func:`stage_keys`, :func:`release_key`)
     sigma, learning_rate, lr_ceiling : the steps' σ, the learning rate, ``Plan.learning_rate_ceiling``
     center_stages : this plan's centering stages where one program runs plans of one and two (traced), else None
+    given : ``{name: value}`` of the releases ``settings.given`` names (:attr:`Plan.given`): used where they run,
+        exactly as if released
     """
-    ctx = Context(n, dim, dim + sum(r.adds_dims for r, _ in chain), settings.clip, settings.normalize,
-                  center_stages=center_stages)
-    for release, release_sigma in chain:
-        ctx = release.use(ctx, release.compute(driver, ctx, key, release_sigma))
+    at = [[g for g, before in settings.given if before == i] for i in range(len(chain) + 1)]
+    ctx = Context(n, dim, dim + sum(r.adds_dims for r, _ in chain) + sum(g.adds_dims for g, _ in settings.given),
+                  settings.clip, settings.normalize, center_stages=center_stages)
+    for i, (release, release_sigma) in enumerate((*chain, (None, None))):
+        for g in at[i]:
+            ctx = g.use(ctx, given[g.name])
+        if release is not None:
+            ctx = release.use(ctx, release.compute(driver, ctx, key, release_sigma))
     params = _train(driver, settings, ctx, k, stage_keys(key)[2], sigma, learning_rate, lr_ceiling)
     return Released(params.W, params.b, ctx.values)
 
@@ -241,7 +247,7 @@ class _InMemory(NamedTuple):
 # ----------------------------------------------------------------------------- the pure core
 
 def train_rows(static: Static, X, Y, mask, n, key, sigma, sigma_ref, learning_rate,
-               lr_ceiling=float("nan"), center_stages=None) -> Released:
+               lr_ceiling=float("nan"), center_stages=None, given=None) -> Released:
     """Run one plan on in-memory rows (:func:`fit_chain` with the in-memory driver); pure, jittable, vmappable
     over (key, σ, σ_ref, lr, lr ceiling).
 
@@ -261,11 +267,13 @@ def train_rows(static: Static, X, Y, mask, n, key, sigma, sigma_ref, learning_ra
     center_stages : scalar, optional
         The plan's centering stages (1 or 2) where ``static`` is a program shared by plans of both
         (:func:`_shared_form`: its centering has the most of them); None: the centering's own.
+    given : dict, optional
+        ``{name: value}`` of the releases ``static.given`` names (public values given to the fit).
     """
     X = jnp.asarray(X, jnp.float32)
     chain = [(r, sigma_ref * ratio) for r, ratio in static.chain]
     return fit_chain(_InMemory(X, Y, mask, {}), static, chain, n, X.shape[1], Y.shape[1], key, sigma, learning_rate,
-                     lr_ceiling, center_stages)
+                     lr_ceiling, center_stages, given)
 
 
 def preprocess_rows(plan: Plan, X, mean=None, scl=None, log_scale=None, *, values=None) -> jax.Array:
@@ -273,8 +281,6 @@ def preprocess_rows(plan: Plan, X, mean=None, scl=None, log_scale=None, *, value
     (:meth:`Plan.row_map`), or from the released mean, scaling and ``log_scale`` (the released log₂ R of a radial
     plan: its rows gain their radial coordinate first)."""
     if values is not None:
-        if missing := [r.name for r, _ in plan.chain if r.name not in values]:
-            raise ValueError(f"the released values of {missing} are missing: prediction maps rows by them")
         mean, scl, log_scale = plan.row_map(values)
     if plan.radial and log_scale is None:
         raise ValueError("this plan's rows carry a radial coordinate: pass the released log2 row norm")
@@ -287,12 +293,12 @@ _model_rows_jit = jax.jit(model_rows, static_argnames=("norm", "normalize"))
 
 
 @functools.partial(jax.jit, static_argnames=("static", "k"))
-def _train_many(static, X, idx, mask, n, keys, sigmas, sigmas_ref, lrs, ceilings, stages, *, k):
+def _train_many(static, X, idx, mask, n, keys, sigmas, sigmas_ref, lrs, ceilings, stages, given=None, *, k):
     """:func:`train_rows` for S plans of one static form at once (``stages``: each plan's centering stages, see
-    :func:`_shared_form`); the rows are shared (not batched)."""
+    :func:`_shared_form`); the rows and the ``given`` values are shared (not batched)."""
     Y = jax.nn.one_hot(idx, k, dtype=jnp.float32)
-    return jax.vmap(train_rows, in_axes=(None, None, None, None, None, 0, 0, 0, 0, 0, 0))(
-        static, X, Y, mask, n, keys, sigmas, sigmas_ref, lrs, ceilings, stages)
+    return jax.vmap(train_rows, in_axes=(None, None, None, None, None, 0, 0, 0, 0, 0, 0, None))(
+        static, X, Y, mask, n, keys, sigmas, sigmas_ref, lrs, ceilings, stages, given)
 
 
 def _shared_form(static: Static) -> Static:
@@ -307,7 +313,7 @@ def _shared_form(static: Static) -> Static:
 # ----------------------------------------------------------------------------- run plans on a source
 
 def run(plans: Sequence[Plan], source: Source, keys: Sequence, classes: np.ndarray, *, block_rows: int = 65536,
-        memory_limit: int = 2**30, verbose: bool = False) -> list[Released]:
+        memory_limit: int = 2**30, verbose: bool = False, given=None) -> list[Released]:
     """Run every plan on ``source`` with its key; returns one :class:`Released` per plan, in order.
 
     Parameters
@@ -325,13 +331,15 @@ def run(plans: Sequence[Plan], source: Source, keys: Sequence, classes: np.ndarr
         centered sgd/minibatch plans, the d x d matrices of whitening and curvature), at least one.
     verbose : bool
         Show each stage that runs more than a few seconds (:mod:`privlin.progress`).
+    given : dict, optional
+        ``{name: value}`` of the releases the plans' ``given`` names: public values, used as if released.
     """
     compilation.enable()  # JAX's persistent compilation cache, once (privlin.compilation)
     with sensitivity.x64():
-        return _run(list(plans), source, keys, classes, block_rows, memory_limit, verbose)
+        return _run(list(plans), source, keys, classes, block_rows, memory_limit, verbose, given)
 
 
-def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> list[Released]:
+def _run(plans, source, keys, classes, block_rows, memory_limit, verbose, given=None) -> list[Released]:
     if len(keys) != len(plans):
         raise ValueError(f"{len(plans)} plans but {len(keys)} keys")
     for p in plans:
@@ -350,9 +358,9 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
         with progress.stage(f"reading {source.n} rows into memory", verbose):
             X, labels, mask = rows.load()
         spare = max(0, memory_limit - in_memory_bytes(source, len(classes)))
-        _in_memory(plans, keys, groups, (X, labels, mask), float(source.n), len(classes), spare, verbose, out)
+        _in_memory(plans, keys, groups, (X, labels, mask), float(source.n), len(classes), spare, verbose, out, given)
     rest = [i for i in range(len(plans)) if out[i] is None]
-    for i, released in zip(rest, _stream(rows, [plans[i] for i in rest], [keys[i] for i in rest])):
+    for i, released in zip(rest, _stream(rows, [plans[i] for i in rest], [keys[i] for i in rest], given)):
         out[i] = released
     for r in out:  # exact sums of finite, clipped rows and finite noise: anything else is a bug, never released
         if not bool(jnp.isfinite(r.W).all() & jnp.isfinite(r.b).all()):  # on the device: no copy of W to the host
@@ -404,7 +412,8 @@ def _calls(idx: list, per_call: int):
         yield sel + [sel[-1]] * (size - len(sel))
 
 
-def _in_memory(plans, keys, groups: dict, rows: tuple, n: float, k: int, spare: float, verbose: bool, out: list):
+def _in_memory(plans, keys, groups: dict, rows: tuple, n: float, k: int, spare: float, verbose: bool, out: list,
+               given=None):
     """Run each group of plans of one form (``groups``: form → plan indices) on the loaded ``rows`` through its
     stored program, in calls cut to :data:`CALL_WORK` and ``spare`` bytes; results into ``out``; one progress line
     (:class:`privlin.progress.Fits`)."""
@@ -424,7 +433,8 @@ def _in_memory(plans, keys, groups: dict, rows: tuple, n: float, k: int, spare: 
             for sel in _calls(idx, per_call):
                 got = jax.block_until_ready(compilation.call(  # the stored program (privlin.compilation)
                     _train_many, (statics[form],), X, labels, mask, n, jnp.stack([keys[i] for i in sel]),
-                    *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in _dynamic(plans)), k=k, on_phase=phase))
+                    *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in _dynamic(plans)), given, k=k,
+                    on_phase=phase))
                 new = list(dict.fromkeys(sel))  # the last call repeats its last setting to keep one shape
                 line.done(len(new), time.perf_counter() - began["running"], work[form] * len(new))
                 for j, i in enumerate(new):
@@ -660,14 +670,14 @@ def _double_buffered(results):
 
 # ----------------------------------------------------------------------------- the streamed driver
 
-def _stream(rows: _Rows, plans: list[Plan], keys: list) -> list[Released]:
+def _stream(rows: _Rows, plans: list[Plan], keys: list, given=None) -> list[Released]:
     """Plans whose rows do not fit in memory, or in secure mode: :func:`fit_chain` with the streamed driver, one
     plan after another; a total that an earlier plan already took (same function, same scalar arguments: the row
     norm, the first centering sum at the same clip and R, adam1's class sums of uncentered rows) is not taken
     again."""
     shared: dict = {}
     return [fit_chain(_Streamed(rows, p, shared), p.static(), p.chain, float(p.n), p.dim, rows.k, key, p.sigma,
-                      p.learning_rate, p.learning_rate_ceiling) for p, key in zip(plans, keys)]
+                      p.learning_rate, p.learning_rate_ceiling, given=given) for p, key in zip(plans, keys)]
 
 
 class _Streamed:

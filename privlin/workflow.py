@@ -9,7 +9,7 @@ releases and every σ), :func:`privlin.runner.run` (the rows), :func:`report_for
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import jax
 import numpy as np
@@ -89,22 +89,27 @@ def estimator_charge(seeded: bool) -> Callable:
 
 def fit_plans(source: data.Source, params_list: Sequence[dict], keys: Sequence, *, seeded: bool, classes,
               budget, ledger, charge: Callable, block_rows: int, memory_limit: int, verbose: bool,
-              stacklevel: int = 7, report_ledger: bool = True, before_run: Callable | None = None) -> list[Fitted]:
+              stacklevel: int = 7, report_ledger: bool = True, before_run: Callable | None = None,
+              given: Mapping[str, Any] | None = None) -> list[Fitted]:
     """Fit one model per parameter set on ``source``, each with its key: the whole private workflow.
 
     ``charge(ledger, plans)`` records the fits on the data's ledger (one entry per fit, or one composed entry
     for a sweep); it runs after every public check and before any private row is read (:func:`plans_for`).
     ``before_run(plans)``: any further charge (a sweep's evaluation split), after that one and before any row.
     ``report_ledger``: whether each report names the ledger and its total (a sweep's per-setting reports do not).
+    ``given``: ``{release name: value}`` of public values the fit uses in those releases' place, exactly as if
+    released (statistics computed elsewhere, on public data): they are not released here, take no share of the
+    budget and are not charged (:func:`privlin.plan.make_plan`'s ``given``).
     """
     published = source.published_classes() if classes is None else None  # the names a store's labels index
     names = None if published is None else np.asarray(list(published))
+    given = dict(given or {})
     classes, plans, leaks, led = plans_for(source, params_list, classes=classes, budget=budget, ledger=ledger,
-                                           charge=charge, stacklevel=stacklevel)
+                                           charge=charge, stacklevel=stacklevel, given=tuple(given))
     if before_run is not None:
         before_run(plans)
     released = runner.run(plans, source, list(keys), classes, block_rows=int(block_rows),
-                          memory_limit=int(memory_limit), verbose=bool(verbose))
+                          memory_limit=int(memory_limit), verbose=bool(verbose), given=given or None)
     out = []
     for plan, r in zip(plans, released):
         values = host_values(r.values)
@@ -198,7 +203,8 @@ def _secure_checks(plans) -> None:
                 secure_noise.check_plan(std, bound)
 
 
-def plans_for(source: data.Source, params_list, *, classes, budget, ledger, charge, stacklevel: int = 6):
+def plans_for(source: data.Source, params_list, *, classes, budget, ledger, charge, stacklevel: int = 6,
+              given: tuple = ()):
     """Plans for ``source``, charged before any private row is read: ``(classes, plans, leaks, ledger)``.
 
     The order is the guarantee: public checks (parameters, N, d) and the plans first; then the ledger; then,
@@ -210,8 +216,8 @@ def plans_for(source: data.Source, params_list, *, classes, budget, ledger, char
     """
     known = classes is not None or source.published_classes() is not None
     cls_, leaks = data.public_classes(source, classes, stacklevel=stacklevel) if known else (None, [])
-    plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=None if cls_ is None else cls_.size, classes=cls_)
-             for p in params_list]
+    plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=None if cls_ is None else cls_.size, classes=cls_,
+                       given=given) for p in params_list]
     leaks += _public_setting_leaks(plans, stacklevel)
     _secure_checks(plans)
     led = source.ledger(cap=budget, ledger=ledger)
@@ -221,7 +227,8 @@ def plans_for(source: data.Source, params_list, *, classes, budget, ledger, char
         cls_, more = data.public_classes(source, None, stacklevel=stacklevel)
         leaks += more
         planned = [p.dp_event() for p in plans]
-        plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=cls_.size, classes=cls_) for p in params_list]
+        plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=cls_.size, classes=cls_, given=given)
+                 for p in params_list]
         assert [p.dp_event() for p in plans] == planned, "the class count changed the noise"
     if led is not None:
         charge(led, plans)

@@ -160,8 +160,13 @@ def planned_sigma(share: float, mu: float, relation) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Facts:
-    """The public facts a release decides from before calibration: N, the model's inputs d', the clip norm, the
-    GDP budget μ (inf: the non-private baseline), the relation's sensitivity factor, secure mode."""
+    """The public facts and settings a release decides from before calibration (:meth:`Release.share`): N, the
+    rows' dimension, the clip norm, the GDP budget μ (inf: the non-private baseline; nan: σ was given, there is no
+    budget to split), the relation's sensitivity factor, secure mode; ε and δ as asked (ε None: σ given), the
+    relation's name, the parameters that ask for a release or refuse it (``center``, ``scale``, ``radial``,
+    ``recenter``: None lets the release decide) and the shares they are given, the training settings, and,
+    as the plan decides release by release, ``model_dim`` (d plus the coordinates the releases chosen so far
+    add) and ``chosen`` (``(name, share)`` of those releases, in the order decided)."""
 
     n: int
     dim: int
@@ -169,6 +174,29 @@ class Facts:
     mu: float
     sensitivity_factor: float
     secure_mode: bool
+    epsilon: Optional[float] = None
+    delta: float = 0.0
+    relation: str = "replace_special"
+    center: bool = False
+    center_share: float = 0.0
+    scale: bool = False
+    scale_share: float = 0.0
+    radial: Optional[bool] = None
+    recenter: Optional[bool] = None
+    sigma_given: bool = False
+    steps: int = 1
+    q: float = 1.0
+    momentum: float = 0.0
+    fit_intercept: bool = False
+    optimizer: str = "sgd"
+    learning_rate_given: bool = False
+    model_dim: int = 0
+    chosen: tuple = ()
+
+    @property
+    def shares(self) -> dict:
+        """``{name: share of μ²}`` of the releases chosen so far, in the order decided."""
+        return dict(self.chosen)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,13 +222,20 @@ class Release:
       left them overrides it (``driver.total`` of a block function of :func:`model_rows`).
     * :meth:`use` — how later rows (and the report) use the value: the context field it fills.
 
-    Added releases (:data:`privlin.releases.ADDED`) choose themselves with :meth:`share` and run right after the
-    release named :attr:`after`.
+    Chosen and placed (:func:`privlin.releases.register`, one registry for built-in and added releases):
+
+    * :meth:`share` — the share of the GDP budget μ² it asks for, from public facts (0: not made).
+    * :meth:`build` — the release as it runs at its calibrated σ (the centering picks its stages there).
+    * :attr:`after` — the release it runs right after (None: first); :attr:`sigma_param` — the parameter that
+      gives its σ where the noise multiplier is given rather than calibrated; :attr:`folded_into` — the release
+      whose value carries this one's once both ran (the centering's chain of means carries the rounds').
     """
 
     name: ClassVar[str] = ""
     adds_dims: ClassVar[int] = 0
-    after: ClassVar[str] = "radius"
+    after: ClassVar[Optional[str]] = "radius"
+    sigma_param: ClassVar[Optional[str]] = None
+    folded_into: ClassVar[Optional[str]] = None
 
     @property
     def ledger_key(self) -> str:
@@ -234,10 +269,15 @@ class Release:
         """How later rows use the value: the row map after it (default: unchanged)."""
         return rows
 
-    # ---- added releases
+    # ---- whether it is made
     def share(self, facts: Facts) -> float:
-        """Share of the GDP budget μ² this release asks for, from public facts (0: not made)."""
+        """Share of the GDP budget μ² this release asks for, from public facts (0: not made).  Raises
+        ValueError where a parameter asks for it and the facts cannot have it."""
         return 0.0
+
+    def build(self, facts: Facts, sigma: float) -> "Release":
+        """The release as it runs at its calibrated ``sigma`` (the facts final): itself by default."""
+        return self
 
     def init(self, dim: int):
         """The zero accumulator of the exact block sum over rows of dimension ``dim`` (default :meth:`compute`)."""

@@ -49,10 +49,22 @@ class Centering(StagedMean):
     """The centering, in ``stages`` Gaussian stages (:func:`privlin.preprocess.center_stages`)."""
 
     name = "center"
+    after = "recenter"
+    sigma_param = "center_noise_multiplier"
 
     @property
     def stages(self) -> int:
         return self.parts
+
+    def share(self, facts):
+        """``center_share`` of μ² where the rows are centered (``center``: the plan's default)."""
+        return facts.center_share if facts.center else 0.0
+
+    def build(self, facts, sigma):
+        """Two stages where a refining pass pays (:func:`privlin.preprocess.center_stages`, public); one in secure
+        mode."""
+        return Centering(1 if facts.secure_mode else preprocess.center_stages(sigma, facts.n, facts.model_dim,
+                                                                               facts.clip))
 
     def compute(self, driver, ctx, key, sigma):
         """:func:`privlin.preprocess.staged_mean` of the rows as the re-centering rounds left them; the refining
@@ -72,9 +84,21 @@ class Centering(StagedMean):
         return preprocess.staged_mean(total, offsets_of, ctx.n, (stage_keys(key)[0], release_key(key, "center-refine")),
                                       sigma, stages, ctx.clip, ctx.model_dim, most=self.stages)
 
+    def use(self, ctx, value):
+        """Later rows are centered by it after the re-centering rounds' means: its value as released is that chain
+        of means (R + 1, d') where the rounds ran, and it takes the rounds' place in ``values`` (one array, the
+        fit program's output as it always was: a second output of the rounds alone compiles to a program that
+        rounds differently)."""
+        chain = self.map_rows(ctx.rows, value).mean
+        values = {name: v for name, v in ctx.values.items() if name != "recenter"}
+        return ctx._replace(values={**values, self.name: chain}, rows=ctx.rows._replace(mean=chain))
+
     def map_rows(self, rows, value):
-        """Later rows are centered by it, after the re-centering rounds' means (a chain (R + 1, d'))."""
-        return rows._replace(mean=value if rows.mean is None else jnp.concatenate([rows.mean, value[None]]))
+        """Later rows are centered by it, after the re-centering rounds' means (a chain (R + 1, d')); a value
+        that is already the chain (:meth:`use`) replaces the map's means."""
+        if rows.mean is None or value.ndim == 2:
+            return rows._replace(mean=value)
+        return rows._replace(mean=jnp.concatenate([rows.mean, value[None]]))
 
     def note(self, plan, sigma, value):
         if self.stages != 2:

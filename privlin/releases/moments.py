@@ -7,10 +7,11 @@ import math
 
 import jax.numpy as jnp
 
-from .. import accounting, noise, scaling
-from .base import Release, RowMap, model_rows, planned_sigma, stage_keys
+from .. import noise, scaling
+from .base import Release, RowMap, model_rows, stage_keys
+from .stage import scaling_stage
 
-__all__ = ["Moments", "MOMENTS", "scaling_stage", "moment_sums"]
+__all__ = ["Moments", "MOMENTS", "moment_sums"]
 
 
 def moment_sums(total, X, mask, rows: RowMap, n, *, normalize):
@@ -23,6 +24,11 @@ class Moments(Release):
     """``(shift, scale)``: later rows are standardized by them (:func:`privlin.scaling.apply`)."""
 
     name = "scale"
+    after = "center"
+
+    def share(self, facts):
+        """Its share of the scaling stage where the moments resolve (:func:`.stage.scaling_stage`)."""
+        return scaling_stage(facts).get(self.name, 0.0)
 
     def secure(self, plan, sigma):
         return math.sqrt(2.0) * sigma, math.sqrt(2.0), float(plan.n)
@@ -41,24 +47,3 @@ class Moments(Release):
 
 
 MOMENTS = Moments()
-
-
-def scaling_stage(epsilon, delta, share, n, dim, relation) -> dict:
-    """The scaling stage's releases and their shares of μ²: ``{"scale": s/2, "whiten": s/2}``, ``{"scale": s}``
-    (whitening cannot resolve two directions, or costs too much) or ``{}`` (not even the moments can).
-
-    Decided before calibration from the GDP view of the budget (:func:`~privlin.releases.base.planned_sigma`):
-    public facts only, the same for every accountant.
-    """
-    if math.isinf(epsilon):
-        return {"scale": share / 2, "whiten": share / 2} if scaling.whitening_resolves(n, dim, 0.0) else {"scale": share}
-    mu = accounting.gdp_mu_for(epsilon, delta)
-
-    def sigma_of(s):
-        return planned_sigma(s, mu, relation)
-
-    if scaling.whitening_resolves(n, dim, sigma_of(share / 2)) and scaling.moments_resolve(n, dim, sigma_of(share / 2)):
-        return {"scale": share / 2, "whiten": share / 2}
-    if scaling.moments_resolve(n, dim, sigma_of(share)):
-        return {"scale": share}
-    return {}

@@ -3,14 +3,11 @@ coordinate is measured.  One row moves one count by 1: sensitivity 1."""
 from __future__ import annotations
 
 import dataclasses
-import math
-
 import jax.numpy as jnp
 
-from .. import accounting
 from .. import radius as _radius
-from ..defaults import RADIUS_SHARE
-from .base import Release, planned_sigma
+from .base import Release
+from .stage import scaling_stage
 
 __all__ = ["Radius", "RADIUS"]
 
@@ -21,6 +18,7 @@ class Radius(Release):
 
     name = "radius"
     adds_dims = 1
+    after = None  # first: every later release reads the rows with their radial coordinate
 
     def init(self, dim):
         return jnp.zeros(_radius.BINS, jnp.int32)
@@ -38,12 +36,10 @@ class Radius(Release):
     def note(self, plan, sigma, value):
         return None if value is None else f"radial coordinate around the released row norm 2^{float(value):g}"
 
-    def pays(self, epsilon: float, delta: float, n: int, relation) -> bool:
-        """Whether to buy the release (:data:`~privlin.defaults.RADIUS_SHARE` of μ²): where it can find a typical
-        norm (:func:`privlin.radius.resolves`), in the GDP view of the budget before calibration."""
-        if math.isinf(epsilon):
-            return True
-        return _radius.resolves(n, planned_sigma(RADIUS_SHARE, accounting.gdp_mu_for(epsilon, delta), relation))
+    def share(self, facts):
+        """:data:`~privlin.defaults.RADIUS_SHARE` where the scaling stage, decided with it, weighs the radial
+        coordinate and the release can find a typical norm (:func:`.stage.scaling_stage`)."""
+        return scaling_stage(facts).get(self.name, 0.0)
 
 
 RADIUS = Radius()

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import math
+
 from .. import preprocess
-from .base import recenter_keys
+from ..defaults import RECENTER_SHARE
+from .base import planned_sigma, recenter_keys
 from .center import StagedMean, rows_total
+from .stage import scaling_stage
 
 __all__ = ["Recentering"]
 
@@ -18,6 +22,23 @@ class Recentering(StagedMean):
 
     parts: int = preprocess.RECENTER_ROUNDS
     name = "recenter"
+    after = "radius"
+    folded_into = "center"  # its means lead the centering's chain (Centering.use)
+
+    def share(self, facts):
+        """:data:`~privlin.defaults.RECENTER_SHARE` with the scaling stage, out of secure mode, where the
+        centering's expected error at its share is at least a tenth of the row norm
+        (:func:`privlin.preprocess.recenter_rounds`); ``recenter=True`` asks for it where it can run."""
+        f = facts
+        made = f.recenter
+        if made and (not f.center or f.sigma_given or f.secure_mode):
+            raise ValueError("recenter=True needs center=True and epsilon (its noise is calibrated from it), and is "
+                             "not made in secure_mode")
+        if made is None:
+            made = ("scale" in scaling_stage(f) and not f.secure_mode and not math.isinf(f.mu)
+                    and preprocess.recenter_rounds(planned_sigma(f.center_share, f.mu, f.relation), f.n, f.model_dim,
+                                                   f.clip) > 0)
+        return RECENTER_SHARE if made else 0.0
 
     @property
     def rounds(self) -> int:

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 
 from .. import noise, scaling
 from .base import Release, RowMap, model_rows, stage_keys
+from .stage import scaling_stage
 
 __all__ = ["Whitening", "WHITEN", "standardized_second_moment"]
 
@@ -24,6 +25,11 @@ class Whitening(Release):
     """The rotation (d', d'): later rows are whitened by it after the standardization (:func:`privlin.scaling.apply`)."""
 
     name = "whiten"
+    after = "scale"
+
+    def share(self, facts):
+        """Half the scaling stage's share where whitening resolves two directions (:func:`.stage.scaling_stage`)."""
+        return scaling_stage(facts).get(self.name, 0.0)
 
     def compute(self, driver, ctx, key, sigma):
         """:func:`privlin.scaling.release_rotation` of the standardized rows' second moment (the rows the moments'
