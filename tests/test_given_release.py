@@ -26,7 +26,8 @@ def test_a_given_release_takes_no_share_no_sigma_and_no_event():
     plan = make_plan(PARAMS, n=500, dim=6, n_classes=3, given=("center",))
     assert [r.name for r, _ in plan.given] == ["center"] and "center" not in plan.noise_multipliers()
     assert plan.sigma_of("center") == math.inf and "center" not in plan.budget_shares()
-    assert len(plan.dp_event().events) == len(bought.dp_event().events) - 1  # one Gaussian fewer
+    stages = len(bought.release("center").events(bought.sigma_center))  # the centering's Gaussians, gone
+    assert len(plan.dp_event().events) == len(bought.dp_event().events) - stages
     assert plan.epsilon == pytest.approx(2.0, rel=1e-6) and plan.sigma < bought.sigma  # its share goes to training
     params = plan.ledger_params(seeded=False)
     assert params["sigma_center"] is None and params["given"] == ["center"]
