@@ -139,7 +139,7 @@ class Plan:
 
     @property
     def center_stages(self) -> int:
-        """1, or 2 where a refining pass pays (:func:`privlin.preprocess.center_stages`, from public facts)."""
+        """1, or 2 where a refining pass pays (:func:`privlin.releases.preprocess.center_stages`, from public facts)."""
         r = self.release("center")
         return 1 if r is None else r.stages
 
@@ -316,14 +316,14 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
     The defaults (every ``None`` parameter), all from public facts:
 
     * preprocessing: normalize, privately center (``center_share`` = 5% of μ²; in two stages where the first's
-      expected error is between 1% and a third of the row norm, :func:`privlin.preprocess.center_stages`), then
-      the scaling stage of :mod:`privlin.scaling` (``scale_share`` = 15% of μ², for ``sgd``/``minibatch``;
+      expected error is between 1% and a third of the row norm, :func:`privlin.releases.preprocess.center_stages`), then
+      the scaling stage of :mod:`privlin.releases.scaling` (``scale_share`` = 15% of μ², for ``sgd``/``minibatch``;
       ``adam1`` stays the one-pass method of Mehta et al.): per-dimension moments, and whitening where it can
       resolve two or more directions; a release that cannot be told from its own noise is not made and its
       share goes to training.  With the scaling stage, where the release can find it (:func:`privlin.releases.stage.radius_pays`), a
       typical row norm (``radial``; :data:`RADIUS_SHARE`) and each row's log-norm as one more coordinate.
     * ``recenter``: with the scaling stage, where the centering's expected error is ≥ a tenth of the row norm
-      (:func:`privlin.preprocess.recenter_rounds`), two re-centering rounds before it (:data:`RECENTER_SHARE`).
+      (:func:`privlin.releases.preprocess.recenter_rounds`), two re-centering rounds before it (:data:`RECENTER_SHARE`).
       Never in secure mode.
     * ``fit_intercept``: True for ``sgd``/``minibatch`` — centered rows carry no constant direction, so without an
       intercept a model cannot express unequal class frequencies; ``adam1`` keeps Mehta et al.'s frozen bias −10.

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import compilation, noise, progress, scaling, secure_noise, sensitivity, train
+from . import compilation, noise, progress, secure_noise, sensitivity, train
 from .data import Source, label_index
 from .plan import Plan, Static, learning_rates
 from .releases.base import Context, Driver, RowMap, model_rows, release_key, rows_and_center, stage_keys

@@ -75,7 +75,7 @@ class SweepResult:
         (every release's value by its name), params (the estimator parameters), plan, report.  Never a key.
     coef : list of ndarray (D', K)
         Per setting; D' = D, or D + 1 where the setting's rows carry the radial coordinate (``radius`` in its
-        record: the released log₂ row norm, :mod:`privlin.radius`).
+        record: the released log₂ row norm, :mod:`privlin.releases.norms`).
     intercept : ndarray (S, K)
     classes : ndarray (K,)
         The public class list the labels were matched against (a store's: indices 0..K-1).
@@ -87,7 +87,7 @@ class SweepResult:
         ``values``); ``means`` and ``scalings`` are views of it (:func:`privlin.workflow.views`).
     means : list of (ndarray (D,) or None)
         The released noisy mean of each privately centered setting (public: part of its model).
-    scalings : list of (privlin.scaling.Scaling or None)
+    scalings : list of (privlin.releases.scaling.Scaling or None)
         The released map of each setting's scaling stage (public: part of its model).
     total_epsilon : float
         ε at ``total_delta`` of releasing **every** setting (composition): what was charged.

@@ -68,7 +68,7 @@ def host_values(values) -> dict:
 def views(plan: Plan, values) -> dict:
     """The released values as the estimator's attributes show them, all derived here from ``values`` (by release
     name): ``mean`` (float64, the chain of means where re-centering rounds ran), ``scaling``
-    (:class:`privlin.scaling.Scaling`) and ``radius`` (log₂ R) — the row map the chain's releases define — the
+    (:class:`privlin.releases.scaling.Scaling`) and ``radius`` (log₂ R) — the row map the chain's releases define — the
     ``curvature`` bound, and ``extra``: the values of releases privlin does not ship."""
     rows = plan.row_map(values)
     curvature = values.get(releases.CURVATURE.name)
@@ -169,7 +169,7 @@ def transformed_feature_names(plan: Plan, feature_names_in=None) -> np.ndarray:
 
     Without normalization they are the input features (``feature_names_in_``, else scikit-learn's ``x0, x1, ...``);
     otherwise ``transformed0, ...`` (a normalized, centered, whitened coordinate is no input feature), then the
-    coordinates the releases add (the radial one: ``log_norm``, :mod:`privlin.radius`).
+    coordinates the releases add (the radial one: ``log_norm``, :mod:`privlin.releases.norms`).
     """
     if not plan.normalize:
         names = feature_names_in if feature_names_in is not None else [f"x{i}" for i in range(plan.dim)]

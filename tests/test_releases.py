@@ -18,7 +18,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from privlin import noise, releases
 from privlin.accounting import relation
 from privlin.plan import make_plan
-from privlin.radius import RADIAL_CLIP
+from privlin.releases.norms import RADIAL_CLIP
 from privlin.releases import Release
 from privlin.releases.base import release_key
 

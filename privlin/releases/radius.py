@@ -1,11 +1,11 @@
-"""The row-norm release (:mod:`privlin.radius`): a noisy histogram of ⌊log₂‖x‖⌋, from which the rows' radial
+"""The row-norm release (:mod:`privlin.releases.norms`): a noisy histogram of ⌊log₂‖x‖⌋, from which the rows' radial
 coordinate is measured.  One row moves one count by 1: sensitivity 1."""
 from __future__ import annotations
 
 import dataclasses
 import jax.numpy as jnp
 
-from .. import radius as _radius
+from . import norms as _radius
 from .base import Release
 from .stage import scaling_stage
 
@@ -14,7 +14,7 @@ __all__ = ["Radius", "RADIUS"]
 
 @dataclasses.dataclass(frozen=True)
 class Radius(Release):
-    """log₂ R of a typical row norm; later rows gain the coordinate ln(‖x‖/R) (:func:`privlin.radius.embed`)."""
+    """log₂ R of a typical row norm; later rows gain the coordinate ln(‖x‖/R) (:func:`privlin.releases.norms.embed`)."""
 
     name = "radius"
     adds_dims = 1

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 
-from .. import radius as _radius
-from .. import scaling
+from . import norms as _radius
+from . import scaling
 from ..defaults import RADIUS_SHARE
 from .base import Facts, planned_sigma
 
@@ -16,7 +16,7 @@ __all__ = ["scaling_stage", "radius_pays"]
 
 
 def radius_pays(f: Facts) -> bool:
-    """Whether the row-norm release can find a typical norm (:func:`privlin.radius.resolves`) at its share
+    """Whether the row-norm release can find a typical norm (:func:`privlin.releases.norms.resolves`) at its share
     (:data:`~privlin.defaults.RADIUS_SHARE` of μ²), in the GDP view of the budget."""
     if math.isinf(f.mu):
         return True
