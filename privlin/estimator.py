@@ -61,13 +61,14 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         Scale every row to norm ``clip`` first (free: a per-row map with a public constant).
     center : bool, default=True
         Privately center rows (DP-RandP); costs ``center_share`` of the budget, released in one stage or, where
-        the plan says so from public facts, two (:func:`privlin.releases.preprocess.center_stages`).  Needs ``normalize``.
+        the plan says so from public facts, two (:func:`privlin.releases.preprocess.center_stages`).  Needs
+        ``normalize``.
     recenter : bool or None, default=None
-        Re-centering rounds before the centering (:func:`privlin.releases.preprocess.recenter_rounds`): each releases the
-        mean of the current rows, subtracts it and normalizes again, which zooms in on a tight cloud (backbone
-        features) that one noisy mean cannot find; costs 5% of μ² (:data:`privlin.plan.RECENTER_SHARE`).  None: with
-        the scaling stage, where the centering's expected error is at least a tenth of the row norm (few rows,
-        small ε; decided from N, d, ε, δ).  Not in secure mode.
+        Re-centering rounds before the centering (:func:`privlin.releases.preprocess.recenter_rounds`): each
+        releases the mean of the current rows, subtracts it and normalizes again, which zooms in on a tight cloud
+        (backbone features) that one noisy mean cannot find; costs 5% of μ² (:data:`privlin.plan.RECENTER_SHARE`).
+        None: with the scaling stage, where the centering's expected error is at least a tenth of the row norm (few
+        rows, small ε; decided from N, d, ε, δ).  Not in secure mode.
     center_share : float or None, default=None
         Fraction of the GDP budget μ² spent on centering; None: 5% (:data:`privlin.plan.DEFAULT_CENTER_SHARE`;
         DP-RandP's ImageNet runs, N = 1.28M, spent 0.2–0.4%; smaller N needs more).
@@ -156,8 +157,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     mean_ : ndarray (d,) or (d + 1,), or (R, d) / (R, d + 1) with re-centering rounds, or None
         Released noisy mean of the normalized rows (public output of the centering mechanism, shrunk toward 0 by
         James–Stein: :func:`privlin.releases.preprocess.private_mean`; with two stages, the first estimate plus the
-        refining stage's shrunk correction, :func:`privlin.releases.preprocess.refined_mean`).  With re-centering rounds,
-        the chain of released means (each round's, then the centering's, last), subtracted in turn, each
+        refining stage's shrunk correction, :func:`privlin.releases.preprocess.refined_mean`).  With re-centering
+        rounds, the chain of released means (each round's, then the centering's, last), subtracted in turn, each
         followed by a re-normalization (:func:`privlin.releases.preprocess.apply`).
     radius_ : float or None
         log₂ of the released typical row norm R (:mod:`privlin.releases.norms`), where the plan buys it.

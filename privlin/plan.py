@@ -28,9 +28,9 @@ from .releases.base import row_map
 from .releases.rates import default_learning_rate, learning_rates, noise_rate, stability_caps
 
 __all__ = ["Plan", "Static", "make_plan", "validate", "resolve", "choose", "calibrate", "build", "Settings",
-           "Resolved", "Choice", "Calibration", "class_weights", "default_learning_rate", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS",
-           "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "RADIUS_SHARE",
-           "RECENTER_SHARE", "ADAM_LR", "stability_caps", "learning_rates"]
+           "Resolved", "Choice", "Calibration", "class_weights", "default_learning_rate", "METHODS", "DEFAULT_EPSILON",
+           "DEFAULT_STEPS", "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE",
+           "RADIUS_SHARE", "RECENTER_SHARE", "ADAM_LR", "stability_caps", "learning_rates"]
 
 
 #: The training settings a compiled fit specializes on (with the chain's σ ratios: :class:`Static`).
@@ -41,8 +41,8 @@ STATIC_SETTINGS = ("method", "steps", "sample_rate", "clip", "normalize", "loss"
 class Static(collections.namedtuple("Static", (*STATIC_SETTINGS, "chain", "given"), defaults=((),))):
     """What a compiled fit specializes on (hashable): the plan's :data:`STATIC_SETTINGS`, ``chain``: each
     release's ``(release, σ/σ_ref)``, a fixed ratio to the plan's reference σ (:attr:`Plan.reference_sigma`), the
-    same at every ε, and ``given``: :attr:`Plan.given`.  Shapes come from the arrays, and ε, σ, the learning rate and the key are arguments, so one
-    program serves an ε grid or CV folds."""
+    same at every ε, and ``given``: :attr:`Plan.given`.  Shapes come from the arrays, and ε, σ, the learning rate
+    and the key are arguments, so one program serves an ε grid or CV folds."""
 
     __slots__ = ()
 
@@ -320,17 +320,18 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
       the scaling stage of :mod:`privlin.releases.scaling` (``scale_share`` = 15% of μ², for ``sgd``/``minibatch``;
       ``adam1`` stays the one-pass method of Mehta et al.): per-dimension moments, and whitening where it can
       resolve two or more directions; a release that cannot be told from its own noise is not made and its
-      share goes to training.  With the scaling stage, where the release can find it (:func:`privlin.releases.stage.radius_pays`), a
-      typical row norm (``radial``; :data:`RADIUS_SHARE`) and each row's log-norm as one more coordinate.
+      share goes to training.  With the scaling stage, where the release can find it
+      (:func:`privlin.releases.stage.radius_pays`), a typical row norm (``radial``; :data:`RADIUS_SHARE`) and each row's
+      log-norm as one more coordinate.
     * ``recenter``: with the scaling stage, where the centering's expected error is ≥ a tenth of the row norm
       (:func:`privlin.releases.preprocess.recenter_rounds`), two re-centering rounds before it (:data:`RECENTER_SHARE`).
       Never in secure mode.
     * ``fit_intercept``: True for ``sgd``/``minibatch`` — centered rows carry no constant direction, so without an
       intercept a model cannot express unequal class frequencies; ``adam1`` keeps Mehta et al.'s frozen bias −10.
     * ``steps``, ``learning_rate``: :data:`DEFAULT_STEPS`, :func:`default_learning_rate`.
-    * the curvature release (:data:`CURVATURE_SHARE`, :func:`privlin.releases.curvature.curvature_pays`): with the sgd optimizer, centered
-      rows and no rate given, where the noise term is well above the stability cap; W's rate is then lifted at
-      run time from the released bound (:func:`learning_rates`), up to ``learning_rate_ceiling``.
+    * the curvature release (:data:`CURVATURE_SHARE`, :func:`privlin.releases.curvature.curvature_pays`): with the sgd
+      optimizer, centered rows and no rate given, where the noise term is well above the stability cap; W's rate is then
+      lifted at run time from the released bound (:func:`learning_rates`), up to ``learning_rate_ceiling``.
     * every release, built-in or added (:data:`privlin.releases.REGISTRY`), asks for its own share from public
       facts (:meth:`~privlin.releases.base.Release.share`).
 

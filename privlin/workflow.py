@@ -18,8 +18,8 @@ from . import data, releases, runner, secure_noise
 from .plan import Plan, make_plan
 from .report import PrivacyReport, setting_leaks
 
-__all__ = ["Fitted", "host_values", "views", "fit_plans", "plans_for", "report_for", "unpack", "coef_of", "input_space_weights",
-           "transformed_feature_names", "estimator_charge"]
+__all__ = ["Fitted", "host_values", "views", "fit_plans", "plans_for", "report_for", "unpack", "coef_of",
+           "input_space_weights", "transformed_feature_names", "estimator_charge"]
 
 
 @dataclasses.dataclass(frozen=True)

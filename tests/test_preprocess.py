@@ -1,4 +1,5 @@
-"""privlin.releases.preprocess: normalization is exact, centering noise has the stated scale, sensitivity is the row norm."""
+"""privlin.releases.preprocess: normalization is exact, centering noise has the stated scale, sensitivity is the row
+norm."""
 import numpy as np
 import pytest
 

@@ -1,5 +1,5 @@
-"""The row-norm release and the radial coordinate (privlin.releases.norms): its sensitivity on adversarial rows, its noise
-against numpy's, the plan's decision against the closed form, the runner's paths agreeing, and what it buys.
+"""The row-norm release and the radial coordinate (privlin.releases.norms): its sensitivity on adversarial rows, its
+noise against numpy's, the plan's decision against the closed form, the runner's paths agreeing, and what it buys.
 
 Oracles: numpy float64 norms and histograms, numpy's Gaussian draws, scikit-learn's logistic regression.
 """

@@ -1,10 +1,11 @@
 """Releases as values (issue 35): the chain a plan holds, what it derives, and releases added from outside.
 
 The toy releases below are defined here, not in privlin: adding one is one class and one entry in the registry
-(``privlin.releases.REGISTRY``, :func:`privlin.releases.register`).  A private row count reads the rows as given; a private count of the rows on one side
-of the first axis once centered reads the rows as the centering left them (it runs right after it, through the
-same driver calls as the built-in releases).  Each must then appear, with no other change to privlin, in the
-plan's event and ε, the report, the ledger entry and the secure-mode table, and run the same streamed as in memory.
+(``privlin.releases.REGISTRY``, :func:`privlin.releases.register`).  A private row count reads the rows as given; a
+private count of the rows on one side of the first axis once centered reads the rows as the centering left them (it runs
+right after it, through the same driver calls as the built-in releases).  Each must then appear, with no other change to
+privlin, in the plan's event and ε, the report, the ledger entry and the secure-mode table, and run the same streamed as
+in memory.
 """
 import dataclasses
 import math

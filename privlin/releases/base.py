@@ -19,8 +19,8 @@ import jax.numpy as jnp
 from .. import accounting, noise
 from . import preprocess, scaling
 
-__all__ = ["Release", "Facts", "planned_sigma", "Driver", "Context", "RowMap", "row_map", "model_rows", "rows_and_center", "stage_keys",
-           "release_key", "recenter_keys"]
+__all__ = ["Release", "Facts", "planned_sigma", "Driver", "Context", "RowMap", "row_map", "model_rows",
+           "rows_and_center", "stage_keys", "release_key", "recenter_keys"]
 
 
 # ----------------------------------------------------------------------------- the one key split of a fit
@@ -45,7 +45,7 @@ def release_key(key, name: str) -> jax.Array:
 
 
 def recenter_keys(key, rounds: int) -> jax.Array:
-    """One key per re-centering round (:func:`privlin.releases.preprocess.round_means`), from the fit's key."""
+    """One key per re-centering round (:func:`.preprocess.round_means`), from the fit's key."""
     return noise.split(release_key(key, "recenter"), rounds)
 
 
@@ -80,8 +80,8 @@ class Driver(Protocol):
 
 class RowMap(NamedTuple):
     """The released values that map rows as given to rows as a later release (or the model) sees them: the
-    mean or chain of means (:func:`privlin.releases.preprocess.apply`), the scaling map (:class:`privlin.releases.scaling.Scaling`),
-    log₂ of the typical row norm (:mod:`privlin.releases.norms`); each None where not (yet) released.  A pytree: the
+    mean or chain of means (:func:`.preprocess.apply`), the scaling map (:class:`.scaling.Scaling`),
+    log₂ of the typical row norm (:mod:`.norms`); each None where not (yet) released.  A pytree: the
     streamed driver passes it to its compiled block functions as an argument."""
 
     mean: Optional[jax.Array] = None
@@ -91,7 +91,7 @@ class RowMap(NamedTuple):
 
 def model_rows(X, rows: RowMap, norm: float, normalize: bool):
     """Rows mapped by the released values: normalized to ``norm`` (with a released ``log_scale``: with their
-    radial coordinate, :func:`privlin.releases.norms.embed`), centered by the released mean and normalized again, then
+    radial coordinate, :func:`.norms.embed`), centered by the released mean and normalized again, then
     (with a released scaling) standardized and whitened, at norm ``norm``; as given (float32) without
     ``normalize``."""
     if not normalize:

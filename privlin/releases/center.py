@@ -1,4 +1,4 @@
-"""The private centering (:mod:`privlin.releases.preprocess`): the mean of the normalized rows, in one Gaussian stage or
+"""The private centering (:mod:`.preprocess`): the mean of the normalized rows, in one Gaussian stage or
 two (the second sums offsets from the first estimate, clipped to a public radius); the stages run at σ·√stages
 each and compose to one Gaussian at σ.  Rows at norm C: sensitivity C."""
 from __future__ import annotations
@@ -14,13 +14,13 @@ __all__ = ["StagedMean", "Centering", "row_sum"]
 
 
 def row_sum(total, X, mask, n, log_scale, rounds, *, clip):
-    """``total`` + :func:`privlin.releases.preprocess.row_sum` of a chunk: the rows at norm ``clip`` (with their radial
+    """``total`` + :func:`.preprocess.row_sum` of a chunk: the rows at norm ``clip`` (with their radial
     coordinate under ``log_scale``, re-centered by the ``rounds`` released so far)."""
     return total + preprocess.row_sum(X, mask, clip, n, log_scale, rounds)
 
 
 def offset_sum(total, X, mask, first, radius, n, log_scale, rounds, *, clip):
-    """``total`` + :func:`privlin.releases.preprocess.offset_sum` of a chunk: the refining stage's clipped offsets."""
+    """``total`` + :func:`.preprocess.offset_sum` of a chunk: the refining stage's clipped offsets."""
     return total + preprocess.offset_sum(X, mask, first, radius, n, clip, log_scale, rounds)
 
 
@@ -46,7 +46,7 @@ class StagedMean(Release):
 
 @dataclasses.dataclass(frozen=True)
 class Centering(StagedMean):
-    """The centering, in ``stages`` Gaussian stages (:func:`privlin.releases.preprocess.center_stages`)."""
+    """The centering, in ``stages`` Gaussian stages (:func:`.preprocess.center_stages`)."""
 
     name = "center"
     after = "recenter"
@@ -61,13 +61,13 @@ class Centering(StagedMean):
         return facts.center_share if facts.center else 0.0
 
     def build(self, facts, sigma):
-        """Two stages where a refining pass pays (:func:`privlin.releases.preprocess.center_stages`, public); one in secure
+        """Two stages where a refining pass pays (:func:`.preprocess.center_stages`, public); one in secure
         mode."""
         return Centering(1 if facts.secure_mode else preprocess.center_stages(sigma, facts.n, facts.model_dim,
                                                                                facts.clip))
 
     def compute(self, driver, ctx, key, sigma):
-        """:func:`privlin.releases.preprocess.staged_mean` of the rows as the re-centering rounds left them; the refining
+        """:func:`.preprocess.staged_mean` of the rows as the re-centering rounds left them; the refining
         stage's offsets are one more sum.  Secure mode: one stage (make_plan), drawn on the host.  In a program
         shared by plans of one and two stages (``ctx.center_stages``, traced), ``parts`` is the most of them."""
         rounds = ctx.rows.mean  # the re-centering rounds' means, where they ran

@@ -1,6 +1,6 @@
-"""The curvature release (:func:`privlin.releases.scaling.release_curvature`): a noisy upper bound on the top eigenvalue of
+"""The curvature release (:func:`.scaling.release_curvature`): a noisy upper bound on the top eigenvalue of
 the training rows' second moment, which lifts W's stability cap (:func:`privlin.plan.learning_rates`).
-Sensitivity :func:`privlin.releases.scaling.curvature_sensitivity` (the eigensolver's error included)."""
+Sensitivity :func:`.scaling.curvature_sensitivity` (the eigensolver's error included)."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,7 +18,7 @@ __all__ = ["Curvature", "CURVATURE", "second_moment", "curvature_pays"]
 
 
 def second_moment(total, Z, mask, n):
-    """``total`` + :func:`privlin.releases.scaling.second_moment_sum` of a chunk of (mapped) rows."""
+    """``total`` + :func:`.scaling.second_moment_sum` of a chunk of (mapped) rows."""
     return total + scaling.second_moment_sum(Z, mask, n)
 
 
@@ -62,7 +62,7 @@ class Curvature(Release):
         return CURVATURE_SHARE if made else 0.0
 
     def compute(self, driver, ctx, key, sigma):
-        """:func:`privlin.releases.scaling.release_curvature` of the training rows' second moment; secure mode noises its
+        """:func:`.scaling.release_curvature` of the training rows' second moment; secure mode noises its
         top eigenvalue on the host."""
         rows = driver.mapped(ctx.row_map(), ctx.clip, ctx.normalize)  # the training rows
         M = rows.total("curvature", jnp.zeros((ctx.model_dim,) * 2, jnp.float64), second_moment, ctx.n)

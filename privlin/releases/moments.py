@@ -1,4 +1,4 @@
-"""The scaling stage's first release (:func:`privlin.releases.scaling.release_moments`): per-dimension sums of z and z⊙z
+"""The scaling stage's first release (:func:`.scaling.release_moments`): per-dimension sums of z and z⊙z
 of the centered unit rows, released together (L2 sensitivity √2)."""
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ __all__ = ["Moments", "MOMENTS", "moment_sums"]
 
 
 def moment_sums(total, X, mask, rows: RowMap, n, *, normalize):
-    """``total`` + :func:`privlin.releases.scaling.moment_sums` of a chunk of rows centered by ``rows`` (at norm 1)."""
+    """``total`` + :func:`.scaling.moment_sums` of a chunk of rows centered by ``rows`` (at norm 1)."""
     return total + scaling.moment_sums(model_rows(X, rows, 1.0, normalize), mask, n)
 
 
 @dataclasses.dataclass(frozen=True)
 class Moments(Release):
-    """``(shift, scale)``: later rows are standardized by them (:func:`privlin.releases.scaling.apply`)."""
+    """``(shift, scale)``: later rows are standardized by them (:func:`.scaling.apply`)."""
 
     name = "scale"
     after = "center"
@@ -35,7 +35,7 @@ class Moments(Release):
         return math.sqrt(2.0) * sigma, math.sqrt(2.0), float(plan.n)
 
     def compute(self, driver, ctx, key, sigma):
-        """:func:`privlin.releases.scaling.release_moments` of the centered unit rows' sums, with the first half of the
+        """:func:`.scaling.release_moments` of the centered unit rows' sums, with the first half of the
         scaling key (the whitening's is the second)."""
         sums = driver.total("scaling", jnp.zeros((2, ctx.model_dim), jnp.float64), moment_sums, ctx.row_map(), ctx.n,
                             normalize=ctx.normalize)

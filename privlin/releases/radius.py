@@ -1,4 +1,4 @@
-"""The row-norm release (:mod:`privlin.releases.norms`): a noisy histogram of ⌊log₂‖x‖⌋, from which the rows' radial
+"""The row-norm release (:mod:`.norms`): a noisy histogram of ⌊log₂‖x‖⌋, from which the rows' radial
 coordinate is measured.  One row moves one count by 1: sensitivity 1."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ __all__ = ["Radius", "RADIUS"]
 
 @dataclasses.dataclass(frozen=True)
 class Radius(Release):
-    """log₂ R of a typical row norm; later rows gain the coordinate ln(‖x‖/R) (:func:`privlin.releases.norms.embed`)."""
+    """log₂ R of a typical row norm; later rows gain the coordinate ln(‖x‖/R) (:func:`.norms.embed`)."""
 
     name = "radius"
     adds_dims = 1

@@ -49,7 +49,7 @@ def default_learning_rate(method: str, optimizer: str, sigma: float, batch: floa
     * Curvature.  The stability term assumes the worst case, rows all along one direction (second moment of top
       eigenvalue 1).  Centered, whitened rows are far flatter (≈ 1/d), and at large N·μ the cap, not the noise,
       then sets the rate and T=100 steps do not converge.  Where that is so, the plan buys a release of the top
-      eigenvalue (:func:`privlin.releases.scaling.release_curvature`) and :func:`learning_rates` lifts W's cap from it, up
+      eigenvalue (:func:`.scaling.release_curvature`) and :func:`learning_rates` lifts W's cap from it, up
       to this rule's noise term.
 
     adam1 and Adam/LAMB: 1e-3 (Mehta et al. App. F.1; Adam's step does not scale with the gradient).

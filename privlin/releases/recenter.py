@@ -1,4 +1,4 @@
-"""The re-centering rounds before the centering (:func:`privlin.releases.preprocess.round_means`): each releases the mean
+"""The re-centering rounds before the centering (:func:`.preprocess.round_means`): each releases the mean
 of the current rows (at σ·√rounds; they compose to one Gaussian at σ), subtracts it and normalizes again.  Rows
 at norm C: sensitivity C.  Never in secure mode (:func:`privlin.plan.make_plan`)."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ __all__ = ["Recentering"]
 
 @dataclasses.dataclass(frozen=True)
 class Recentering(StagedMean):
-    """``rounds`` re-centering rounds (:data:`privlin.releases.preprocess.RECENTER_ROUNDS`)."""
+    """``rounds`` re-centering rounds (:data:`.preprocess.RECENTER_ROUNDS`)."""
 
     parts: int = preprocess.RECENTER_ROUNDS
     name = "recenter"
@@ -28,7 +28,7 @@ class Recentering(StagedMean):
     def share(self, facts):
         """:data:`~privlin.defaults.RECENTER_SHARE` with the scaling stage, out of secure mode, where the
         centering's expected error at its share is at least a tenth of the row norm
-        (:func:`privlin.releases.preprocess.recenter_rounds`); ``recenter=True`` asks for it where it can run."""
+        (:func:`.preprocess.recenter_rounds`); ``recenter=True`` asks for it where it can run."""
         f = facts
         made = f.recenter
         if made and (not f.center or f.sigma_given or f.secure_mode):
@@ -45,7 +45,7 @@ class Recentering(StagedMean):
         return self.parts
 
     def compute(self, driver, ctx, key, sigma):
-        """:func:`privlin.releases.preprocess.round_means`: one exact row sum per round, of the rows as the earlier rounds
+        """:func:`.preprocess.round_means`: one exact row sum per round, of the rows as the earlier rounds
         left them.  (Not made in secure mode: make_plan.)"""
         return preprocess.round_means(lambda rounds: rows_total(driver, ctx, "re-centering", rounds), ctx.n,
                                       recenter_keys(key, self.rounds), sigma, self.rounds, ctx.clip)

@@ -16,7 +16,7 @@ __all__ = ["scaling_stage", "radius_pays"]
 
 
 def radius_pays(f: Facts) -> bool:
-    """Whether the row-norm release can find a typical norm (:func:`privlin.releases.norms.resolves`) at its share
+    """Whether the row-norm release can find a typical norm (:func:`.norms.resolves`) at its share
     (:data:`~privlin.defaults.RADIUS_SHARE` of μ²), in the GDP view of the budget."""
     if math.isinf(f.mu):
         return True
@@ -48,7 +48,8 @@ def scaling_stage(f: Facts) -> dict:
 def _moments_and_whitening(f: Facts, dim: int) -> dict:
     share, n = f.scale_share, f.n
     if math.isinf(f.mu):
-        return {"scale": share / 2, "whiten": share / 2} if scaling.whitening_resolves(n, dim, 0.0) else {"scale": share}
+        whiten = scaling.whitening_resolves(n, dim, 0.0)
+        return {"scale": share / 2, "whiten": share / 2} if whiten else {"scale": share}
 
     def sigma_of(s):
         return planned_sigma(s, f.mu, f.relation)

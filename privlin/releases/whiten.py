@@ -1,4 +1,4 @@
-"""The scaling stage's second release (:func:`privlin.releases.scaling.release_rotation`): the upper triangle of the
+"""The scaling stage's second release (:func:`.scaling.release_rotation`): the upper triangle of the
 standardized rows' second moment (sensitivity 1: a unit row's outer product has Frobenius norm 1)."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ __all__ = ["Whitening", "WHITEN", "standardized_second_moment"]
 
 
 def standardized_second_moment(total, X, mask, rows: RowMap, shift, scale, n, *, normalize):
-    """``total`` + :func:`privlin.releases.scaling.second_moment_sum` of a chunk of rows centered by ``rows`` (at norm 1),
+    """``total`` + :func:`.scaling.second_moment_sum` of a chunk of rows centered by ``rows`` (at norm 1),
     then standardized by the released moments."""
     return total + scaling.second_moment_sum(
         scaling.standardized(model_rows(X, rows, 1.0, normalize), shift, scale), mask, n)
@@ -23,7 +23,7 @@ def standardized_second_moment(total, X, mask, rows: RowMap, shift, scale, n, *,
 
 @dataclasses.dataclass(frozen=True)
 class Whitening(Release):
-    """The rotation (d', d'): later rows are whitened by it after the standardization (:func:`privlin.releases.scaling.apply`)."""
+    """The rotation (d', d'): later rows are whitened by it after the standardization (:func:`.scaling.apply`)."""
 
     name = "whiten"
     after = "scale"
@@ -33,7 +33,7 @@ class Whitening(Release):
         return scaling_stage(facts).get(self.name, 0.0)
 
     def compute(self, driver, ctx, key, sigma):
-        """:func:`privlin.releases.scaling.release_rotation` of the standardized rows' second moment (the rows the moments'
+        """:func:`.scaling.release_rotation` of the standardized rows' second moment (the rows the moments'
         map gives before any rotation), with the second half of the scaling key."""
         shift, scale, _ = ctx.rows.scaling
         M = driver.total("scaling", jnp.zeros((ctx.model_dim,) * 2, jnp.float64), standardized_second_moment,
