@@ -15,7 +15,7 @@ from typing import NamedTuple, Optional, Sequence
 import jax
 import jax.numpy as jnp
 
-from . import scaling, steps, train
+from . import steps, train
 from .plan import Plan, Static, learning_rates
 from .releases.base import Context, Driver, RowMap, model_rows, rows_and_center, stage_keys
 
@@ -23,22 +23,16 @@ __all__ = ["Released", "fit_chain", "preprocess_rows"]
 
 
 class Released(NamedTuple):
-    """Everything a fit releases: weights ``W`` (d', k), intercept ``b`` (k,), the noisy mean (d',) or None, the
-    scaling stage's map (:class:`privlin.scaling.Scaling`) or None, the curvature bound (a scalar, from
-    :func:`privlin.scaling.release_curvature`) or None, log₂ of the typical row norm (a scalar, from
-    :func:`privlin.radius.release_log_scale`) or None; d' = ``Plan.model_dim``."""
+    """Everything a fit releases: weights ``W`` (d', k), intercept ``b`` (k,) and ``values``: each release's value
+    by its name (:class:`privlin.releases.base.Context`'s ``values``); d' = ``Plan.model_dim``."""
 
     W: jax.Array
     b: jax.Array
-    mean: Optional[jax.Array]
-    scaling: Optional[scaling.Scaling] = None
-    curvature: Optional[jax.Array] = None
-    radius: Optional[jax.Array] = None
-    extra: Optional[dict] = None  # {name: value} of the added releases (privlin.releases.ADDED)
+    values: dict
 
 
 def fit_chain(driver: Driver, settings: Static, chain: Sequence, n, dim: int, k: int, key, sigma, learning_rate,
-              lr_ceiling, center_stages=None) -> Released:
+              lr_ceiling, center_stages=None, given=None) -> Released:
     """What runs when one model is trained: the plan's chain of releases in order, then DP training.
 
     Each release computes its value from the rows through ``driver`` (:class:`privlin.releases.base.Driver`: its
@@ -56,13 +50,19 @@ def fit_chain(driver: Driver, settings: Static, chain: Sequence, n, dim: int, k:
     key : the fit's key (:func:`stage_keys`, :func:`release_key`)
     sigma, learning_rate, lr_ceiling : the steps' σ, the learning rate, ``Plan.learning_rate_ceiling``
     center_stages : this plan's centering stages where one program runs plans of one and two (traced), else None
+    given : ``{name: value}`` of the releases ``settings.given`` names (:attr:`Plan.given`): used where they run,
+        exactly as if released
     """
-    ctx = Context(n, dim, dim + sum(r.adds_dims for r, _ in chain), settings.clip, settings.normalize,
-                  center_stages=center_stages)
-    for release, release_sigma in chain:
-        ctx = release.use(ctx, release.compute(driver, ctx, key, release_sigma))
+    at = [[g for g, before in settings.given if before == i] for i in range(len(chain) + 1)]
+    ctx = Context(n, dim, dim + sum(r.adds_dims for r, _ in chain) + sum(g.adds_dims for g, _ in settings.given),
+                  settings.clip, settings.normalize, center_stages=center_stages)
+    for i, (release, release_sigma) in enumerate((*chain, (None, None))):
+        for g in at[i]:
+            ctx = g.use(ctx, given[g.name])
+        if release is not None:
+            ctx = release.use(ctx, release.compute(driver, ctx, key, release_sigma))
     params = _train(driver, settings, ctx, k, stage_keys(key)[2], sigma, learning_rate, lr_ceiling)
-    return Released(params.W, params.b, ctx.mean, ctx.scaling, ctx.curvature, ctx.log_scale, ctx.extra)
+    return Released(params.W, params.b, ctx.values)
 
 
 def _train(driver, s: Static, ctx: Context, k: int, key, sigma, lr, ceiling) -> train.LinearParams:
@@ -107,17 +107,17 @@ def _lifted_rates(ceiling, curvature, momentum, clip, fit_intercept):
     return lr_w, lr_b / lr_w
 
 
-def preprocess_rows(plan: Plan, X, mean, scl=None, log_scale=None) -> jax.Array:
-    """Rows as a fitted plan's model sees them (prediction uses this); ``log_scale``: the released log₂ R of a
-    radial plan (its rows gain their radial coordinate first)."""
+def preprocess_rows(plan: Plan, X, mean=None, scl=None, log_scale=None, *, values=None) -> jax.Array:
+    """Rows as a fitted plan's model sees them (prediction uses this): from the released ``values`` by release name
+    (:meth:`Plan.row_map`), or from the released mean, scaling and ``log_scale`` (the released log₂ R of a radial
+    plan: its rows gain their radial coordinate first)."""
+    if values is not None:
+        mean, scl, log_scale = plan.row_map(values)
     if plan.radial and log_scale is None:
         raise ValueError("this plan's rows carry a radial coordinate: pass the released log2 row norm")
     rows = RowMap(None if mean is None else jnp.asarray(mean), scl,
                   None if log_scale is None or not plan.radial else jnp.float32(log_scale))
     return _model_rows_jit(jnp.asarray(X), rows, plan.clip, plan.normalize)
-
-
-_model_rows_jit = jax.jit(model_rows, static_argnames=("norm", "normalize"))
 
 
 _model_rows_jit = jax.jit(model_rows, static_argnames=("norm", "normalize"))

@@ -27,7 +27,7 @@ DEFAULT_STEPS = MappingProxyType({"adam1": 1, "sgd": 100, "minibatch": 200})
 #: ρ: standard deviation, in logits of a row at norm C, of the training noise accumulated in the weights by the end
 #: of training (:func:`privlin.plan.default_learning_rate`): DP-RandP's tuned CIFAR-10 probes sit at 0.8.
 LOGIT_NOISE = 0.8
-#: Shares of the GDP budget μ² of the private centering and of the scaling stage (:mod:`privlin.scaling`).
+#: Shares of the GDP budget μ² of the private centering and of the scaling stage (:mod:`privlin.releases.scaling`).
 DEFAULT_CENTER_SHARE = 0.05
 DEFAULT_SCALE_SHARE = 0.15
 #: Share of μ² of the curvature release (:mod:`privlin.releases.curvature`), made only where the stability cap,

@@ -61,18 +61,19 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         Scale every row to norm ``clip`` first (free: a per-row map with a public constant).
     center : bool, default=True
         Privately center rows (DP-RandP); costs ``center_share`` of the budget, released in one stage or, where
-        the plan says so from public facts, two (:func:`privlin.preprocess.center_stages`).  Needs ``normalize``.
+        the plan says so from public facts, two (:func:`privlin.releases.preprocess.center_stages`).  Needs
+        ``normalize``.
     recenter : bool or None, default=None
-        Re-centering rounds before the centering (:func:`privlin.preprocess.recenter_rounds`): each releases the
-        mean of the current rows, subtracts it and normalizes again, which zooms in on a tight cloud (backbone
-        features) that one noisy mean cannot find; costs 5% of μ² (:data:`privlin.plan.RECENTER_SHARE`).  None: with
-        the scaling stage, where the centering's expected error is at least a tenth of the row norm (few rows,
-        small ε; decided from N, d, ε, δ).  Not in secure mode.
+        Re-centering rounds before the centering (:func:`privlin.releases.preprocess.recenter_rounds`): each
+        releases the mean of the current rows, subtracts it and normalizes again, which zooms in on a tight cloud
+        (backbone features) that one noisy mean cannot find; costs 5% of μ² (:data:`privlin.plan.RECENTER_SHARE`).
+        None: with the scaling stage, where the centering's expected error is at least a tenth of the row norm (few
+        rows, small ε; decided from N, d, ε, δ).  Not in secure mode.
     center_share : float or None, default=None
         Fraction of the GDP budget μ² spent on centering; None: 5% (:data:`privlin.plan.DEFAULT_CENTER_SHARE`;
         DP-RandP's ImageNet runs, N = 1.28M, spent 0.2–0.4%; smaller N needs more).
     scale : bool or None, default=None
-        Privately standardize, then whiten, the centered rows (:mod:`privlin.scaling`); costs ``scale_share``.
+        Privately standardize, then whiten, the centered rows (:mod:`privlin.releases.scaling`); costs ``scale_share``.
         None: on for ``sgd`` and ``minibatch`` when rows are centered and ε is given (each release only where it
         can be told from its own noise, decided from N, d, ε, δ), off for ``adam1``.  Needs ``center``.
     scale_share : float or None, default=None
@@ -80,7 +81,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         (:data:`privlin.plan.DEFAULT_SCALE_SHARE`).  The report lists every mechanism's σ and share.
     radial : bool or None, default=None
         Give each row its log-norm, relative to a privately released typical norm, as one more coordinate
-        (:mod:`privlin.radius`; normalizing the rows discards it); costs 3% of μ²
+        (:mod:`privlin.releases.norms`; normalizing the rows discards it); costs 3% of μ²
         (:data:`privlin.plan.RADIUS_SHARE`).  None: with the scaling stage, where the release can find the
         typical norm (decided from N, ε, δ).  Needs the scaling stage.
     noise_multiplier, center_noise_multiplier : float or None, default=None
@@ -163,17 +164,17 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         normalization, the input features' names without it.
     mean_ : ndarray (d,) or (d + 1,), or (R, d) / (R, d + 1) with re-centering rounds, or None
         Released noisy mean of the normalized rows (public output of the centering mechanism, shrunk toward 0 by
-        James–Stein: :func:`privlin.preprocess.private_mean`; with two stages, the first estimate plus the
-        refining stage's shrunk correction, :func:`privlin.preprocess.refined_mean`).  With re-centering rounds,
-        the chain of released means (each round's, then the centering's, last), subtracted in turn, each
-        followed by a re-normalization (:func:`privlin.preprocess.apply`).
+        James–Stein: :func:`privlin.releases.preprocess.private_mean`; with two stages, the first estimate plus the
+        refining stage's shrunk correction, :func:`privlin.releases.preprocess.refined_mean`).  With re-centering
+        rounds, the chain of released means (each round's, then the centering's, last), subtracted in turn, each
+        followed by a re-normalization (:func:`privlin.releases.preprocess.apply`).
     radius_ : float or None
-        log₂ of the released typical row norm R (:mod:`privlin.radius`), where the plan buys it.
-    scaling_ : privlin.scaling.Scaling or None
+        log₂ of the released typical row norm R (:mod:`privlin.releases.norms`), where the plan buys it.
+    scaling_ : privlin.releases.scaling.Scaling or None
         Released map of the scaling stage (shift, scale, whitening rotation), public.
     curvature_ : float or None
         Released upper bound on the top eigenvalue of the training rows' second moment, where the plan buys it
-        (:func:`privlin.scaling.release_curvature`); it set the learning rates in ``privacy_``.
+        (:func:`privlin.releases.scaling.release_curvature`); it set the learning rates in ``privacy_``.
     plan_ : privlin.plan.Plan
         What ran: every default resolved, every σ.
     privacy_ : PrivacyReport
@@ -383,8 +384,9 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
 
     def _predict_rows(self, X, how=prediction.predicted_index):
         """``how`` (:func:`privlin.prediction.logits` or ``predicted_index``) of this model on rows X as given."""
-        return how(self.plan_, self.coef_transformed_, self.intercept_transformed_, X, mean=self.mean_,
-                   scaling=self.scaling_, radius=getattr(self, "radius_", None))
+        return how(self.plan_, self.coef_transformed_, self.intercept_transformed_, X,
+                   values=getattr(self, "released_", None), mean=self.mean_, scaling=self.scaling_,
+                   radius=getattr(self, "radius_", None))
 
     @property
     def coef_(self):

@@ -74,7 +74,8 @@ def _calls(idx: list, per_call: int):
         yield sel + [sel[-1]] * (size - len(sel))
 
 
-def run_groups(plans, keys, groups: dict, rows: tuple, n: float, k: int, spare: float, verbose: bool, out: list):
+def run_groups(plans, keys, groups: dict, rows: tuple, n: float, k: int, spare: float, verbose: bool, out: list,
+               given=None):
     """Run each group of plans of one form (``groups``: form → plan indices) on the loaded ``rows`` through its
     stored program, in calls cut to :data:`CALL_WORK` and ``spare`` bytes; results into ``out``; one progress line
     (:class:`privlin.progress.Fits`)."""
@@ -94,8 +95,8 @@ def run_groups(plans, keys, groups: dict, rows: tuple, n: float, k: int, spare: 
             for sel in _calls(idx, per_call):
                 got = jax.block_until_ready(compilation.call(  # the stored program (privlin.compilation)
                     train_many, (statics[form],), X, labels, mask, n, jnp.stack([keys[i] for i in sel]),
-                    *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in dynamic_arguments(plans)), k=k,
-                    on_phase=phase))
+                    *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in dynamic_arguments(plans)), given,
+                    k=k, on_phase=phase))
                 new = list(dict.fromkeys(sel))  # the last call repeats its last setting to keep one shape
                 line.done(len(new), time.perf_counter() - began["running"], work[form] * len(new))
                 for j, i in enumerate(new):

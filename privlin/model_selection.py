@@ -428,8 +428,8 @@ def _fold_counts(fold_plans, sizes, X: np.ndarray, y: np.ndarray, classes, keys,
 
 def _predictor(fit: workflow.Fitted):
     """A fitted record's :func:`privlin.prediction.predicted_index`, for :func:`privlin.prediction.correct_counts`."""
-    return functools.partial(prediction.predicted_index, fit.plan, fit.coef, fit.intercept, mean=fit.mean,
-                             scaling=fit.scaling, radius=fit.radius)
+    return functools.partial(prediction.predicted_index, fit.plan, fit.coef, fit.intercept,
+                             values=fit.values)
 
 
 def _permutation(key, n: int) -> np.ndarray:

@@ -14,23 +14,23 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from types import SimpleNamespace
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-import jax.numpy as jnp
 import numpy as np
 from dp_accounting import dp_event as _ev
 
-from . import accounting, noise, preprocess, releases, scaling, sensitivity
-from .defaults import (ADAM1_BIAS_INIT, ADAM_LR, CURVATURE_FLATNESS, CURVATURE_GAIN, CURVATURE_SHARE,
-                       DEFAULT_CENTER_SHARE, DEFAULT_EPSILON, DEFAULT_SCALE_SHARE, DEFAULT_STEPS, LOGIT_NOISE,
-                       MAX_STEPS, METHODS, PARAMS, RADIUS_SHARE, RECENTER_SHARE)
+from . import accounting, noise, releases, sensitivity
+from .defaults import (ADAM1_BIAS_INIT, ADAM_LR, CURVATURE_SHARE, DEFAULT_CENTER_SHARE, DEFAULT_EPSILON,
+                       DEFAULT_SCALE_SHARE, DEFAULT_STEPS, LOGIT_NOISE, MAX_STEPS, METHODS, PARAMS, RADIUS_SHARE,
+                       RECENTER_SHARE)
 from .releases import Release
-from .releases.base import planned_sigma
+from .releases.base import row_map
+from .releases.rates import default_learning_rate, learning_rates, noise_rate, stability_caps
 
-__all__ = ["Plan", "Static", "make_plan", "class_weights", "default_learning_rate", "METHODS", "DEFAULT_EPSILON", "DEFAULT_STEPS",
-           "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "RADIUS_SHARE",
-           "RECENTER_SHARE", "ADAM_LR", "stability_caps", "learning_rates"]
+__all__ = ["Plan", "Static", "make_plan", "validate", "resolve", "choose", "calibrate", "build", "Settings",
+           "Resolved", "Choice", "Calibration", "class_weights", "default_learning_rate", "METHODS", "DEFAULT_EPSILON",
+           "DEFAULT_STEPS", "LOGIT_NOISE", "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE",
+           "RADIUS_SHARE", "RECENTER_SHARE", "ADAM_LR", "stability_caps", "learning_rates"]
 
 
 #: The training settings a compiled fit specializes on (with the chain's σ ratios: :class:`Static`).
@@ -38,11 +38,11 @@ STATIC_SETTINGS = ("method", "steps", "sample_rate", "clip", "normalize", "loss"
                    "optimizer", "momentum", "class_weight")
 
 
-class Static(collections.namedtuple("Static", (*STATIC_SETTINGS, "chain"))):
-    """What a compiled fit specializes on (hashable): the plan's :data:`STATIC_SETTINGS`, and ``chain``: each
+class Static(collections.namedtuple("Static", (*STATIC_SETTINGS, "chain", "given"), defaults=((),))):
+    """What a compiled fit specializes on (hashable): the plan's :data:`STATIC_SETTINGS`, ``chain``: each
     release's ``(release, σ/σ_ref)``, a fixed ratio to the plan's reference σ (:attr:`Plan.reference_sigma`), the
-    same at every ε.  Shapes come from the arrays, and ε, σ, the learning rate and the key are arguments, so one
-    program serves an ε grid or CV folds."""
+    same at every ε, and ``given``: :attr:`Plan.given`.  Shapes come from the arrays, and ε, σ, the learning rate
+    and the key are arguments, so one program serves an ε grid or CV folds."""
 
     __slots__ = ()
 
@@ -92,6 +92,9 @@ class Plan:
     chain : tuple of (Release, float)
         The releases made before training, in the order they run, each with its noise multiplier σ (0: the
         non-private baseline's exact statistic).  ``sigma_<name>`` reads one (inf: not made).
+    given : tuple of (Release, int)
+        Releases whose values the fit is given (public statistics: no share, no σ, no event, not charged), each
+        with the number of the chain's releases that run before it.
     """
 
     method: str
@@ -117,6 +120,7 @@ class Plan:
     learning_rate_ceiling: float = math.nan
     chain: tuple = ()
     class_weight: tuple | None = None
+    given: tuple = ()
 
     # ---- the chain, read by name
     def release(self, name: str) -> Release | None:
@@ -135,7 +139,7 @@ class Plan:
 
     @property
     def center_stages(self) -> int:
-        """1, or 2 where a refining pass pays (:func:`privlin.preprocess.center_stages`, from public facts)."""
+        """1, or 2 where a refining pass pays (:func:`privlin.releases.preprocess.center_stages`, from public facts)."""
         r = self.release("center")
         return 1 if r is None else r.stages
 
@@ -155,10 +159,24 @@ class Plan:
     radial = property(lambda self: self.release("radius") is not None)
     curved = property(lambda self: self.release("curvature") is not None)
 
+    def row_map(self, values: Mapping[str, Any]):
+        """The row map that the released ``values`` (by release name) define: how the fitted model maps rows
+        (:func:`privlin.releases.base.row_map`, in the order the releases ran).  Every release that ran must have
+        its value there (or in the value of the release its ``folded_into`` names)."""
+        if missing := [r.name for r in self.ran if r.name not in values and r.folded_into not in values]:
+            raise ValueError(f"the released values of {missing} are missing: the model maps rows by them")
+        return row_map(self.ran, values)
+
+    @property
+    def ran(self) -> tuple:
+        """Every release whose value the fit uses, in the order they run: the chain's, and the given ones."""
+        return tuple(x for i, (r, _) in enumerate((*self.chain, (None, None)))
+                     for x in (*(g for g, before in self.given if before == i), r) if x is not None)
+
     @property
     def model_dim(self) -> int:
         """Inputs of the model: the rows' dimension, plus what the releases add (the radial coordinate)."""
-        return self.dim + sum(r.adds_dims for r, _ in self.chain)
+        return self.dim + sum(r.adds_dims for r in self.ran)
 
     # ---- what the chain implies
     def noise_multipliers(self) -> dict:
@@ -196,6 +214,8 @@ class Plan:
         privlin knows (None where not made) and of any added one."""
         sig = {f"sigma_{name}": None for name in releases.BUILT_IN}
         sig.update({r.ledger_key: s for r, s in self.chain})
+        if self.given:  # their values were given (public statistics), not released: no σ
+            sig["given"] = [r.name for r, _ in self.given]
         return {"steps": self.steps, "sample_rate": self.sample_rate, "sigma": self.sigma, **sig,
                 "accountant": self.accountant, "n": self.n, "seeded": bool(seeded)}
 
@@ -229,7 +249,7 @@ class Plan:
         ratio moves in its last bits from one ε to the next, which would otherwise compile a new program per ε."""
         ref = self.reference_sigma
         return Static(*(getattr(self, name) for name in STATIC_SETTINGS),
-                      chain=tuple((r, float(noise.sigma_float32(s / ref))) for r, s in self.chain))
+                      chain=tuple((r, float(noise.sigma_float32(s / ref))) for r, s in self.chain), given=self.given)
 
     def learning_rates_after(self, curvature) -> tuple[float, float]:
         """(W's, b's) learning rate the fit ran with, given its released curvature bound (None: not released)."""
@@ -282,47 +302,109 @@ def _check_weights(weights) -> None:
 
 # ----------------------------------------------------------------------------- make_plan, in its steps
 
-def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | None, classes=None) -> Plan:
+def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | None, classes=None,
+              given: Sequence[str] = ()) -> Plan:
     """The plan of ``DPLinearClassifier(**params)`` on N = ``n`` rows of dimension ``dim`` with ``n_classes``.
 
     ``params`` are the estimator's parameters (missing keys take :data:`privlin.defaults.PARAMS`).  Only public
     facts enter.  ``n_classes=None``: not known yet (the class list will be read from the labels after the
-    charge); the noise, and so the event charged, never depend on it.
+    charge); the noise, and so the event charged, never depend on it.  ``given``: names of registered releases
+    whose values are given to the fit rather than released (public statistics computed elsewhere): they take no
+    share, no σ and no event, are not charged, and the fit uses the values it is given for them exactly as if
+    released (:attr:`Plan.given`).
 
     The defaults (every ``None`` parameter), all from public facts:
 
     * preprocessing: normalize, privately center (``center_share`` = 5% of μ²; in two stages where the first's
-      expected error is between 1% and a third of the row norm, :func:`privlin.preprocess.center_stages`), then
-      the scaling stage of :mod:`privlin.scaling` (``scale_share`` = 15% of μ², for ``sgd``/``minibatch``;
+      expected error is between 1% and a third of the row norm, :func:`privlin.releases.preprocess.center_stages`), then
+      the scaling stage of :mod:`privlin.releases.scaling` (``scale_share`` = 15% of μ², for ``sgd``/``minibatch``;
       ``adam1`` stays the one-pass method of Mehta et al.): per-dimension moments, and whitening where it can
       resolve two or more directions; a release that cannot be told from its own noise is not made and its
-      share goes to training.  With the scaling stage, where the release can find it (:meth:`privlin.releases.Radius.pays`), a
-      typical row norm (``radial``; :data:`RADIUS_SHARE`) and each row's log-norm as one more coordinate.
+      share goes to training.  With the scaling stage, where the release can find it
+      (:func:`privlin.releases.stage.radius_pays`), a typical row norm (``radial``; :data:`RADIUS_SHARE`) and each row's
+      log-norm as one more coordinate.
     * ``recenter``: with the scaling stage, where the centering's expected error is ≥ a tenth of the row norm
-      (:func:`privlin.preprocess.recenter_rounds`), two re-centering rounds before it (:data:`RECENTER_SHARE`).
+      (:func:`privlin.releases.preprocess.recenter_rounds`), two re-centering rounds before it (:data:`RECENTER_SHARE`).
       Never in secure mode.
     * ``fit_intercept``: True for ``sgd``/``minibatch`` — centered rows carry no constant direction, so without an
       intercept a model cannot express unequal class frequencies; ``adam1`` keeps Mehta et al.'s frozen bias −10.
     * ``steps``, ``learning_rate``: :data:`DEFAULT_STEPS`, :func:`default_learning_rate`.
-    * the curvature release (:data:`CURVATURE_SHARE`, :func:`_curvature_pays`): with the sgd optimizer, centered
-      rows and no rate given, where the noise term is well above the stability cap; W's rate is then lifted at
-      run time from the released bound (:func:`learning_rates`), up to ``learning_rate_ceiling``.
-    * added releases (:data:`privlin.releases.ADDED`): each asks for its own share from public facts.
+    * the curvature release (:data:`CURVATURE_SHARE`, :func:`privlin.releases.curvature.curvature_pays`): with the sgd
+      optimizer, centered rows and no rate given, where the noise term is well above the stability cap; W's rate is then
+      lifted at run time from the released bound (:func:`learning_rates`), up to ``learning_rate_ceiling``.
+    * every release, built-in or added (:data:`privlin.releases.REGISTRY`), asks for its own share from public
+      facts (:meth:`~privlin.releases.base.Release.share`).
 
     Raises
     ------
     ValueError
         A combination no plan can run (adam1 with several steps, GDP for a subsampled plan, ...).
     """
-    s = _validate(params, n, dim, n_classes)
-    s.class_weight = class_weights(s.p["class_weight"], classes, s.k)
-    _resolve_defaults(s)
-    shares = _choose_releases(s)
-    sigma, sig = _calibrate_plan(s, shares)
-    return _build(s, shares, sigma, sig)
+    settings = validate(params, n, dim, n_classes, classes)
+    resolved = resolve(settings)
+    choice = choose(resolved, tuple(given))
+    return build(resolved, choice, calibrate(resolved, choice))
 
 
-def _validate(params, n, dim, n_classes) -> SimpleNamespace:
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Step 1, :func:`validate`: the parameters (defaults filled in) and the public facts, checked."""
+
+    p: Mapping[str, Any]
+    n: int
+    dim: int
+    k: int
+    method: str
+    steps: int
+    relation: str
+    center: bool
+    sigma_given: Any
+    epsilon: Any
+    delta: float
+    class_weight: tuple | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """Step 2, :func:`resolve`: every default that does not depend on which releases are bought."""
+
+    settings: Settings
+    q: float
+    scale: bool
+    accountant: str
+    center_share: float
+    scale_share: float
+    loss: str
+    optimizer: str
+    fit_intercept: bool
+    clip: float
+    momentum: float
+    secure: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """Step 3, :func:`choose`: ``shares``, ``(release, share of μ²)`` of every release bought, in the order
+    decided; ``facts``, what they were decided from (``model_dim`` final); ``given``, the releases whose values
+    are given, each with the number of bought releases that run before it."""
+
+    shares: tuple
+    facts: releases.Facts
+    given: tuple = ()
+
+    def share_of(self) -> dict:
+        return {r.name: share for r, share in self.shares}
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """Step 4, :func:`calibrate`: σ of the training steps and ``sigmas``, ``{name: σ}`` of every release bought."""
+
+    sigma: float
+    sigmas: Mapping[str, float]
+
+
+def validate(params, n, dim, n_classes, classes=None) -> Settings:
     """Step 1: the parameters (defaults filled in) and the public facts, refused where no plan can run them."""
     p = {**PARAMS, **dict(params)}
     n, dim, k = int(n), int(dim), (0 if n_classes is None else int(n_classes))
@@ -355,14 +437,15 @@ def _validate(params, n, dim, n_classes) -> SimpleNamespace:
     if (epsilon is None) == (sigma_given is None):
         raise ValueError("give epsilon (the noise is calibrated to it) or noise_multiplier (the ε it achieves is "
                          "reported), not both" if epsilon is not None else "give epsilon or noise_multiplier")
-    return SimpleNamespace(p=p, n=n, dim=dim, k=k, method=method, steps=steps, relation=relation, center=center,
-                           sigma_given=sigma_given, epsilon=epsilon, delta=float(p["delta"]))
+    return Settings(p=p, n=n, dim=dim, k=k, method=method, steps=steps, relation=relation, center=center,
+                    sigma_given=sigma_given, epsilon=epsilon, delta=float(p["delta"]),
+                    class_weight=class_weights(p["class_weight"], classes, k))
 
 
-def _resolve_defaults(s) -> None:
+def resolve(s: Settings) -> Resolved:
     """Step 2: every ``None`` parameter that does not depend on which releases are bought."""
     p, method = s.p, s.method
-    s.q = 1.0 if method != "minibatch" else min(1.0, p["batch_size"] / s.n)
+    q = 1.0 if method != "minibatch" else min(1.0, p["batch_size"] / s.n)
     scale = p["scale"]
     if scale is None:
         scale = s.center and method != "adam1" and s.sigma_given is None
@@ -370,139 +453,98 @@ def _resolve_defaults(s) -> None:
         raise ValueError("the scaling stage works on privately centered rows: it needs center=True")
     if scale and s.sigma_given is not None:
         raise ValueError("scale=True calibrates its noise from epsilon; with noise_multiplier given use scale=False")
-    s.scale = scale
-    s.acct = p["accountant"] or ("gdp" if s.q >= 1.0 else "pld")
-    if s.acct == "gdp" and s.q < 1.0:
+    acct = p["accountant"] or ("gdp" if q >= 1.0 else "pld")
+    if acct == "gdp" and q < 1.0:
         raise ValueError("accountant='gdp' is exact only for full-batch methods; use 'pld' or 'rdp' for minibatch")
-    s.center_share = DEFAULT_CENTER_SHARE if p["center_share"] is None else float(p["center_share"])
-    s.scale_share = DEFAULT_SCALE_SHARE if p["scale_share"] is None else float(p["scale_share"])
-    s.loss = p["loss"] or ("sigmoid" if method == "adam1" else "softmax")
-    s.optimizer = "sgd" if method == "sgd" else ("adam" if method == "adam1" else p["optimizer"])
-    s.fit_intercept = (method != "adam1") if p["fit_intercept"] is None else bool(p["fit_intercept"])
-    s.clip, s.momentum = float(p["clip"]), float(p["momentum"])
-    s.secure = bool(p["secure_mode"])
+    return Resolved(
+        settings=s, q=q, scale=bool(scale), accountant=acct,
+        center_share=DEFAULT_CENTER_SHARE if p["center_share"] is None else float(p["center_share"]),
+        scale_share=DEFAULT_SCALE_SHARE if p["scale_share"] is None else float(p["scale_share"]),
+        loss=p["loss"] or ("sigmoid" if method == "adam1" else "softmax"),
+        optimizer="sgd" if method == "sgd" else ("adam" if method == "adam1" else p["optimizer"]),
+        fit_intercept=(method != "adam1") if p["fit_intercept"] is None else bool(p["fit_intercept"]),
+        clip=float(p["clip"]), momentum=float(p["momentum"]), secure=bool(p["secure_mode"]))
 
 
-def _choose_releases(s) -> dict:
-    """Step 3: ``{release name: share of μ²}`` of every release the plan buys, decided in GDP terms from
-    (ε, δ, N, d) before calibration; sets ``s.mdim`` (the model's inputs) and ``s.added`` (added releases)."""
-    p, n, epsilon = s.p, s.n, s.epsilon
-    shares = {"center": s.center_share} if s.center else {}
-    s.mdim = s.dim
-    if s.scale and epsilon is not None:
-        radial = p["radial"]
-        if radial is None:
-            radial = releases.RADIUS.pays(float(epsilon), s.delta, n, s.relation)
-        stage = releases.scaling_stage(float(epsilon), s.delta, s.scale_share, n, s.dim + int(radial),
-                                       s.relation)
-        if radial and "scale" in stage:
-            shares["radius"], s.mdim = RADIUS_SHARE, s.dim + 1
-        elif p["radial"]:
-            raise ValueError("radial=True needs the scaling stage, which this budget cannot resolve at this N")
-        shares.update(stage)
-    elif p["radial"]:
-        raise ValueError("radial=True needs the scaling stage (it weighs the radial coordinate): scale=True "
-                         "(or None) and epsilon given")
-    recenter = p["recenter"]
-    if recenter and (not s.center or s.sigma_given is not None or s.secure):
-        raise ValueError("recenter=True needs center=True and epsilon (its noise is calibrated from it), and is not "
-                         "made in secure_mode")
-    if recenter is None:
-        recenter = ("scale" in shares and not s.secure and not math.isinf(epsilon)
-                    and preprocess.recenter_rounds(planned_sigma(s.center_share, accounting.gdp_mu_for(
-                        float(epsilon), s.delta), s.relation), n, s.mdim, s.clip) > 0)
-    if recenter:
-        shares["recenter"] = RECENTER_SHARE
-    if (s.center and epsilon is not None and p["learning_rate"] is None and s.optimizer == "sgd"
-            and _curvature_pays(float(epsilon), s.delta, shares, n, s.mdim, steps=s.steps, q=s.q,
-                                momentum=s.momentum, clip=s.clip, fit_intercept=s.fit_intercept,
-                                relation=s.relation)):
-        shares["curvature"] = CURVATURE_SHARE
-    s.added = []
-    if epsilon is not None:
-        mu = math.inf if math.isinf(epsilon) else accounting.gdp_mu_for(float(epsilon), s.delta)
-        facts = releases.Facts(n, s.dim, s.clip, mu, accounting.sensitivity_factor(s.relation), s.secure)
-        for r in releases.ADDED:
-            if (share := float(r.share(facts))) > 0:
-                shares[r.name] = share
-                s.added.append(r)
-    if sum(shares.values()) >= 1.0:
+def facts_of(r: Resolved) -> releases.Facts:
+    """The public facts every release decides from (:class:`privlin.releases.Facts`), none chosen yet."""
+    s = r.settings
+    eps = s.epsilon
+    mu = math.nan if eps is None else (math.inf if math.isinf(eps) else accounting.gdp_mu_for(float(eps), s.delta))
+    return releases.Facts(
+        n=s.n, dim=s.dim, clip=r.clip, mu=mu, sensitivity_factor=accounting.sensitivity_factor(s.relation),
+        secure_mode=r.secure, epsilon=None if eps is None else float(eps), delta=s.delta, relation=s.relation,
+        center=s.center, center_share=r.center_share, scale=r.scale, scale_share=r.scale_share, radial=s.p["radial"],
+        recenter=s.p["recenter"], sigma_given=s.sigma_given is not None, steps=s.steps, q=r.q, momentum=r.momentum,
+        fit_intercept=r.fit_intercept, optimizer=r.optimizer, learning_rate_given=s.p["learning_rate"] is not None,
+        model_dim=s.dim)
+
+
+def choose(r: Resolved, given: tuple = ()) -> Choice:
+    """Step 3: every registered release (:data:`privlin.releases.REGISTRY`) asked, in its order, for its share
+    of μ² from public facts (:meth:`~privlin.releases.base.Release.share`), each seeing the ones chosen before
+    it; a ``given`` release is not asked (its value comes with the fit)."""
+    registered = releases.REGISTRY
+    if unknown := sorted(set(given) - {x.name for x in registered}):
+        raise ValueError(f"given values of {unknown}: no such release is registered")
+    facts, shares = facts_of(r), []
+    for release in registered:
+        if release.name in given or (share := float(release.share(facts))) <= 0:
+            continue
+        if facts.sigma_given and release.sigma_param is None:
+            raise ValueError(f"release {release.name!r} asks for a share of the budget, and noise_multiplier was "
+                             "given (there is no budget to split): give epsilon")
+        shares.append((release, share))
+        facts = dataclasses.replace(facts, model_dim=facts.model_dim + release.adds_dims,
+                                    chosen=(*facts.chosen, (release.name, share)))
+    if sum(share for _, share in shares) >= 1.0:
         raise ValueError(f"center_share + scale_share must leave the training steps a share of the budget; "
-                         f"got {shares}")
-    return shares
+                         f"got {dict(facts.chosen)}")
+    order = releases.run_order(registered)
+    bought = {x.name for x, _ in shares}
+    placed = tuple((x, sum(o.name in bought for o in order[:i])) for i, x in enumerate(order) if x.name in given)
+    return Choice(tuple(shares), facts, placed)
 
 
-def _calibrate_plan(s, shares) -> tuple[float, dict]:
+def calibrate(r: Resolved, choice: Choice) -> Calibration:
     """Step 4: σ of the training steps and ``{name: σ}`` of every release bought."""
-    sig = {}
+    s, shares = r.settings, choice.share_of()
     if s.sigma_given is not None:
-        sigma = float(s.sigma_given)
-        if s.center:
-            if s.p["center_noise_multiplier"] is None:
-                raise ValueError("with noise_multiplier given, give center_noise_multiplier too (or center=False)")
-            sig["center"] = float(s.p["center_noise_multiplier"])
-    elif math.isinf(s.epsilon):
-        sigma = 0.0
-        sig.update(dict.fromkeys(shares, 0.0))  # the non-private baseline: exact statistics
-    else:
-        sigma, sig = _calibrate(float(s.epsilon), s.delta, steps=s.steps, q=s.q, shares=shares,
-                                accountant=s.acct, relation=s.relation)
-    return sigma, sig
+        missing = [x.sigma_param for x, _ in choice.shares if s.p[x.sigma_param] is None]
+        if missing:
+            raise ValueError("with noise_multiplier given, give center_noise_multiplier too (or center=False)")
+        return Calibration(float(s.sigma_given), {x.name: float(s.p[x.sigma_param]) for x, _ in choice.shares})
+    if math.isinf(s.epsilon):
+        return Calibration(0.0, dict.fromkeys(shares, 0.0))  # the non-private baseline: exact statistics
+    sigma, sig = _calibrate(float(s.epsilon), s.delta, steps=s.steps, q=r.q, shares=shares, accountant=r.accountant,
+                            relation=s.relation)
+    return Calibration(sigma, sig)
 
 
-def _build(s, shares, sigma, sig) -> Plan:
-    """Step 5: the plan, its chain in run order, its learning rate and the ε it achieves."""
+def build(r: Resolved, choice: Choice, cal: Calibration) -> Plan:
+    """Step 5: the plan, its chain in run order (each release as it runs at its σ), its learning rate and the ε
+    it achieves."""
+    s, sigma, sig = r.settings, cal.sigma, cal.sigmas
     lr, ceiling = s.p["learning_rate"], math.nan
     if lr is None:
-        lr = default_learning_rate(s.method, s.optimizer, sigma, s.q * s.n, steps=s.steps, momentum=s.momentum,
-                                   clip=s.clip, fit_intercept=s.fit_intercept)
-        if "curvature" in shares:
-            ceiling = _noise_rate(sigma, s.q * s.n, steps=s.steps, momentum=s.momentum, clip=s.clip)
-    made = {"radius": releases.RADIUS, "scale": releases.MOMENTS, "whiten": releases.WHITEN,
-            "curvature": releases.CURVATURE, "recenter": releases.Recentering(preprocess.RECENTER_ROUNDS)}
-    if "center" in sig:
-        made["center"] = releases.Centering(1 if s.secure else preprocess.center_stages(sig["center"], s.n, s.mdim,
-                                                                                          s.clip))
-    made.update({r.name: r for r in s.added})
-    if bad := [r.name for r in s.added if r.after not in releases.ORDER]:
-        raise ValueError(f"added releases {bad} must run after a built-in release {releases.ORDER}")
-    order = [x for name in releases.ORDER for x in (name, *(r.name for r in s.added if r.after == name))]
-    chain = tuple((made[name], float(sig[name])) for name in order if name in sig)
+        lr = default_learning_rate(s.method, r.optimizer, sigma, r.q * s.n, steps=s.steps, momentum=r.momentum,
+                                   clip=r.clip, fit_intercept=r.fit_intercept)
+        if any(x.name == releases.CURVATURE.name for x, _ in choice.shares):
+            ceiling = noise_rate(sigma, r.q * s.n, steps=s.steps, momentum=r.momentum, clip=r.clip)
+    bought = {x.name: x for x, _ in choice.shares}
+    chain = tuple((bought[x.name].build(choice.facts, float(sig[x.name])), float(sig[x.name]))
+                  for x in releases.run_order(releases.REGISTRY) if x.name in bought)
     plan = Plan(method=s.method, epsilon=math.inf, delta=s.delta, neighbouring=s.relation,
-                accountant="none" if sigma == 0 else s.acct, n=s.n, dim=s.dim, n_classes=s.k, steps=s.steps,
-                sample_rate=s.q, sigma=sigma, learning_rate=float(lr), clip=s.clip,
-                normalize=bool(s.p["normalize"]), loss=s.loss,
-                bias_init=ADAM1_BIAS_INIT if s.loss == "sigmoid" else 0.0, fit_intercept=s.fit_intercept,
-                optimizer=s.optimizer, momentum=s.momentum, secure_mode=s.secure,
-                learning_rate_ceiling=float(ceiling), chain=chain,
-                class_weight=s.class_weight)
+                accountant="none" if sigma == 0 else r.accountant, n=s.n, dim=s.dim, n_classes=s.k, steps=s.steps,
+                sample_rate=r.q, sigma=sigma, learning_rate=float(lr), clip=r.clip,
+                normalize=bool(s.p["normalize"]), loss=r.loss,
+                bias_init=ADAM1_BIAS_INIT if r.loss == "sigmoid" else 0.0, fit_intercept=r.fit_intercept,
+                optimizer=r.optimizer, momentum=r.momentum, secure_mode=r.secure,
+                learning_rate_ceiling=float(ceiling), chain=chain, class_weight=s.class_weight, given=choice.given)
     if plan.private:
-        eps = accounting.event_epsilon(plan.dp_event(), plan.delta, accountant=s.acct, neighbouring=s.relation)
+        eps = accounting.event_epsilon(plan.dp_event(), plan.delta, accountant=r.accountant, neighbouring=s.relation)
         plan = dataclasses.replace(plan, epsilon=eps)
     return plan
-
-
-def _curvature_pays(epsilon, delta, shares, n, dim, *, steps, q, momentum, clip, fit_intercept, relation) -> bool:
-    """Whether to buy the curvature release (:data:`CURVATURE_SHARE` of μ²): its pass is affordable (the bounds of
-    whitening), the noise term is at least :data:`~privlin.defaults.CURVATURE_GAIN` × the stability cap (so a
-    flatter curvature could lift the rate by that much), and the release can show a curvature at least
-    :data:`~privlin.defaults.CURVATURE_FLATNESS` × below the worst case.  Decided, like :func:`privlin.releases.scaling_stage`,
-    from the GDP view of the budget before calibration: public facts only (BENCHMARKS.md, "curvature")."""
-    if not scaling.second_moment_affordable(n, dim):
-        return False
-    if math.isinf(epsilon):
-        return True
-    mu = accounting.gdp_mu_for(epsilon, delta)
-    rest = 1.0 - sum(shares.values()) - CURVATURE_SHARE
-    if rest <= 0:
-        return False
-    sigma = planned_sigma(rest, mu, relation) * q * math.sqrt(steps)  # T steps sharing the rest of μ²
-    noise_rate = _noise_rate(sigma, q * n, steps=steps, momentum=momentum, clip=clip)
-    if noise_rate < CURVATURE_GAIN * _joint_cap(momentum, clip, fit_intercept):
-        return False
-    std = planned_sigma(CURVATURE_SHARE, mu, relation) * scaling.curvature_sensitivity(n, dim)
-    flattest = float(scaling.curvature_bound(n / dim, n, dim, std))  # the bound if the rows were isotropic
-    return CURVATURE_FLATNESS * flattest < 1.0
 
 
 def _calibrate(epsilon, delta, *, steps, q, shares, accountant, relation) -> tuple[float, dict]:
@@ -518,93 +560,3 @@ def _calibrate(epsilon, delta, *, steps, q, shares, accountant, relation) -> tup
     sigma = accounting.calibrate_noise(epsilon, delta, steps=steps, sample_rate=q, accountant=accountant,
                                        neighbouring=relation, extra_ratios=list(ratios.values()))
     return sigma, {name: r * sigma for name, r in ratios.items()}
-
-
-def default_learning_rate(method: str, optimizer: str, sigma: float, batch: float, *, steps: int = 100,
-                          momentum: float = 0.9, clip: float = 1.0, fit_intercept: bool = False) -> float:
-    """The learning rate when none is given, from public facts: σ, the expected batch B = q·N, T, β, C.
-
-    SGD with heavy-ball momentum β (``sgd``, ``minibatch`` with optimizer ``"sgd"``)::
-
-        lr = min( ρ·(1−β)·B / (σ·√T·C²) ,  4(1+β) / (C² + [intercept]) )        ρ = LOGIT_NOISE = 0.8
-
-    * Noise term.  Each step adds N(0, (σC/B)²) per weight; with momentum the weights move lr/(1−β) times that,
-      and after T steps the noise is a random walk of standard deviation ρ = lr·σ·√T / ((1−β)·B) per weight, i.e.
-      ρ·C in the logit of a row at norm C, whatever d.  For a Lipschitz convex loss the step size of noisy
-      gradient descent that balances optimization against noise makes this accumulated noise equal to the size
-      of one coordinate of the solution, ‖W*‖/√(dk) (Bassily, Smith & Thakurta 2014, §5), independently of N and
-      ε.  The rule fixes that size at ρ = 0.8, the value of DP-RandP's tuned probes (seed 004, Table 22:
-      lr·σ/N ≈ 0.008 at T=100 for every ε from 0.1 to 8 — the rule gives exactly that table at its T).  How it
-      holds on data it was not set on: BENCHMARKS.md, "privlin defaults on unseen data" (it is weakest at small
-      N·μ, where a smaller rate, closer to the first gradient's direction, does better).  At a fixed ρ, the total
-      step ``lr·T/(1−β) = ρ·B·√T/σ = ρ·N·μ_train`` (full batch) is what moves the model, so more steps at a
-      smaller rate should give about the same model: T stays DP-RandP's 100, ten momentum time constants.  No
-      rule for T from (N, d, σ) has been found that wins everywhere, so T is not derived (BENCHMARKS.md, "privlin
-      defaults on unseen data").
-    * Stability term.  With rows at norm C and an intercept feature 1, the mean softmax (or sigmoid) loss has a
-      Hessian bounded by L = (C² + 1)/2 (C²/2 without intercept; the logits' Hessian is ≼ ½I); heavy ball is
-      stable for lr·L < 2(1+β) (Polyak 1964).  It binds at large N·μ (little noise), where the noise rule alone would
-      take steps that diverge; without noise (ε = ∞) it is the learning rate.
-    * Clip C.  Rows are normalized to norm C and gradients clipped at C; the per-example gradient x·rᵀ has norm
-      C·‖r‖ ≤ C√2, so C rescales signal and noise alike (logits move by lr·C² per unit step): the rule is written
-      for C = 1 (the estimator's default) and divides by C², so any C trains the same model in logits (without
-      an intercept; the intercept's feature is 1 whatever C).  At C = 1 with the intercept the per-example
-      gradient norm at zero init, √(2(1 − 1/k)), is ≥ 1: every example is clipped from the first step
-      (normalized per-example gradients, the regime Bu et al. 2023 recommend: no clip to tune).
-
-    * Curvature.  The stability term assumes the worst case, rows all along one direction (second moment of top
-      eigenvalue 1).  Centered, whitened rows are far flatter (≈ 1/d), and at large N·μ the cap, not the noise,
-      then sets the rate and T=100 steps do not converge.  Where that is so, the plan buys a release of the top
-      eigenvalue (:func:`privlin.scaling.release_curvature`) and :func:`learning_rates` lifts W's cap from it, up
-      to this rule's noise term.
-
-    adam1 and Adam/LAMB: 1e-3 (Mehta et al. App. F.1; Adam's step does not scale with the gradient).
-    """
-    if method == "adam1" or optimizer != "sgd":
-        return ADAM_LR
-    return min(_noise_rate(sigma, batch, steps=steps, momentum=momentum, clip=clip),
-               _joint_cap(momentum, clip, fit_intercept))
-
-
-def _joint_cap(momentum, clip, fit_intercept) -> float:
-    """The stability term: one rate for W and b, worst-case rows (:func:`stability_caps` at curvature 1)."""
-    return 2.0 * _heavy_ball_gain(momentum) / (clip**2 + (1.0 if fit_intercept else 0.0))
-
-
-def _heavy_ball_gain(momentum) -> float:
-    """2(1+β): heavy ball with momentum β is stable for lr·L below it (Polyak 1964)."""
-    return 2.0 * (1.0 + momentum)
-
-
-def _noise_rate(sigma, batch, *, steps, momentum, clip) -> float:
-    """The noise term of :func:`default_learning_rate` (inf without noise)."""
-    if sigma == 0.0:
-        return math.inf
-    return LOGIT_NOISE * (1.0 - momentum) * batch / (sigma * math.sqrt(steps) * clip**2)
-
-
-def stability_caps(curvature, *, momentum: float, clip: float, fit_intercept: bool):
-    """(W's, b's) largest stable heavy-ball rates on rows at norm C whose directions' second moment has top
-    eigenvalue ``curvature`` = λ ≤ 1 (a scalar; may be traced).
-
-    The mean loss's Hessian is ≼ ½·E[(Cx, 1)(Cx, 1)ᵀ] (logits' Hessian ≼ ½I), stable for lr·L < 2(1+β) (Polyak 1964).
-    One rate for all: L ≤ (C²λ + 1)/2, so λ=1 gives the joint cap 4(1+β)/(C² + 1).  A rate per block:
-    [[A, B], [Bᵀ, D]] ≼ 2·diag(A, D) for a PSD matrix, so W at 2(1+β)/(C²λ) and b at 2(1+β) are stable together,
-    whatever the rows' mean; taken where it beats the joint cap (λ well below 1).  Without an intercept
-    W's cap is 4(1+β)/(C²λ).
-    """
-    gain = _heavy_ball_gain(momentum)  # lr·L below this is stable
-    joint = _joint_cap(momentum, clip, fit_intercept)
-    if not fit_intercept:
-        return 2.0 * gain / (clip**2 * curvature), joint
-    block = gain / (clip**2 * curvature)
-    return jnp.where(block > joint, block, joint), jnp.where(block > joint, gain, joint)
-
-
-def learning_rates(ceiling, curvature, *, momentum: float, clip: float, fit_intercept: bool):
-    """(W's, b's) learning rate of a plan with the curvature release, from the released ``curvature`` (an upper
-    bound on the top eigenvalue of the rows' second moment; post-processing): each stability cap of
-    :func:`stability_caps`, at most ``ceiling`` (the noise term).  Where the release shows no flatness the caps
-    are the joint one and both rates are the plan's ``learning_rate``."""
-    cap_w, cap_b = stability_caps(curvature, momentum=momentum, clip=clip, fit_intercept=fit_intercept)
-    return jnp.minimum(ceiling, cap_w), jnp.minimum(ceiling, cap_b)

@@ -38,7 +38,7 @@ __all__ = ["Released", "fit_chain", "train_rows", "run", "stage_keys", "release_
 
 
 def run(plans: Sequence[Plan], source: Source, keys: Sequence, classes: np.ndarray, *, block_rows: int = 65536,
-        memory_limit: int = 2**30, verbose: bool = False) -> list[Released]:
+        memory_limit: int = 2**30, verbose: bool = False, given=None) -> list[Released]:
     """Run every plan on ``source`` with its key; returns one :class:`Released` per plan, in order.
 
     Parameters
@@ -56,13 +56,15 @@ def run(plans: Sequence[Plan], source: Source, keys: Sequence, classes: np.ndarr
         of centered sgd/minibatch plans, the d x d matrices of whitening and curvature), at least one.
     verbose : bool
         Show each stage that runs more than a few seconds (:mod:`privlin.progress`).
+    given : dict, optional
+        ``{name: value}`` of the releases the plans' ``given`` names: public values, used as if released.
     """
     compilation.enable()  # JAX's persistent compilation cache, once (privlin.compilation)
     with sensitivity.x64():
-        return _run(list(plans), source, keys, classes, block_rows, memory_limit, verbose)
+        return _run(list(plans), source, keys, classes, block_rows, memory_limit, verbose, given)
 
 
-def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> list[Released]:
+def _run(plans, source, keys, classes, block_rows, memory_limit, verbose, given=None) -> list[Released]:
     if len(keys) != len(plans):
         raise ValueError(f"{len(plans)} plans but {len(keys)} keys")
     for p in plans:
@@ -82,9 +84,9 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose) -> lis
             X, labels, mask = rows.load()
         spare = max(0, memory_limit - fit_groups.in_memory_bytes(source, len(classes)))
         fit_groups.run_groups(plans, keys, groups, (X, labels, mask), float(source.n), len(classes), spare, verbose,
-                              out)
+                              out, given)
     rest = [i for i in range(len(plans)) if out[i] is None]
-    for i, released in zip(rest, streamed.stream(rows, [plans[i] for i in rest], [keys[i] for i in rest])):
+    for i, released in zip(rest, streamed.stream(rows, [plans[i] for i in rest], [keys[i] for i in rest], given)):
         out[i] = released
     for r in out:  # exact sums of finite, clipped rows and finite noise: anything else is a bug, never released
         if not bool(jnp.isfinite(r.W).all() & jnp.isfinite(r.b).all()):  # on the device: no copy of W to the host

@@ -200,7 +200,7 @@ def offsets_sum(U, mask, center, scale, cap, bound, n, Y=None) -> jax.Array:
     the weight of a clipped offset (``scale`` = ``bound`` = R, ``cap`` = 1) or of a row centered and re-normalized
     (``scale`` = ``bound`` = its length, ``cap`` ≥ scale / the least distance that matters).  ``U`` (m, d): rows of
     norm ≤ 1 (float32); ``c``: ``center`` (d,), public, or None for 0 (entries in [−1, 1], as every mean of such
-    rows has them: :func:`privlin.preprocess.private_mean` clips its release so; beyond, clipped here for the
+    rows has them: :func:`privlin.releases.preprocess.private_mean` clips its release so; beyond, clipped here for the
     exactness); ``n``: the public N.
 
     The rows and the center are snapped to one grid 2^−a, each weight to ``cap``·2^−b (``cap`` rounded up to a

@@ -23,14 +23,14 @@ from .rows import Rows
 __all__ = ["stream"]
 
 
-def stream(rows: Rows, plans: list[Plan], keys: list) -> list[Released]:
+def stream(rows: Rows, plans: list[Plan], keys: list, given=None) -> list[Released]:
     """Plans whose rows do not fit in memory, or in secure mode: :func:`fit_chain` with the streamed driver, one
     plan after another; a total that an earlier plan already took (same function, same scalar arguments: the row
     norm, the first centering sum at the same clip and R, adam1's class sums of uncentered rows) is not taken
     again."""
     shared: dict = {}
     return [fit_chain(_Streamed(rows, p, shared), p.static(), p.chain, float(p.n), p.dim, rows.k, key, p.sigma,
-                      p.learning_rate, p.learning_rate_ceiling) for p, key in zip(plans, keys)]
+                      p.learning_rate, p.learning_rate_ceiling, given=given) for p, key in zip(plans, keys)]
 
 
 class _Streamed:

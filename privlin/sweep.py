@@ -72,20 +72,23 @@ class SweepResult:
         Per setting: method, epsilon (target), achieved_epsilon, delta, noise_multiplier,
         center_noise_multiplier, learning_rate (W's rate as run), steps, clip, center_share, scale_share,
         accountant, neighbouring, private, seeded, accuracy on ``eval_split`` (None without evaluation data),
-        eval_split, curvature (the released bound, or None), radius (the released log₂ row norm, or None), params
-        (the estimator parameters), plan, report.  Never a key.
+        eval_split, curvature (the released bound, or None), radius (the released log₂ row norm, or None), values
+        (every release's value by its name), params (the estimator parameters), plan, report.  Never a key.
     coef : list of ndarray (D', K)
         Per setting; D' = D, or D + 1 where the setting's rows carry the radial coordinate (``radius`` in its
-        record: the released log₂ row norm, :mod:`privlin.radius`).
+        record: the released log₂ row norm, :mod:`privlin.releases.norms`).
     intercept : ndarray (S, K)
     classes : ndarray (K,)
         The public class list the labels were matched against (a store's: indices 0..K-1).
     class_names : ndarray (K,) or None
         A store's published names for ``classes`` where the class list came from the store: what :meth:`predict`
         returns, as a fitted model's ``classes_`` (:meth:`model`).
+    values : list of dict
+        Per setting, every release's value by its name (public: part of its model; also each record's
+        ``values``); ``means`` and ``scalings`` are views of it (:func:`privlin.workflow.views`).
     means : list of (ndarray (D,) or None)
         The released noisy mean of each privately centered setting (public: part of its model).
-    scalings : list of (privlin.scaling.Scaling or None)
+    scalings : list of (privlin.releases.scaling.Scaling or None)
         The released map of each setting's scaling stage (public: part of its model).
     total_epsilon : float
         ε at ``total_delta`` of releasing **every** setting (composition): what was charged.
@@ -109,6 +112,7 @@ class SweepResult:
     keys: list | None = field(default=None, repr=False)
     fits: list | None = field(default=None, repr=False)  # privlin.workflow.Fitted per setting
     class_names: np.ndarray | None = field(default=None, repr=False)
+    values: list | None = field(default=None, repr=False)
 
     def __post_init__(self):
         if self.means is None:
@@ -139,6 +143,7 @@ class SweepResult:
         """Index (n,) into ``classes`` of setting ``i``'s prediction on X (:func:`privlin.prediction.logits`)."""
         rec = self.records[i]
         return prediction.predicted_index(rec["plan"], np.asarray(self.coef[i]).T, self.intercept[i], X,
+                                          values=None if self.values is None else self.values[i],
                                           mean=self.means[i], scaling=self.scalings[i], radius=rec.get("radius"))
 
     def model(self, i: int) -> DPLinearClassifier:
@@ -317,7 +322,7 @@ def _result(fits, settings, ests, keys, *, seeded: bool, eval_public: bool, retu
     result = SweepResult([], [np.asarray(f.coef.T, np.float32) for f in fits],
                          np.stack([np.asarray(f.intercept, np.float32) for f in fits]), fits[0].classes, total_eps,
                          total_delta, eval_public, [f.mean for f in fits], [f.scaling for f in fits], fits=fits,
-                         class_names=fits[0].class_names)
+                         class_names=fits[0].class_names, values=[f.values for f in fits])
     if return_keys:
         result.keys = list(noise.key_data(keys))
     for i, (f, s) in enumerate(zip(fits, settings)):
@@ -327,7 +332,7 @@ def _result(fits, settings, ests, keys, *, seeded: bool, eval_public: bool, retu
                "center_noise_multiplier": p.sigma_center if p.centered else None,
                "learning_rate": p.learning_rates_after(f.curvature)[0],
                "steps": p.steps, "clip": p.clip, "center_share": p.center_share, "scale_share": p.scale_share,
-               "accountant": p.accountant, "curvature": f.curvature, "radius": f.radius,
+               "accountant": p.accountant, "curvature": f.curvature, "radius": f.radius, "values": f.values,
                "neighbouring": p.neighbouring, "private": p.private, "seeded": bool(seeded), "accuracy": None,
                "eval_split": None, "eval_charge": None, "params": dict(s), "plan": p, "report": f.report}
         result.records.append(rec)

@@ -253,10 +253,10 @@ def class_sums_update(acc: ClassSums, X, Y, mask, clip, n, *, loss: str = "sigmo
     At zero init every residual has the same norm r, so the clip factor is ``min(1, C / (||x_i|| r))``
     and the class sums of ``c_i [x_i, 1]`` determine the whole clipped gradient (:func:`adam1_gradient`).
     ``row_norm``: the model's rows are ``X − center`` re-normalized to this norm (``X`` at that norm, ``center`` the
-    last released mean, or None where ``X`` are the model's rows), as :func:`privlin.preprocess.apply` makes them;
-    None: ``X`` as given.  ``class_weight``: public weights ≤ 1 per class scale each row's contribution (None: 1).
-    Summed by :func:`privlin.sensitivity.offsets_sum`, so settings vmapped over their centers share one pass over
-    the rows.
+    last released mean, or None where ``X`` are the model's rows), as :func:`privlin.releases.preprocess.apply` makes
+    them; None: ``X`` as given.  ``class_weight``: public weights ≤ 1 per class scale each row's contribution (None: 1).
+    Summed by :func:`privlin.sensitivity.offsets_sum`, so settings vmapped over their centers share one pass over the
+    rows.
     """
     k = Y.shape[1]
     r = zero_init_residual_norm(k, loss, bias_init)

@@ -9,16 +9,17 @@ releases and every σ), :func:`privlin.runner.run` (the rows), :func:`report_for
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
+import jax
 import numpy as np
 
-from . import data, runner, secure_noise
+from . import data, releases, runner, secure_noise
 from .plan import Plan, make_plan
 from .report import PrivacyReport, setting_leaks
 
-__all__ = ["Fitted", "fit_plans", "plans_for", "public_plans", "run_plans", "class_names", "report_for", "unpack",
-           "coef_of", "input_space_weights", "transformed_feature_names", "estimator_charge"]
+__all__ = ["Fitted", "host_values", "views", "fit_plans", "plans_for", "public_plans", "run_plans", "class_names",
+           "report_for", "unpack", "coef_of", "input_space_weights", "transformed_feature_names", "estimator_charge"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,10 +33,9 @@ class Fitted:
     coef : ndarray (k, d') float64 — the weights as trained, on the *transformed* rows (the estimator's
         ``coef_transformed_``); d' = ``plan.model_dim``
     intercept : ndarray (k,) float64 — the estimator's ``intercept_transformed_``
-    mean : ndarray or None — the released mean (or chain of means) of the centering
-    scaling : privlin.scaling.Scaling or None
-    curvature, radius : float or None — the released curvature bound and log₂ row norm
-    extra : dict — released values of added releases (:data:`privlin.releases.ADDED`)
+    values : dict — every release's value by its name, on the host (:func:`host_values`), given ones included:
+        the one record of what the releases released; ``mean``, ``scaling``, ``curvature``, ``radius`` and
+        ``extra`` are views of it (:func:`views`)
     report : PrivacyReport
     ledger : the ledger charged (None: none)
     class_names : ndarray (k,) or None — the names the store publishes for ``classes`` (its labels index them),
@@ -46,18 +46,36 @@ class Fitted:
     classes: np.ndarray
     coef: np.ndarray
     intercept: np.ndarray
-    mean: Optional[np.ndarray]
-    scaling: Any
-    curvature: Optional[float]
-    radius: Optional[float]
-    extra: dict
+    values: dict
     report: PrivacyReport
     ledger: Any = None
     class_names: Optional[np.ndarray] = None
 
-    def values(self) -> dict:
-        """Released values by release name (what the report's notes read)."""
-        return {"curvature": self.curvature, "radius": self.radius, **self.extra}
+    mean = property(lambda self: views(self.plan, self.values)["mean"])
+    scaling = property(lambda self: views(self.plan, self.values)["scaling"])
+    curvature = property(lambda self: views(self.plan, self.values)["curvature"])
+    radius = property(lambda self: views(self.plan, self.values)["radius"])
+    extra = property(lambda self: views(self.plan, self.values)["extra"])
+
+
+def host_values(values) -> dict:
+    """Released values on the host: a scalar as a Python float, an array as NumPy (the value the report, the
+    records and the estimator's attributes read)."""
+    return {name: jax.tree.map(lambda a: float(a) if np.ndim(a) == 0 else np.asarray(a), v)
+            for name, v in values.items()}
+
+
+def views(plan: Plan, values) -> dict:
+    """The released values as the estimator's attributes show them, all derived here from ``values`` (by release
+    name): ``mean`` (float64, the chain of means where re-centering rounds ran), ``scaling``
+    (:class:`privlin.releases.scaling.Scaling`) and ``radius`` (log₂ R) — the row map the chain's releases define — the
+    ``curvature`` bound, and ``extra``: the values of releases privlin does not ship."""
+    rows = plan.row_map(values)
+    curvature = values.get(releases.CURVATURE.name)
+    return {"mean": None if rows.mean is None else np.asarray(rows.mean, dtype=np.float64), "scaling": rows.scaling,
+            "radius": None if rows.log_scale is None else float(rows.log_scale),
+            "curvature": None if curvature is None else float(curvature),
+            "extra": {name: v for name, v in values.items() if name not in releases.BUILT_IN}}
 
 
 def estimator_charge(seeded: bool) -> Callable:
@@ -71,19 +89,25 @@ def estimator_charge(seeded: bool) -> Callable:
 
 def fit_plans(source: data.Source, params_list: Sequence[dict], keys: Sequence, *, seeded: bool, classes,
               budget, ledger, charge: Callable, block_rows: int, memory_limit: int, verbose: bool,
-              stacklevel: int = 7, report_ledger: bool = True) -> list[Fitted]:
+              stacklevel: int = 7, report_ledger: bool = True,
+              given: Mapping[str, Any] | None = None) -> list[Fitted]:
     """Fit one model per parameter set on ``source``, each with its key: the whole private workflow
     (:func:`plans_for`, then :func:`run_plans`).
 
     ``charge(ledger, plans)`` records the fits on the data's ledger (one entry per fit, or one composed entry
     for a sweep); it runs after every public check and before any private row is read (:func:`plans_for`).
     ``report_ledger``: whether each report names the ledger and its total (a sweep's per-setting reports do not).
+    ``given``: ``{release name: value}`` of public values the fit uses in those releases' place, exactly as if
+    released (statistics computed elsewhere, on public data): they are not released here, take no share of the
+    budget and are not charged (:func:`privlin.plan.make_plan`'s ``given``).
     """
     names = class_names(source, classes)
+    given = dict(given or {})
     cls_, plans, leaks, led = plans_for(source, params_list, classes=classes, budget=budget, ledger=ledger,
-                                        charge=charge, stacklevel=stacklevel)
+                                        charge=charge, stacklevel=stacklevel, given=tuple(given))
     return run_plans(plans, source, keys, cls_, seeded=seeded, leaks=leaks, ledger=led, names=names,
-                     block_rows=block_rows, memory_limit=memory_limit, verbose=verbose, report_ledger=report_ledger)
+                     block_rows=block_rows, memory_limit=memory_limit, verbose=verbose, report_ledger=report_ledger,
+                     given=given)
 
 
 def class_names(source: data.Source, classes) -> Optional[np.ndarray]:
@@ -95,29 +119,24 @@ def class_names(source: data.Source, classes) -> Optional[np.ndarray]:
 
 def run_plans(plans: Sequence[Plan], source: data.Source, keys: Sequence, classes, *, seeded: bool, leaks=(),
               ledger=None, names=None, block_rows: int, memory_limit: int, verbose: bool,
-              report_ledger: bool = True) -> list[Fitted]:
+              report_ledger: bool = True, given: Mapping[str, Any] | None = None) -> list[Fitted]:
     """Run plans made for ``source`` (its N and d) and ``classes``, each with its key: one :class:`Fitted` each.
 
     The caller has charged them (:func:`plans_for`, or one entry of its own for several runs, as a search does)
     before calling this, which reads the rows.  ``leaks``: the settings' warned leaks, for the reports;
     ``ledger``: the ledger charged (None: none); ``names``: the store's names for ``classes``
-    (:func:`class_names`).
+    (:func:`class_names`); ``given``: the public values of the plans' given releases (:func:`fit_plans`).
     """
     led = ledger
     released = runner.run(plans, source, list(keys), classes, block_rows=int(block_rows),
-                          memory_limit=int(memory_limit), verbose=bool(verbose))
+                          memory_limit=int(memory_limit), verbose=bool(verbose), given=given or None)
     out = []
     for plan, r in zip(plans, released):
-        curvature = None if r.curvature is None else float(r.curvature)
-        radius = None if r.radius is None else float(r.radius)
-        extra = {name: np.asarray(v) for name, v in (r.extra or {}).items()}
+        values = host_values(r.values)
         out.append(Fitted(plan=plan, classes=classes, coef=coef_of(r.W),
-                          intercept=np.asarray(r.b, dtype=np.float64).copy(),
-                          mean=None if r.mean is None else np.asarray(r.mean, dtype=np.float64),
-                          scaling=r.scaling, curvature=curvature, radius=radius, extra=extra,
+                          intercept=np.asarray(r.b, dtype=np.float64).copy(), values=values,
                           report=report_for(plan, seeded=seeded, leaks=leaks, data=source.description,
-                                            ledger=led if report_ledger else None,
-                                            values={"curvature": curvature, "radius": radius, **extra}),
+                                            ledger=led if report_ledger else None, values=values),
                           ledger=led, class_names=names))
     return out
 
@@ -127,11 +146,10 @@ def unpack(fitted: Fitted, est, *, ledger=True):
     est.classes_ = fitted.classes if fitted.class_names is None else fitted.class_names
     est.coef_transformed_ = fitted.coef
     est.intercept_transformed_ = fitted.intercept
-    est.mean_ = fitted.mean
-    est.scaling_ = fitted.scaling
-    est.radius_ = fitted.radius
-    est.curvature_ = fitted.curvature
-    est.extra_ = dict(fitted.extra)
+    view = views(fitted.plan, fitted.values)
+    est.released_ = dict(fitted.values)
+    est.mean_, est.scaling_, est.radius_ = view["mean"], view["scaling"], view["radius"]
+    est.curvature_, est.extra_ = view["curvature"], view["extra"]
     est.n_features_in_ = fitted.plan.dim
     est.plan_ = fitted.plan
     est.ledger_ = fitted.ledger if ledger else None
@@ -171,7 +189,7 @@ def transformed_feature_names(plan: Plan, feature_names_in=None) -> np.ndarray:
 
     Without normalization they are the input features (``feature_names_in_``, else scikit-learn's ``x0, x1, ...``);
     otherwise ``transformed0, ...`` (a normalized, centered, whitened coordinate is no input feature), then the
-    coordinates the releases add (the radial one: ``log_norm``, :mod:`privlin.radius`).
+    coordinates the releases add (the radial one: ``log_norm``, :mod:`privlin.releases.norms`).
     """
     if not plan.normalize:
         names = feature_names_in if feature_names_in is not None else [f"x{i}" for i in range(plan.dim)]
@@ -205,18 +223,21 @@ def _secure_checks(plans) -> None:
                 secure_noise.check_plan(std, bound)
 
 
-def public_plans(params_list, *, n: int, dim: int, classes, stacklevel: int = 6) -> tuple[list[Plan], list[str]]:
+def public_plans(params_list, *, n: int, dim: int, classes, stacklevel: int = 6,
+                 given: tuple = ()) -> tuple[list[Plan], list[str]]:
     """Plans from public facts alone (N, d, the public class list or None) and the settings' warned leaks, with
     secure mode's checks: what :func:`plans_for` makes before the ledger, and what a caller that charges several
-    runs as one entry (a search's folds, each of a public size) makes for each run before any row is read."""
-    plans = [make_plan(p, n=n, dim=dim, n_classes=None if classes is None else classes.size, classes=classes)
-             for p in params_list]
+    runs as one entry (a search's folds, each of a public size) makes for each run before any row is read;
+    ``given``: names of releases whose values are given publicly (:func:`privlin.plan.make_plan`)."""
+    plans = [make_plan(p, n=n, dim=dim, n_classes=None if classes is None else classes.size, classes=classes,
+                       given=given) for p in params_list]
     leaks = _public_setting_leaks(plans, stacklevel)
     _secure_checks(plans)
     return plans, leaks
 
 
-def plans_for(source: data.Source, params_list, *, classes, budget, ledger, charge, stacklevel: int = 6):
+def plans_for(source: data.Source, params_list, *, classes, budget, ledger, charge, stacklevel: int = 6,
+              given: tuple = ()):
     """Plans for ``source``, charged before any private row is read: ``(classes, plans, leaks, ledger)``.
 
     The order is the guarantee: public checks (parameters, N, d) and the plans first; then the ledger; then,
@@ -228,7 +249,8 @@ def plans_for(source: data.Source, params_list, *, classes, budget, ledger, char
     """
     known = classes is not None or source.published_classes() is not None
     cls_, leaks = data.public_classes(source, classes, stacklevel=stacklevel) if known else (None, [])
-    plans, more = public_plans(params_list, n=source.n, dim=source.dim, classes=cls_, stacklevel=stacklevel + 1)
+    plans, more = public_plans(params_list, n=source.n, dim=source.dim, classes=cls_, stacklevel=stacklevel + 1,
+                               given=given)
     leaks += more
     led = source.ledger(cap=budget, ledger=ledger)
     if cls_ is None:  # the warned leak: read before the charge, so its errors ("1 class") come before it too
@@ -237,7 +259,8 @@ def plans_for(source: data.Source, params_list, *, classes, budget, ledger, char
         cls_, more = data.public_classes(source, None, stacklevel=stacklevel)
         leaks += more
         planned = [p.dp_event() for p in plans]
-        plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=cls_.size, classes=cls_) for p in params_list]
+        plans = [make_plan(p, n=source.n, dim=source.dim, n_classes=cls_.size, classes=cls_, given=given)
+                 for p in params_list]
         assert [p.dp_event() for p in plans] == planned, "the class count changed the noise"
     if led is not None:
         charge(led, plans)

@@ -16,7 +16,8 @@ from dp_accounting import NeighboringRelation
 from dp_accounting import dp_event as ev
 from dp_accounting.pld import pld_privacy_accountant
 
-from privlin import DPLinearClassifier, noise, in_memory, releases, scaling, sensitivity
+from privlin import DPLinearClassifier, noise, in_memory, releases, sensitivity
+from privlin.releases import scaling
 from privlin.plan import make_plan
 from privlin.releases.base import Context
 from privlin.sweep import sweep

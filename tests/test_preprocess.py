@@ -1,8 +1,9 @@
-"""privlin.preprocess: normalization is exact, centering noise has the stated scale, sensitivity is the row norm."""
+"""privlin.releases.preprocess: normalization is exact, centering noise has the stated scale, sensitivity is the row
+norm."""
 import numpy as np
 import pytest
 
-from privlin import preprocess as P
+from privlin.releases import preprocess as P
 from privlin.noise import make_key
 
 

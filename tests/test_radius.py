@@ -1,5 +1,5 @@
-"""The row-norm release and the radial coordinate (privlin.radius): its sensitivity on adversarial rows, its noise
-against numpy's, the plan's decision against the closed form, the runner's paths agreeing, and what it buys.
+"""The row-norm release and the radial coordinate (privlin.releases.norms): its sensitivity on adversarial rows, its
+noise against numpy's, the plan's decision against the closed form, the runner's paths agreeing, and what it buys.
 
 Oracles: numpy float64 norms and histograms, numpy's Gaussian draws, scikit-learn's logistic regression.
 """
@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from privlin import DPLinearClassifier, noise, radius, runner, sensitivity
+from privlin import DPLinearClassifier, noise, runner, sensitivity
+from privlin.releases import norms as radius
 from privlin.plan import RADIUS_SHARE, make_plan
 from privlin.sweep import sweep
 

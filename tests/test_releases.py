@@ -1,10 +1,11 @@
 """Releases as values (issue 35): the chain a plan holds, what it derives, and releases added from outside.
 
-The toy releases below are defined here, not in privlin: adding one is one class and one entry in
-``privlin.releases.ADDED``.  A private row count reads the rows as given; a private count of the rows on one side
-of the first axis once centered reads the rows as the centering left them (it runs right after it, through the
-same driver calls as the built-in releases).  Each must then appear, with no other change to privlin, in the
-plan's event and ε, the report, the ledger entry and the secure-mode table, and run the same streamed as in memory.
+The toy releases below are defined here, not in privlin: adding one is one class and one entry in the registry
+(``privlin.releases.REGISTRY``, :func:`privlin.releases.register`).  A private row count reads the rows as given; a
+private count of the rows on one side of the first axis once centered reads the rows as the centering left them (it runs
+right after it, through the same driver calls as the built-in releases).  Each must then appear, with no other change to
+privlin, in the plan's event and ε, the report, the ledger entry and the secure-mode table, and run the same streamed as
+in memory.
 """
 import dataclasses
 import math
@@ -18,7 +19,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from privlin import noise, releases
 from privlin.accounting import relation
 from privlin.plan import make_plan
-from privlin.radius import RADIAL_CLIP
+from privlin.releases.norms import RADIAL_CLIP
 from privlin.releases import Release
 from privlin.releases.base import release_key
 
@@ -137,7 +138,7 @@ def test_a_toy_release_appears_everywhere_and_streams_as_in_memory(monkeypatch, 
 
     X, y = _data(blobs)
     base = make_plan(PARAMS, n=len(y), dim=X.shape[1], n_classes=3)
-    monkeypatch.setattr(releases, "ADDED", (COUNT, SIDE))
+    monkeypatch.setattr(releases, "REGISTRY", (*releases.REGISTRY, COUNT, SIDE))
     plan = make_plan(PARAMS, n=len(y), dim=X.shape[1], n_classes=3)
 
     # the plan: its chain (the side count right after the centering), event and ε (same target, so the steps get
@@ -188,7 +189,7 @@ def test_a_toy_release_reads_the_rows_as_the_centering_left_them(monkeypatch, bl
     from privlin import DPLinearClassifier
 
     X, y = _data(blobs)
-    monkeypatch.setattr(releases, "ADDED", (SIDE,))
+    monkeypatch.setattr(releases, "REGISTRY", (*releases.REGISTRY, SIDE))
     params = {**PARAMS, "epsilon": math.inf}
     got = {}
     for path, extra in (("memory", {}), ("streamed", {"memory_limit": 1, "block_rows": 64})):

@@ -366,7 +366,7 @@ def test_streamed_plans_take_one_pass_per_total_and_share_identical_ones(rows, m
     assert alone == chain + sgd.steps and pair == 2 * alone - 2
     for got in (a, b):
         np.testing.assert_array_equal(got.W, one.W)
-        np.testing.assert_array_equal(got.mean, one.mean)
+        np.testing.assert_array_equal(got.values["center"], one.values["center"])
 
     adam1 = [make_plan(dict(method="adam1", epsilon=e, center=False), n=len(y), dim=X.shape[1], n_classes=K)
              for e in (1.0, 2.0, 4.0)]
@@ -397,4 +397,4 @@ def test_plans_of_one_and_two_centering_stages_share_one_program_and_keep_their_
         (streamed,) = runner.run([p], source, [key], np.arange(K), memory_limit=0, block_rows=256)
         for other in (alone, streamed):
             np.testing.assert_allclose(got.W, other.W, rtol=1e-6, atol=1e-7)
-            np.testing.assert_allclose(got.mean, other.mean, rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(got.values["center"], other.values["center"], rtol=1e-5, atol=1e-7)

@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from privlin import preprocess, sensitivity, train
+from privlin import sensitivity, train
+from privlin.releases import preprocess
 
 pytestmark = pytest.mark.unit  # the pure pieces: run alone with `pytest -m unit`
 

@@ -133,7 +133,8 @@ def test_adam1_class_sums_give_the_exact_clipped_gradient_at_zero_init(loss, fit
 @pytest.mark.parametrize("fit_intercept", [False, True])
 def test_adam1_class_sums_of_centered_rows_give_the_clipped_gradient_of_the_model_rows(fit_intercept):
     """Rows handed over before their last centering (``center``): the gradient is the clipped gradient at zero init
-    of the rows the model sees, (U − c) re-normalized to the row norm (privlin.preprocess.apply), computed apart."""
+    of the rows the model sees, (U − c) re-normalized to the row norm (privlin.releases.preprocess.apply), computed
+    apart."""
     X, Y, mask = data(seed=9, n=40)
     mask = mask.at[3].set(0.0)
     C = 0.8

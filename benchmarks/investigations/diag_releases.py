@@ -28,7 +28,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]  # privlin; bench_defaults and _opacus beside it
 import privlin  # noqa: E402
-from privlin import accounting, estimator, preprocess, workflow  # noqa: E402
+from privlin import accounting, estimator, workflow  # noqa: E402
+from privlin.releases import preprocess  # noqa: E402
 import bench_defaults as bd  # noqa: E402
 
 FIELDS = {"none": (), "center": ("sigma_center",), "scale": ("sigma_scale", "sigma_whiten"),

@@ -16,10 +16,11 @@ from typing import Any, Callable, ClassVar, NamedTuple, Optional, Protocol
 import jax
 import jax.numpy as jnp
 
-from .. import accounting, noise, preprocess, scaling
+from .. import accounting, noise
+from . import preprocess, scaling
 
-__all__ = ["Release", "Facts", "planned_sigma", "Driver", "Context", "RowMap", "model_rows", "rows_and_center", "stage_keys",
-           "release_key", "recenter_keys"]
+__all__ = ["Release", "Facts", "planned_sigma", "Driver", "Context", "RowMap", "row_map", "model_rows",
+           "rows_and_center", "stage_keys", "release_key", "recenter_keys"]
 
 
 # ----------------------------------------------------------------------------- the one key split of a fit
@@ -44,7 +45,7 @@ def release_key(key, name: str) -> jax.Array:
 
 
 def recenter_keys(key, rounds: int) -> jax.Array:
-    """One key per re-centering round (:func:`privlin.preprocess.round_means`), from the fit's key."""
+    """One key per re-centering round (:func:`.preprocess.round_means`), from the fit's key."""
     return noise.split(release_key(key, "recenter"), rounds)
 
 
@@ -79,8 +80,8 @@ class Driver(Protocol):
 
 class RowMap(NamedTuple):
     """The released values that map rows as given to rows as a later release (or the model) sees them: the
-    mean or chain of means (:func:`privlin.preprocess.apply`), the scaling map (:class:`privlin.scaling.Scaling`),
-    log₂ of the typical row norm (:mod:`privlin.radius`); each None where not (yet) released.  A pytree: the
+    mean or chain of means (:func:`.preprocess.apply`), the scaling map (:class:`.scaling.Scaling`),
+    log₂ of the typical row norm (:mod:`.norms`); each None where not (yet) released.  A pytree: the
     streamed driver passes it to its compiled block functions as an argument."""
 
     mean: Optional[jax.Array] = None
@@ -90,7 +91,7 @@ class RowMap(NamedTuple):
 
 def model_rows(X, rows: RowMap, norm: float, normalize: bool):
     """Rows mapped by the released values: normalized to ``norm`` (with a released ``log_scale``: with their
-    radial coordinate, :func:`privlin.radius.embed`), centered by the released mean and normalized again, then
+    radial coordinate, :func:`.norms.embed`), centered by the released mean and normalized again, then
     (with a released scaling) standardized and whitened, at norm ``norm``; as given (float32) without
     ``normalize``."""
     if not normalize:
@@ -114,30 +115,42 @@ def rows_and_center(X, rows: RowMap, norm: float, normalize: bool):
 
 class Context(NamedTuple):
     """What a release reads besides the rows: the plan's public settings (N, the rows' dimension ``dim``, the
-    model's inputs ``model_dim``, the clip norm, whether rows are normalized) and the values released before it,
-    each in the field through which later rows use it (:meth:`Release.use`)."""
+    model's inputs ``model_dim``, the clip norm, whether rows are normalized), ``values``: the values released (or
+    given) before it, by release name, and ``rows``: the row map they define, each release's contribution added by
+    the release itself (:meth:`Release.map_rows`)."""
 
     n: Any
     dim: int
     model_dim: int
     clip: float
     normalize: bool
-    log_scale: Any = None     # radius: rows gain their radial coordinate
-    rounds: Any = None        # re-centering rounds' means (R, d'): subtracted first
-    mean: Any = None          # the means subtracted so far, as privlin.preprocess.apply takes them: (d',) or (R, d')
-    moments: Any = None       # the scaling stage's (shift, scale)
-    rotate: Any = None        # the whitening map (d', d')
-    curvature: Any = None     # the curvature bound: lifts W's learning rate
-    extra: dict = {}          # {name: value} of added releases
+    values: dict = {}
+    rows: RowMap = RowMap()
     center_stages: Any = None  # this plan's centering stages where one program runs plans of 1 and 2 (traced)
-
-    @property
-    def scaling(self):
-        return None if self.moments is None else scaling.Scaling(*self.moments, self.rotate)
 
     def row_map(self) -> RowMap:
         """How later rows use what was released so far (:func:`model_rows`)."""
-        return RowMap(self.mean, self.scaling, self.log_scale)
+        return self.rows
+
+    @property
+    def scaling(self):
+        """The scaling map released so far (None: none)."""
+        return self.rows.scaling
+
+    @property
+    def curvature(self):
+        """The released curvature bound, which lifts W's learning rate in training (None: not released)."""
+        return self.values.get("curvature")
+
+
+def row_map(releases, values) -> RowMap:
+    """The row map the released ``values`` (by name) of ``releases`` (in the order they ran) define: what
+    :attr:`Context.rows` holds after them, and what prediction maps rows with."""
+    rows = RowMap()
+    for r in releases:
+        if r.name in values:
+            rows = r.map_rows(rows, values[r.name])
+    return rows
 
 
 def planned_sigma(share: float, mu: float, relation) -> float:
@@ -148,8 +161,13 @@ def planned_sigma(share: float, mu: float, relation) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Facts:
-    """The public facts a release decides from before calibration: N, the model's inputs d', the clip norm, the
-    GDP budget μ (inf: the non-private baseline), the relation's sensitivity factor, secure mode."""
+    """The public facts and settings a release decides from before calibration (:meth:`Release.share`): N, the
+    rows' dimension, the clip norm, the GDP budget μ (inf: the non-private baseline; nan: σ was given, there is no
+    budget to split), the relation's sensitivity factor, secure mode; ε and δ as asked (ε None: σ given), the
+    relation's name, the parameters that ask for a release or refuse it (``center``, ``scale``, ``radial``,
+    ``recenter``: None lets the release decide) and the shares they are given, the training settings, and,
+    as the plan decides release by release, ``model_dim`` (d plus the coordinates the releases chosen so far
+    add) and ``chosen`` (``(name, share)`` of those releases, in the order decided)."""
 
     n: int
     dim: int
@@ -157,6 +175,29 @@ class Facts:
     mu: float
     sensitivity_factor: float
     secure_mode: bool
+    epsilon: Optional[float] = None
+    delta: float = 0.0
+    relation: str = "replace_special"
+    center: bool = False
+    center_share: float = 0.0
+    scale: bool = False
+    scale_share: float = 0.0
+    radial: Optional[bool] = None
+    recenter: Optional[bool] = None
+    sigma_given: bool = False
+    steps: int = 1
+    q: float = 1.0
+    momentum: float = 0.0
+    fit_intercept: bool = False
+    optimizer: str = "sgd"
+    learning_rate_given: bool = False
+    model_dim: int = 0
+    chosen: tuple = ()
+
+    @property
+    def shares(self) -> dict:
+        """``{name: share of μ²}`` of the releases chosen so far, in the order decided."""
+        return dict(self.chosen)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,13 +223,20 @@ class Release:
       left them overrides it (``driver.total`` of a block function of :func:`model_rows`).
     * :meth:`use` — how later rows (and the report) use the value: the context field it fills.
 
-    Added releases (:data:`privlin.releases.ADDED`) choose themselves with :meth:`share` and run right after the
-    release named :attr:`after`.
+    Chosen and placed (:func:`privlin.releases.register`, one registry for built-in and added releases):
+
+    * :meth:`share` — the share of the GDP budget μ² it asks for, from public facts (0: not made).
+    * :meth:`build` — the release as it runs at its calibrated σ (the centering picks its stages there).
+    * :attr:`after` — the release it runs right after (None: first); :attr:`sigma_param` — the parameter that
+      gives its σ where the noise multiplier is given rather than calibrated; :attr:`folded_into` — the release
+      whose value carries this one's once both ran (the centering's chain of means carries the rounds').
     """
 
     name: ClassVar[str] = ""
     adds_dims: ClassVar[int] = 0
-    after: ClassVar[str] = "radius"
+    after: ClassVar[Optional[str]] = "radius"
+    sigma_param: ClassVar[Optional[str]] = None
+    folded_into: ClassVar[Optional[str]] = None
 
     @property
     def ledger_key(self) -> str:
@@ -214,13 +262,23 @@ class Release:
         return self.release(total, ctx.n, release_key(key, self.name), sigma, driver.noisy(self.name, total))
 
     def use(self, ctx: Context, value) -> Context:
-        """The context later releases and training see: an added release's value is kept by name."""
-        return ctx._replace(extra={**ctx.extra, self.name: value})
+        """The context later releases and training see: the value kept by name, and the row map as
+        :meth:`map_rows` changes it."""
+        return ctx._replace(values={**ctx.values, self.name: value}, rows=self.map_rows(ctx.rows, value))
 
-    # ---- added releases
+    def map_rows(self, rows: RowMap, value) -> RowMap:
+        """How later rows use the value: the row map after it (default: unchanged)."""
+        return rows
+
+    # ---- whether it is made
     def share(self, facts: Facts) -> float:
-        """Share of the GDP budget μ² this release asks for, from public facts (0: not made)."""
+        """Share of the GDP budget μ² this release asks for, from public facts (0: not made).  Raises
+        ValueError where a parameter asks for it and the facts cannot have it."""
         return 0.0
+
+    def build(self, facts: Facts, sigma: float) -> "Release":
+        """The release as it runs at its calibrated ``sigma`` (the facts final): itself by default."""
+        return self
 
     def init(self, dim: int):
         """The zero accumulator of the exact block sum over rows of dimension ``dim`` (default :meth:`compute`)."""

@@ -1,4 +1,4 @@
-"""The scaling stage's first release (:func:`privlin.scaling.release_moments`): per-dimension sums of z and z⊙z
+"""The scaling stage's first release (:func:`.scaling.release_moments`): per-dimension sums of z and z⊙z
 of the centered unit rows, released together (L2 sensitivity √2)."""
 from __future__ import annotations
 
@@ -7,57 +7,44 @@ import math
 
 import jax.numpy as jnp
 
-from .. import accounting, noise, scaling
-from .base import Release, RowMap, model_rows, planned_sigma, stage_keys
+from .. import noise
+from . import scaling
+from .base import Release, RowMap, model_rows, stage_keys
+from .stage import scaling_stage
 
-__all__ = ["Moments", "MOMENTS", "scaling_stage", "moment_sums"]
+__all__ = ["Moments", "MOMENTS", "moment_sums"]
 
 
 def moment_sums(total, X, mask, rows: RowMap, n, *, normalize):
-    """``total`` + :func:`privlin.scaling.moment_sums` of a chunk of rows centered by ``rows`` (at norm 1)."""
+    """``total`` + :func:`.scaling.moment_sums` of a chunk of rows centered by ``rows`` (at norm 1)."""
     return total + scaling.moment_sums(model_rows(X, rows, 1.0, normalize), mask, n)
 
 
 @dataclasses.dataclass(frozen=True)
 class Moments(Release):
-    """``(shift, scale)``: later rows are standardized by them (:func:`privlin.scaling.apply`)."""
+    """``(shift, scale)``: later rows are standardized by them (:func:`.scaling.apply`)."""
 
     name = "scale"
+    after = "center"
+
+    def share(self, facts):
+        """Its share of the scaling stage where the moments resolve (:func:`.stage.scaling_stage`)."""
+        return scaling_stage(facts).get(self.name, 0.0)
 
     def secure(self, plan, sigma):
         return math.sqrt(2.0) * sigma, math.sqrt(2.0), float(plan.n)
 
     def compute(self, driver, ctx, key, sigma):
-        """:func:`privlin.scaling.release_moments` of the centered unit rows' sums, with the first half of the
+        """:func:`.scaling.release_moments` of the centered unit rows' sums, with the first half of the
         scaling key (the whitening's is the second)."""
         sums = driver.total("scaling", jnp.zeros((2, ctx.model_dim), jnp.float64), moment_sums, ctx.row_map(), ctx.n,
                             normalize=ctx.normalize)
         return scaling.release_moments(sums, ctx.n, noise.split(stage_keys(key)[1])[0], sigma,
                                        driver.noisy(self.name, sums))
 
-    def use(self, ctx, value):
-        return ctx._replace(moments=tuple(value))
+    def map_rows(self, rows, value):
+        """Later rows are standardized by ``(shift, scale)`` (no rotation yet)."""
+        return rows._replace(scaling=scaling.Scaling(*value, None))
 
 
 MOMENTS = Moments()
-
-
-def scaling_stage(epsilon, delta, share, n, dim, relation) -> dict:
-    """The scaling stage's releases and their shares of μ²: ``{"scale": s/2, "whiten": s/2}``, ``{"scale": s}``
-    (whitening cannot resolve two directions, or costs too much) or ``{}`` (not even the moments can).
-
-    Decided before calibration from the GDP view of the budget (:func:`~privlin.releases.base.planned_sigma`):
-    public facts only, the same for every accountant.
-    """
-    if math.isinf(epsilon):
-        return {"scale": share / 2, "whiten": share / 2} if scaling.whitening_resolves(n, dim, 0.0) else {"scale": share}
-    mu = accounting.gdp_mu_for(epsilon, delta)
-
-    def sigma_of(s):
-        return planned_sigma(s, mu, relation)
-
-    if scaling.whitening_resolves(n, dim, sigma_of(share / 2)) and scaling.moments_resolve(n, dim, sigma_of(share / 2)):
-        return {"scale": share / 2, "whiten": share / 2}
-    if scaling.moments_resolve(n, dim, sigma_of(share)):
-        return {"scale": share}
-    return {}

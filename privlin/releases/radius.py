@@ -1,26 +1,24 @@
-"""The row-norm release (:mod:`privlin.radius`): a noisy histogram of ⌊log₂‖x‖⌋, from which the rows' radial
+"""The row-norm release (:mod:`.norms`): a noisy histogram of ⌊log₂‖x‖⌋, from which the rows' radial
 coordinate is measured.  One row moves one count by 1: sensitivity 1."""
 from __future__ import annotations
 
 import dataclasses
-import math
-
 import jax.numpy as jnp
 
-from .. import accounting
-from .. import radius as _radius
-from ..defaults import RADIUS_SHARE
-from .base import Release, planned_sigma
+from . import norms as _radius
+from .base import Release
+from .stage import scaling_stage
 
 __all__ = ["Radius", "RADIUS"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Radius(Release):
-    """log₂ R of a typical row norm; later rows gain the coordinate ln(‖x‖/R) (:func:`privlin.radius.embed`)."""
+    """log₂ R of a typical row norm; later rows gain the coordinate ln(‖x‖/R) (:func:`.norms.embed`)."""
 
     name = "radius"
     adds_dims = 1
+    after = None  # first: every later release reads the rows with their radial coordinate
 
     def init(self, dim):
         return jnp.zeros(_radius.BINS, jnp.int32)
@@ -31,18 +29,17 @@ class Radius(Release):
     def release(self, total, n, key, sigma, noisy=None):
         return _radius.release_log_scale(total, key, sigma, noisy)
 
-    def use(self, ctx, value):
-        return ctx._replace(log_scale=value)
+    def map_rows(self, rows, value):
+        """Later rows gain their radial coordinate around 2^value."""
+        return rows._replace(log_scale=value)
 
     def note(self, plan, sigma, value):
         return None if value is None else f"radial coordinate around the released row norm 2^{float(value):g}"
 
-    def pays(self, epsilon: float, delta: float, n: int, relation) -> bool:
-        """Whether to buy the release (:data:`~privlin.defaults.RADIUS_SHARE` of μ²): where it can find a typical
-        norm (:func:`privlin.radius.resolves`), in the GDP view of the budget before calibration."""
-        if math.isinf(epsilon):
-            return True
-        return _radius.resolves(n, planned_sigma(RADIUS_SHARE, accounting.gdp_mu_for(epsilon, delta), relation))
+    def share(self, facts):
+        """:data:`~privlin.defaults.RADIUS_SHARE` where the scaling stage, decided with it, weighs the radial
+        coordinate and the release can find a typical norm (:func:`.stage.scaling_stage`)."""
+        return scaling_stage(facts).get(self.name, 0.0)
 
 
 RADIUS = Radius()

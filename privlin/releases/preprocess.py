@@ -33,7 +33,8 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from . import noise, radius, sensitivity
+from .. import noise, sensitivity
+from . import norms as radius
 
 __all__ = ["normalize_rows", "row_sum", "shrink", "private_mean", "center_stages", "stage_sigma", "refine_radius",
            "offset_sum", "refined_mean", "staged_mean", "recenter_rounds", "round_means", "RowMap", "apply",
@@ -76,7 +77,7 @@ def normalize_rows(X, norm: float = 1.0):
 
 def row_sum(X, mask, norm: float, n, log_scale=None, rounds=None):
     """Σ_i mask_i · (row i at norm ``norm``), exact (float64; :mod:`privlin.sensitivity`); with ``log_scale``,
-    each row with its radial coordinate (:func:`privlin.radius.embed`), and with ``rounds`` (the released means
+    each row with its radial coordinate (:func:`.norms.embed`), and with ``rounds`` (the released means
     (R, d') of earlier re-centering rounds) re-centered by them, as :func:`apply` gives it.
 
     Each row enters at norm ``norm·(1 − η)`` (the margin that makes its snapped form ≤ ``norm``), so the sum
@@ -221,7 +222,7 @@ def staged_mean(total, offsets_of, n, keys, sigma_center, stages, norm: float, d
 
 class RowMap(NamedTuple):
     """What :func:`apply` needs: the row norm, the (noisy, public) mean or None, and the released log₂ of a typical
-    row norm (:mod:`privlin.radius`) or None.  ``mean`` may be a chain (R, d'): the re-centering rounds' means,
+    row norm (:mod:`.norms`) or None.  ``mean`` may be a chain (R, d'): the re-centering rounds' means,
     then the centering's, each subtracted in turn and followed by a re-normalization."""
 
     norm: float = 1.0
@@ -230,7 +231,7 @@ class RowMap(NamedTuple):
 
 
 def apply(X, prep: RowMap):
-    """Normalize rows (with ``prep.log_scale``: give them their radial coordinate, :func:`privlin.radius.embed`),
+    """Normalize rows (with ``prep.log_scale``: give them their radial coordinate, :func:`.norms.embed`),
     subtract the released mean, normalize again (DP-RandP).
 
     Parameters

@@ -1,6 +1,6 @@
 """Private scaling of the centered rows: per-dimension standardization, then whitening (the stage after centering).
 
-Why: private centering (:mod:`privlin.preprocess`) removes the common direction of the rows, but what is left is
+Why: private centering (:mod:`.preprocess`) removes the common direction of the rows, but what is left is
 still unequally scaled and collinear (a frozen backbone's features: a few directions carry most of the norm).
 Full-batch DP-SGD adds the same noise to every weight, so it learns the directions where the rows vary little
 slowly and the classes there late or never; a non-private solver (L-BFGS) does not care.  A public linear map that
@@ -51,7 +51,8 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from . import noise, preprocess, sensitivity
+from .. import noise, sensitivity
+from . import preprocess
 
 __all__ = ["Scaling", "moment_sums", "second_moment_sum", "release_moments", "release_rotation", "standardized",
            "apply", "moment_noise_level", "rotation_noise_level", "sampling_floor", "rotation_floor",
@@ -134,7 +135,7 @@ def moment_sums(Z, mask, n) -> jax.Array:
     """``[Σ z_i, Σ z_i⊙z_i]`` (2, d) float64, exact, for rows ``Z`` (any norm: each enters as its direction).
 
     Each of the two sums moves by at most 1 when one row is replaced by a null row: the first is
-    :func:`privlin.preprocess.row_sum` at norm 1; the second sums ``z⊙z`` as direction × clipped norm (≤ 1).
+    :func:`.preprocess.row_sum` at norm 1; the second sums ``z⊙z`` as direction × clipped norm (≤ 1).
     """
     first = preprocess.row_sum(Z, mask, 1.0, n)
     A, _ = sensitivity.directions(Z)

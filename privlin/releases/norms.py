@@ -8,7 +8,7 @@ the lost direction (BENCHMARKS.md, "privlin defaults on unseen data").  Rows kee
     embed(x) = ( x/‖x‖ ,  r ) / √(1 + r²),    r = clip(ln(‖x‖/R), −1, 1)          (0 for an all-zero row)
 
 a bounded, per-row map once R is fixed, to rows of norm 1: it takes the place of the pipeline's first
-normalization (:func:`privlin.preprocess.apply`).  R, a typical row norm, must come from the data, so it is released:
+normalization (:func:`.preprocess.apply`).  R, a typical row norm, must come from the data, so it is released:
 
 * **the release** — the histogram of ⌊log₂‖x‖⌋ over :data:`BINS` fixed bins (every finite float32 norm has one;
   all-zero rows are not counted), with noise N(0, σ_r²) on every count: one ``GaussianDpEvent(σ_r)``.  Under
@@ -20,7 +20,7 @@ normalization (:func:`privlin.preprocess.apply`).  R, a typical row norm, must c
   is clipped, less informative, and still bounded.
 
 The coordinate is centered, scaled and whitened with the rest of the row by the stages that follow
-(:mod:`privlin.preprocess`, :mod:`privlin.scaling`), which set its weight: its scale here does not matter much.
+(:mod:`.preprocess`, :mod:`.scaling`), which set its weight: its scale here does not matter much.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from . import noise, sensitivity
+from .. import noise, sensitivity
 
 __all__ = ["BINS", "LOG2_LOW", "RADIAL_CLIP", "log2_norms", "norm_counts", "release_log_scale", "embed",
            "resolves"]
