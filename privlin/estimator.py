@@ -18,7 +18,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_consistent_length, check_is_fitted, validate_data
 
-from . import accounting, data, evaluation, noise, prediction, train, workflow
+from . import accounting, data, evaluation, noise, prediction, public, train, workflow
 from .defaults import DEFAULT_EPSILON, METHODS, PARAMS
 from .report import PrivacyLeakWarning
 from .workflow import coef_of, plans_for, report_for  # noqa: F401 - their home is workflow; kept importable here
@@ -424,10 +424,11 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         """Public checks, then the one fit workflow (:func:`privlin.workflow.fit_plans`), unpacked."""
         _check_secure_mode(self)
         key, seeded = noise.make_key(self.random_state)
+        pub = public.resolve(self.public, source, audit=self.public_audit, budget=self.budget, ledger=self.ledger)
         (fitted,) = workflow.fit_plans(source, [self.get_params()], [key], seeded=seeded, classes=self.classes,
                                        budget=self.budget, ledger=self.ledger,
                                        charge=workflow.estimator_charge(seeded), block_rows=self.block_rows,
-                                       memory_limit=self.memory_limit, verbose=self.verbose)
+                                       memory_limit=self.memory_limit, verbose=self.verbose, public=pub)
         return workflow.unpack(fitted, self)
 
 

@@ -44,7 +44,7 @@ from sklearn.model_selection import ParameterGrid
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_consistent_length, check_is_fitted
 
-from . import accounting, data, noise, prediction, secure_noise, workflow
+from . import accounting, data, noise, prediction, public, secure_noise, workflow
 from .estimator import DPLinearClassifier
 from .events import describe
 from .report import PrivacyReport, relation_label, setting_leaks
@@ -254,9 +254,13 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
         est, n, k = self.estimator, source.n, int(self.cv)
         sizes = [len(part) for part in np.array_split(np.arange(n), k)]  # public: a function of N
         classes, _ = data.public_classes(source, est.classes, stacklevel=2)
+        pub = public.resolve(est.public, source, audit=est.public_audit, budget=est.budget, ledger=est.ledger)
+        candidates, _, given = public.inputs(pub, candidates, None, source, block_rows=est.block_rows,
+                                             memory_limit=est.memory_limit, verbose=bool(est.verbose))
         fold_plans = [workflow.public_plans(candidates, n=n - size, dim=source.dim, classes=classes,
-                                            stacklevel=3)[0] for size in sizes]
-        refits, leaks = workflow.public_plans(candidates, n=n, dim=source.dim, classes=classes, stacklevel=3)
+                                            stacklevel=3, given=tuple(given))[0] for size in sizes]
+        refits, leaks = workflow.public_plans(candidates, n=n, dim=source.dim, classes=classes, stacklevel=3,
+                                              given=tuple(given))
         info, secure = noise.make_key(self.random_state), any(c["secure_mode"] for c in candidates)
         privacy = self._privacy(candidates, fold_plans, refits, seeded=info.seeded, secure=secure)
 
@@ -269,14 +273,16 @@ class PrivateGridSearchCV(MetaEstimatorMixin, BaseEstimator):
                        params={"folds": k, "candidates": len(candidates), "fits": k * len(candidates), "n": n,
                                "fold_sizes": sizes, "score_sigma": privacy.score_noise_multiplier,
                                "score_epsilon": score_eps, "score_delta": privacy.score_delta,
-                               "refit": privacy.refit_rule, "seeded": info.seeded, "secure_scores": secure})
+                               "refit": privacy.refit_rule, "seeded": info.seeded, "secure_scores": secure,
+                               **({} if pub is None else pub.ledger_params(tuple(given)))})
             privacy = dataclasses.replace(privacy, ledger=led.where, ledger_spent=led.spent())
 
         # the rows, after the charge: the fold fits as planned and their counts, then the noisy scores
         Xa, ya = _read(source, int(est.block_rows))
         keys = noise.split(info.key, k + 3)
         run = dict(seeded=info.seeded, block_rows=candidates[0]["block_rows"],
-                   memory_limit=candidates[0]["memory_limit"], verbose=bool(est.verbose), report_ledger=False)
+                   memory_limit=candidates[0]["memory_limit"], verbose=bool(est.verbose), report_ledger=False,
+                   given=given, public=pub)
         correct = _fold_counts(fold_plans, sizes, Xa, ya, classes, keys, run)
         std = privacy.score_noise_std
         noisy = (correct.astype(np.float64) if std == 0 else

@@ -156,7 +156,7 @@ class Plan:
     recentered = property(lambda self: self.release("recenter") is not None)
     scaled = property(lambda self: self.release("scale") is not None)
     whitened = property(lambda self: self.release("whiten") is not None)
-    radial = property(lambda self: self.release("radius") is not None)
+    radial = property(lambda self: any(r.name == "radius" for r in self.ran))  # released or given
     curved = property(lambda self: self.release("curvature") is not None)
 
     def row_map(self, values: Mapping[str, Any]):

@@ -25,11 +25,12 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-from . import data, noise, runner, scaling
+from . import data, noise, runner
+from .releases import scaling
 from .plan import Plan, make_plan
 from .report import PrivacyLeakWarning
 
-__all__ = ["Public", "resolve", "statistics", "exact_plan", "PUBLIC_SPLIT", "SECOND_MOMENT", "PRIVATE_ONLY"]
+__all__ = ["Public", "resolve", "of_settings", "inputs", "statistics", "exact_plan", "PUBLIC_SPLIT", "SECOND_MOMENT", "PRIVATE_ONLY"]
 
 #: The split of a store (another one, or a path) that ``public=store`` reads when the store has several.
 PUBLIC_SPLIT = "public"
@@ -140,6 +141,15 @@ class Public:
         values = statistics(plan, self, block_rows=block_rows, memory_limit=memory_limit, verbose=verbose)
         return params_list, {name: values[name] for name in names}
 
+    def inputs(self, params_list, charge: Callable, *, n: int, dim: int, block_rows: int = 65536,
+               memory_limit: int = 2**30, verbose: bool = False) -> tuple[list, Callable, dict]:
+        """What a fit of ``params_list`` takes with this source: ``(params_list, charge, given)`` — the parameters
+        and given values of :meth:`prepare`, and ``charge`` naming the source in the ledger entry
+        (:meth:`charging`)."""
+        params_list, given = self.prepare(params_list, n=n, dim=dim, block_rows=block_rows,
+                                          memory_limit=memory_limit, verbose=verbose)
+        return params_list, self.charging(charge, tuple(given)), given
+
     def charging(self, charge: Callable, given) -> Callable:
         """``charge(ledger, plans)`` whose ledger entry also names this public source (:meth:`ledger_params`)."""
         extra = self.ledger_params(given)
@@ -228,6 +238,14 @@ def of_settings(public, estimators):
     if any(e.public is not first for e in estimators[1:]):
         raise ValueError("the settings name different public sources: one public source per call (fit them apart)")
     return first
+
+
+def inputs(public: Optional[Public], params_list, charge: Callable, source: data.Source, **run) -> tuple:
+    """``(params_list, charge, given)`` of a fit on ``source`` with the public source ``public``
+    (:meth:`Public.inputs`; ``run``: its block_rows, memory_limit and verbose), or as they are without one."""
+    if public is None:
+        return list(params_list), charge, {}
+    return public.inputs(params_list, charge, n=source.n, dim=source.dim, **run)
 
 
 def _source(public, private: data.Source) -> tuple[data.Source, str]:

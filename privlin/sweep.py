@@ -35,6 +35,7 @@ from dp_accounting import dp_event as _ev
 from . import accounting, data, noise, prediction, workflow
 from . import evaluation as _evaluation
 from . import progress as _progress
+from . import public as _public
 from .defaults import DEFAULT_EPSILON
 from .estimator import DPLinearClassifier
 from .report import PrivacyLeakWarning
@@ -214,7 +215,7 @@ def correct_counts(result: SweepResult, source: data.Source, block_rows: int = 6
 
 def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None = None, split: str = "train",
           eval_data=None, eval_split: str | None = "test", eval_public: bool = False, random_state=None,
-          budget=None, ledger=None, return_keys: bool = False, progress: bool = True, eps=None,
+          budget=None, ledger=None, return_keys: bool = False, progress: bool = True, eps=None, public=None,
           **grid) -> SweepResult:
     """Train every setting of a grid privately, sharing data passes, and evaluate each.
 
@@ -244,6 +245,9 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     progress : bool, default=True
         Show progress on stages that run more than a few seconds (stderr: compiling, settings done, passes over
         the store, evaluation; :mod:`privlin.progress`).
+    public : like ``DPLinearClassifier(public=...)``, optional
+        Public rows whose statistics every setting is given (:mod:`privlin.public`); else the settings' own
+        ``public`` parameter (one for all).
     **grid
         :class:`DPLinearClassifier` parameters, each a scalar or a list (Cartesian product): ``method``,
         ``learning_rate``, ``steps``, ``clip``, ``center``, ``classes``, ...
@@ -267,16 +271,21 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     info = noise.make_key(random_state)
     seeded = info.seeded or return_keys
     # plan and charge, in sequence, before any row is read: every setting composed, then the evaluation split
-    params = [e.get_params() for e in ests]
+    pub = _public.resolve(_public.of_settings(public, ests), source, audit=ests[0].public_audit, budget=budget,
+                          ledger=ledger)
+    params, charge, given = _public.inputs(pub, [e.get_params() for e in ests], _charge(source, seeded), source,
+                                           block_rows=ests[0].block_rows, memory_limit=ests[0].memory_limit,
+                                           verbose=progress)
     classes, plans, leaks, led = workflow.plans_for(source, params, classes=ests[0].classes, budget=budget,
-                                                    ledger=ledger, charge=_charge(source, seeded), stacklevel=4)
+                                                    ledger=ledger, charge=charge, stacklevel=4, given=tuple(given))
     eval_charge = None if evaluation is None else _evaluation.charge_exact(
         evaluation, public=eval_public, mechanism="privlin.sweep/evaluation", params={"settings": len(plans)})
     # run
     keys = noise.split(info.key, len(settings))
     fits = workflow.run_plans(plans, source, list(keys), classes, seeded=seeded, leaks=leaks, ledger=led,
                               names=workflow.class_names(source, ests[0].classes), block_rows=ests[0].block_rows,
-                              memory_limit=ests[0].memory_limit, verbose=progress, report_ledger=False)
+                              memory_limit=ests[0].memory_limit, verbose=progress, report_ledger=False, given=given,
+                              public=pub)
     result = _result(fits, settings, ests, keys, seeded=seeded, eval_public=eval_public, return_keys=return_keys)
     # evaluate
     if evaluation is not None:

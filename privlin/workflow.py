@@ -90,7 +90,7 @@ def estimator_charge(seeded: bool) -> Callable:
 def fit_plans(source: data.Source, params_list: Sequence[dict], keys: Sequence, *, seeded: bool, classes,
               budget, ledger, charge: Callable, block_rows: int, memory_limit: int, verbose: bool,
               stacklevel: int = 7, report_ledger: bool = True,
-              given: Mapping[str, Any] | None = None) -> list[Fitted]:
+              given: Mapping[str, Any] | None = None, public=None) -> list[Fitted]:
     """Fit one model per parameter set on ``source``, each with its key: the whole private workflow
     (:func:`plans_for`, then :func:`run_plans`).
 
@@ -99,15 +99,21 @@ def fit_plans(source: data.Source, params_list: Sequence[dict], keys: Sequence, 
     ``report_ledger``: whether each report names the ledger and its total (a sweep's per-setting reports do not).
     ``given``: ``{release name: value}`` of public values the fit uses in those releases' place, exactly as if
     released (statistics computed elsewhere, on public data): they are not released here, take no share of the
-    budget and are not charged (:func:`privlin.plan.make_plan`'s ``given``).
+    budget and are not charged (:func:`privlin.plan.make_plan`'s ``given``).  ``public``: a resolved public source
+    (:class:`privlin.public.Public`) whose statistics are given so (:meth:`~privlin.public.Public.inputs`); the
+    ledger entry and the reports name it.
     """
     names = class_names(source, classes)
     given = dict(given or {})
+    if public is not None:
+        params_list, charge, more = public.inputs(params_list, charge, n=source.n, dim=source.dim,
+                                                  block_rows=block_rows, memory_limit=memory_limit, verbose=verbose)
+        given.update(more)
     cls_, plans, leaks, led = plans_for(source, params_list, classes=classes, budget=budget, ledger=ledger,
                                         charge=charge, stacklevel=stacklevel, given=tuple(given))
     return run_plans(plans, source, keys, cls_, seeded=seeded, leaks=leaks, ledger=led, names=names,
                      block_rows=block_rows, memory_limit=memory_limit, verbose=verbose, report_ledger=report_ledger,
-                     given=given)
+                     given=given, public=public)
 
 
 def class_names(source: data.Source, classes) -> Optional[np.ndarray]:
@@ -119,13 +125,14 @@ def class_names(source: data.Source, classes) -> Optional[np.ndarray]:
 
 def run_plans(plans: Sequence[Plan], source: data.Source, keys: Sequence, classes, *, seeded: bool, leaks=(),
               ledger=None, names=None, block_rows: int, memory_limit: int, verbose: bool,
-              report_ledger: bool = True, given: Mapping[str, Any] | None = None) -> list[Fitted]:
+              report_ledger: bool = True, given: Mapping[str, Any] | None = None, public=None) -> list[Fitted]:
     """Run plans made for ``source`` (its N and d) and ``classes``, each with its key: one :class:`Fitted` each.
 
     The caller has charged them (:func:`plans_for`, or one entry of its own for several runs, as a search does)
     before calling this, which reads the rows.  ``leaks``: the settings' warned leaks, for the reports;
     ``ledger``: the ledger charged (None: none); ``names``: the store's names for ``classes``
-    (:func:`class_names`); ``given``: the public values of the plans' given releases (:func:`fit_plans`).
+    (:func:`class_names`); ``given``: the public values of the plans' given releases (:func:`fit_plans`), and
+    ``public`` the source they come from, which each report names.
     """
     led = ledger
     released = runner.run(plans, source, list(keys), classes, block_rows=int(block_rows),
@@ -135,10 +142,16 @@ def run_plans(plans: Sequence[Plan], source: data.Source, keys: Sequence, classe
         values = host_values(r.values)
         out.append(Fitted(plan=plan, classes=classes, coef=coef_of(r.W),
                           intercept=np.asarray(r.b, dtype=np.float64).copy(), values=values,
-                          report=report_for(plan, seeded=seeded, leaks=leaks, data=source.description,
-                                            ledger=led if report_ledger else None, values=values),
+                          report=_naming(public, given, report_for(
+                              plan, seeded=seeded, leaks=leaks, data=source.description,
+                              ledger=led if report_ledger else None, values=values)),
                           ledger=led, class_names=names))
     return out
+
+
+def _naming(public, given, report: PrivacyReport) -> PrivacyReport:
+    """The report, naming the public source of its given statistics where it has one."""
+    return report if public is None else public.annotate(report, tuple(given or ()))
 
 
 def unpack(fitted: Fitted, est, *, ledger=True):

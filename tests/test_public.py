@@ -221,3 +221,40 @@ def test_report_and_ledger_name_the_public_source_and_never_charge_it(make_store
     other = make_store({"train": blobs(64, d=8, k=3, seed=17)}, own_items=False)  # ids train0..63: train's items
     with pytest.raises(ValueError, match="shares 64 items with the private rows"):
         privlin.fit(st, epsilon=1.0, classes=[0, 1, 2], public=other, progress=False)
+
+
+# ----------------------------------------------------------------------------- the other surfaces
+
+def test_the_sweep_and_the_search_take_the_same_public_statistics(make_store, blobs):
+    from privlin import DPLinearClassifier
+    from privlin.model_selection import PrivateGridSearchCV
+    from privlin.sweep import sweep
+
+    st = make_store({"train": blobs(256, d=8, k=3, seed=18), "public": blobs(128, d=8, k=3, seed=19),
+                     "test": blobs(64, d=8, k=3, seed=20)})
+    res = sweep(st, epsilon=[1.0, 2.0], classes=[0, 1, 2], public="public", random_state=0, progress=False)
+    model = DPLinearClassifier(epsilon=2.0, classes=[0, 1, 2], public="public", random_state=0).fit(st)
+    for rec, fit in zip(res.records, res.fits):
+        assert [r.name for r, _ in rec["plan"].given] == ["radius", "center", "scale", "whiten"]
+        assert "computed without noise from store" in rec["report"].notes
+    for name in ("center", "whiten"):  # one public value, whatever the setting or the surface
+        np.testing.assert_array_equal(res.fits[0].values[name], model.released_[name])
+        np.testing.assert_array_equal(res.fits[1].values[name], model.released_[name])
+    X, y = blobs(300, d=8, k=3, seed=21)
+    X_pub, _ = blobs(100, d=8, k=3, seed=22)
+    with pytest.warns(PrivacyLeakWarning, match="no content identity"):
+        search = PrivateGridSearchCV(DPLinearClassifier(classes=[0, 1, 2], public=X_pub), {"epsilon": [1.0, 4.0]},
+                                     cv=2, random_state=0).fit(X, y)
+    assert [r.name for r, _ in search.best_estimator_.plan_.given] == ["radius", "center", "scale", "whiten"]
+    assert "array of 100 rows, no content identity" in search.best_estimator_.privacy_.notes
+
+
+def test_the_command_line_takes_a_public_split(make_store, blobs, capsys):
+    from experiments import eps_sweep
+
+    st = make_store({"train": blobs(256, d=8, k=3, seed=23), "public": blobs(128, d=8, k=3, seed=24),
+                     "test": blobs(64, d=8, k=3, seed=25)}, attrs={"backbone": "test", "classes": ["a", "b", "c"]})
+    assert eps_sweep.main([st.url, "--eps", "1", "--method", "sgd", "--public", "public", "--no-progress"]) == 0
+    assert "sgd" in capsys.readouterr().out
+    assert eps_sweep.main([st.url, "--eps", "1", "--public", "train", "--no-progress"]) == 2
+    assert "--public 'train' must be rows you may publish" in capsys.readouterr().err
