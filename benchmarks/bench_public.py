@@ -54,12 +54,14 @@ def with_public_split(path: str, out: str, fraction: float = PUBLIC_FRACTION, se
     src = stores.open(path)
     tr = src["train"]
     X, y = np.asarray(tr.features[:]), np.asarray(tr.labels[:])
-    ids, items = np.asarray(tr.ids[:], dtype=object).astype("U"), np.asarray(tr.items[:], dtype=object).astype("U")
+    def text(a):
+        return np.asarray(a, dtype=object).astype("U")
+
+    ids, items = text(tr.ids[:]), text(tr.items[:])
     priv, pub = train_test_split(np.arange(len(y)), test_size=fraction, stratify=y, random_state=seed)
     te = src["test"]
     parts = {"train": (X[priv], y[priv], ids[priv], items[priv]), "public": (X[pub], y[pub], ids[pub], items[pub]),
-             "test": (np.asarray(te.features[:]), np.asarray(te.labels[:]), np.asarray(te.ids[:], dtype=object).astype("U"),
-                      np.asarray(te.items[:], dtype=object).astype("U"))}
+             "test": (np.asarray(te.features[:]), np.asarray(te.labels[:]), text(te.ids[:]), text(te.items[:]))}
     for name, (Xs, ys, ids_s, items_s) in parts.items():
         w = stores.create_split(out, name, n_rows=len(ys), dim=Xs.shape[1], dtype=str(Xs.dtype), shard_rows=512,
                                 attrs=dict(tr.attrs.get("provenance", {}) or {"backbone": tr.attrs.get("backbone")}),

@@ -30,7 +30,8 @@ from .releases import scaling
 from .plan import Plan, make_plan
 from .report import PrivacyLeakWarning
 
-__all__ = ["Public", "resolve", "of_settings", "inputs", "statistics", "exact_plan", "PUBLIC_SPLIT", "SECOND_MOMENT", "PRIVATE_ONLY"]
+__all__ = ["Public", "resolve", "of_settings", "inputs", "statistics", "exact_plan", "PUBLIC_SPLIT", "SECOND_MOMENT",
+           "PRIVATE_ONLY"]
 
 #: The split of a store (another one, or a path) that ``public=store`` reads when the store has several.
 PUBLIC_SPLIT = "public"
@@ -332,7 +333,8 @@ def exact_plan(plan: Plan, n: int) -> Plan:
     refine), then one cheap training step whose model is not used."""
     chain = tuple((dataclasses.replace(r, parts=1) if r.name == "center" else r, 0.0) for r in plan.ran)
     ceiling = plan.learning_rate_ceiling if math.isfinite(plan.learning_rate_ceiling) else plan.learning_rate
-    return dataclasses.replace(plan, learning_rate_ceiling=ceiling, n=int(n), n_classes=2, epsilon=math.inf, accountant="none", sigma=0.0,
+    return dataclasses.replace(plan, learning_rate_ceiling=ceiling, n=int(n), n_classes=2, epsilon=math.inf,
+                               accountant="none", sigma=0.0,
                                method="adam1", steps=1, sample_rate=1.0, optimizer="adam", loss="sigmoid",
                                secure_mode=False, chain=chain, given=(), class_weight=None)
 
