@@ -432,7 +432,7 @@ def _calibrate_noise(epsilon, delta, steps=1, sample_rate=1.0, accountant="gdp",
             step *= 2
         return sigma
 
-    # Search with a coarser PLD grid (still a pessimistic upper bound, 5x faster), from a
+    # Search with a coarser PLD grid (still a pessimistic upper bound, and faster), from a
     # CLT guess (μ ≈ q·sqrt(T)/σ), then check the answer with the fine grid.
     coarse = 10 * _PLD_INTERVAL
     mu = gdp_mu_for(epsilon, delta)

@@ -1,4 +1,4 @@
-"""Public class weights (issue 37.3): each row's contribution scaled by its class's weight ≤ 1 before the sums that
+"""Public class weights: each row's contribution scaled by its class's weight ≤ 1 before the sums that
 bound it, so the guarantee is the unweighted fit's; "balanced" (private counts) and weights above 1 refused."""
 import warnings
 

@@ -1,4 +1,4 @@
-"""Compile once (issue 37.1): the persistent compilation cache a second process loads, the fit program stored whole
+"""Compile once: the persistent compilation cache a second process loads, the fit program stored whole
 (``privlin.compilation.call``: loaded untraced, rebuilt when damaged, bit-identical), and one program per ε grid.
 
 The suite itself caches in ``.pytest_cache/jax`` (conftest sets ``JAX_COMPILATION_CACHE_DIR``, which privlin must

@@ -1,4 +1,4 @@
-"""The defaults of DPLinearClassifier (issue 15): the rule's outputs on public cases, the budget split checked against
+"""The defaults of DPLinearClassifier: the rule's outputs on public cases, the budget split checked against
 dp-accounting and scipy, the scaling stage's sensitivity and its map, and accuracy floors decided before the data.
 
 Oracles are independent of privlin: the GDP closed form written with scipy, dp-accounting's PLD accountant,
@@ -357,7 +357,7 @@ def _floor_check(X, y, eps, seeds=3):
 
 
 def test_iris_floor():
-    """Issue 15's goal at ε = 8 (within 1 point of non-private on the same rows), with 2 points of slack for 3
+    """The defaults' goal at ε = 8 (within 1 point of non-private on the same rows), with 2 points of slack for 3
     seeds on 45 test rows."""
     from sklearn.datasets import load_iris
 

@@ -1,4 +1,4 @@
-"""Issue 36.4: the evaluation split of privlin.evaluate and of a sweep pays for its exact accuracies (a
+"""The evaluation split of privlin.evaluate and of a sweep pays for its exact accuracies (a
 NonPrivateDpEvent on its ledger, refused by any cap before a row is read), or is declared public, and says so."""
 import pytest
 from dp_accounting import dp_event as ev

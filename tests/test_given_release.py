@@ -1,4 +1,4 @@
-"""A release's value may be given rather than released (issue 48's public statistics): the plan made with
+"""A release's value may be given rather than released (public statistics, privlin.public): the plan made with
 ``given`` names takes no share, σ or event for them and charges nothing for them; the fit uses the given values
 through the release's own ``use``, exactly as if released — in memory and streamed."""
 import math

@@ -1,4 +1,4 @@
-"""Fixed-key results recorded before privlin's restructuring (issue 35): every fit must give the same numbers.
+"""Fixed-key results recorded before privlin's restructuring: every fit must give the same numbers.
 
 ``tests/golden/make_golden.py`` recorded ``golden.npz`` at main ae126af (= 8eb666c's code for privlin); each case is
 refit here with the same ``random_state`` and compared within float rounding.  A change that moves a key split or

@@ -131,7 +131,7 @@ def _files(root):
 
 
 def test_a_folder_dataset_writes_nothing_outside_out(offline_hub, tmp_path, monkeypatch):
-    """Issue 45.4: the datasets library wrote its Arrow cache under HF_HOME/datasets; now a temporary folder,
+    """The datasets library wrote its Arrow cache under HF_HOME/datasets; now a temporary folder,
     removed when the job ends, so the only new files are the store's."""
     import tempfile
 

@@ -225,7 +225,7 @@ def test_other_vit_shaped_models(offline_hub, arch, args, heads):
 
 
 def test_a_config_json_that_redirects_the_weights_is_refused(offline_hub, tmp_path):
-    """Issue 45.4: ``pretrained_cfg_overlay = {file: <local .pth>}`` made timm load that file while the store
+    """``pretrained_cfg_overlay = {file: <local .pth>}`` made timm load that file while the store
     recorded the repository's safetensors hash; refused, so what is recorded is what is loaded."""
     import timm
 
@@ -241,7 +241,7 @@ def test_a_config_json_that_redirects_the_weights_is_refused(offline_hub, tmp_pa
 
 
 def test_a_timm_store_can_be_resumed_and_rerun_and_records_a_local_weights_file(tagged, tmp_path):
-    """Issue 47.1: timm's pretrained_cfg holds tuples, which never equalled their JSON round trip in the store, so
+    """timm's pretrained_cfg holds tuples, which never equalled their JSON round trip in the store, so
     the same command again was refused; with --weights the store named the hub's file instead of the one loaded."""
     import timm
     from safetensors.torch import save_file
@@ -265,7 +265,7 @@ def test_a_timm_store_can_be_resumed_and_rerun_and_records_a_local_weights_file(
 
 
 def test_the_offline_hint_names_the_config_and_the_weights(offline_hub):
-    """Issue 47.6: the hint said ``config.json config.json``; it names what a hub backbone needs."""
+    """The hint said ``config.json config.json``; it names what a hub backbone needs."""
     with pytest.raises(backbones.WeightsNotFoundError) as err:
         backbones.load_backbone("hf-hub:nobody/nothing")
     assert "`hf download nobody/nothing config.json model.safetensors`" in str(err.value)

@@ -1,4 +1,4 @@
-"""Inputs that lie about what they are (issue 45.4) and bad inputs that must end in one line (issue 47.2): what
+"""Inputs that lie about what they are and bad inputs that must end in one line: what
 featurize records is what it read, each source item read once, nothing outside the named data."""
 import os
 import tarfile

@@ -1,4 +1,4 @@
-"""Item identity (issue 44.1): every row of a store names the source image it came from by content, the same for
+"""Item identity: every row of a store names the source image it came from by content, the same for
 every backbone, copy, path spelling and layout of the same images, and the same as DP-MAE names the images it
 trains on. Expected items are computed here independently (sha256 of each file's bytes read by this test)."""
 import hashlib

@@ -88,7 +88,7 @@ def _untouchable(source):
 
 
 def test_the_test_split_pays_for_the_knn_or_is_declared_public(make_store):
-    """Issue 36.4: the k-NN accuracy is exact about the test rows too: their ledger gains a NonPrivateDpEvent, a
+    """The k-NN accuracy is exact about the test rows too: their ledger gains a NonPrivateDpEvent, a
     capped test ledger refuses before any row (of either split) is read or charged, and public_test=True records
     the declaration instead."""
     from dp_accounting import dp_event as ev
@@ -120,7 +120,7 @@ def test_the_test_split_pays_for_the_knn_or_is_declared_public(make_store):
 
 
 def test_the_overlap_audit_is_charged_to_the_private_rows_or_declared_public(make_store):
-    """Issue 45.3: the audit's counts, per-row similarities and private ids are exact: the private split's ledger gains
+    """The audit's counts, per-row similarities and private ids are exact: the private split's ledger gains
     a NonPrivateDpEvent before any row is read, a capped one refuses with nothing read, ``declare_public=True``
     records the declaration instead, and arrays with no ledger are warned."""
     import warnings

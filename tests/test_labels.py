@@ -1,5 +1,5 @@
 """With a public class list, a label outside it is a null row whatever its type: no fit raises because of one
-row's label (issue 36.2).  The oracle: the fit with a fixed key equals the fit with those rows' labels replaced by
+row's label.  The oracle: the fit with a fixed key equals the fit with those rows' labels replaced by
 an ordinary out-of-list integer label (the null row of the fast, sorted lookup), bit for bit."""
 import math
 import warnings

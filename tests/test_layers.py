@@ -23,7 +23,7 @@ def _graph():
 LAYERS = (
     ("primitives", ("defaults", "sensitivity", "noise", "secure_noise", "accounting", "events", "compilation",
                     "progress")),
-    ("releases", ("releases", "preprocess", "scaling", "radius", "train")),
+    ("releases", ("releases", "train")),
     ("policy", ("plan",)),
     ("execution", ("data", "report", "ledger", "evaluation", "steps", "chain", "in_memory", "rows", "streamed",
                    "fit_groups", "runner", "workflow", "prediction")),

@@ -1,4 +1,4 @@
-"""PrivateGridSearchCV (issue 36.1): every fold fit, the scores, the selection and the refit charged before any
+"""PrivateGridSearchCV: every fold fit, the scores, the selection and the refit charged before any
 row is read, on one ledger; the total checked against compositions made here from the parameters (the closed form
 of Gaussian DP and dp-accounting's PLD), the refusal of a capped ledger before a row is read, and the score noise's
 std measured over many seeded draws."""
@@ -182,7 +182,7 @@ def test_the_refit_charged_dominates_every_candidates_refit():
     assert both == ev.ComposedDpEvent([p(0.01, 1.0), p(0.2, 3.0)]) and "composed" in rule
 
 
-# ----------------------------------------------------------------------------- issue 45: scores' noise, labels, refit
+# ----------------------------------------------------------------------------- scores' noise, labels, refit
 
 def test_secure_mode_scores_go_through_the_exact_sampler(monkeypatch):
     """With secure_mode candidates the counts are released by secure_noise (the discrete Gaussian from os.urandom on

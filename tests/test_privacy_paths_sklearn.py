@@ -1,4 +1,4 @@
-"""The scikit-learn surface's non-private paths say so (issue 47.4, 45.3) and its rough edges (47.3): ``score``
+"""The scikit-learn surface's non-private paths say so and its rough edges: ``score``
 warns with or without a ledger (so ``GridSearchCV`` and ``cross_val_score`` do), per-row outputs on rows known private
 warn, ``privlin.fit(X, y, epsilon=1)`` works, and ``coef_``'s condition reads the same in README and in the error."""
 import pathlib

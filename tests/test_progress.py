@@ -1,4 +1,4 @@
-"""A sign of life on anything long (issue 37.2): privlin.fit and privlin.sweep show their stages by default once
+"""A sign of life on anything long: privlin.fit and privlin.sweep show their stages by default once
 they have run ``PRIVLIN_PROGRESS_AFTER`` seconds (set to 0 here: every stage counts as long), and nothing with
 ``progress=False``."""
 from __future__ import annotations

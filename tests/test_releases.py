@@ -1,4 +1,4 @@
-"""Releases as values (issue 35): the chain a plan holds, what it derives, and releases added from outside.
+"""Releases as values: the chain a plan holds, what it derives, and releases added from outside.
 
 The toy releases below are defined here, not in privlin: adding one is one class and one entry in the registry
 (``privlin.releases.REGISTRY``, :func:`privlin.releases.register`).  A private row count reads the rows as given; a

@@ -1,4 +1,4 @@
-"""Issue 47's rough edges in featurize, backbones and stores: a typo answered before the heavy imports, a line at
+"""The first experience's rough edges in featurize, backbones and stores: a typo answered before the heavy imports, a line at
 once, ``stores info`` readable in 120 columns (JSON on request), a checkpoint mismatch in one short line."""
 import json
 import os

@@ -315,8 +315,8 @@ def test_plan_mismatch_and_key_count_are_refused(rows):
 
 
 def test_an_epsilon_grid_with_the_same_releases_compiles_one_program(blobs):
-    """ε, σ, the learning rate and the key are arguments of the compiled fit, never part of what it specializes on
-    (issue 37): fits at three ε whose plans make the same releases reuse one program."""
+    """ε, σ, the learning rate and the key are arguments of the compiled fit, never part of what it specializes on:
+    fits at three ε whose plans make the same releases reuse one program."""
     import warnings
 
     from privlin import DPLinearClassifier, compilation, in_memory

@@ -1,4 +1,4 @@
-"""The estimator as scikit-learn users read it (issue 37.3, 37.6): coef_ only where it is an exact input-space map,
+"""The estimator as scikit-learn users read it: coef_ only where it is an exact input-space map,
 the transformed weights under their own names, a store's class names as classes_, one-line refusals of what DP does
 not allow, the labelled non-private label check, and one name for the neighbouring relation."""
 import math

@@ -1,4 +1,4 @@
-"""``python -m experiments.eps_sweep`` reports a mistyped store path or split before it loads JAX (issue 47): a typo
+"""``python -m experiments.eps_sweep`` reports a mistyped store path or split before it loads JAX: a typo
 costs no seconds."""
 from __future__ import annotations
 

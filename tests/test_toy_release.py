@@ -1,4 +1,4 @@
-"""A new release is one module and one registration line (issue 46): the toy release of ``toy_release.py``,
+"""A new release is one module and one registration line: the toy release of ``toy_release.py``,
 registered by one ``releases.register`` call, is seen in the plan's event and ε (recomposed here with
 dp-accounting's own accountant), the report, the ledger entry, the secure-mode table, the sweep's record and the
 fitted model, and streams exactly as it runs in memory; with privlin changed nowhere."""
