@@ -1,7 +1,7 @@
-"""Public statistics (issue 48): digits with 20% of train as a public split, private fits with the preprocessing
+"""Public statistics: digits with 20% of train as a public split, private fits with the preprocessing
 statistics from it vs the private defaults vs non-private, and with public sources from another distribution.
 
-    PYTHONPATH=$PWD python benchmarks/bench_public.py --seeds 5 --out /tmp/bench_public   # a few minutes, 2 CPUs
+    PYTHONPATH=$PWD python benchmarks/bench_public.py --seeds 5 --out /tmp/bench_public   # BENCHMARKS.md: its time
 
 Stores: scikit-learn's digits featurized with ``pixels`` (3072-d) and ``vip_toy`` (128-d) by ``featurize``
 (as the quickstart builds them), re-split with seed 0: ``train`` (80% of train, the private rows), ``public``
