@@ -110,25 +110,27 @@ def public_sources(path: str, synthetic: str, seed: int = 0) -> dict:
 
 def accuracies(path: str, public, seeds: int, epsilons=EPSILONS) -> dict:
     """``{ε: [accuracy of each seed]}`` of ``DPLinearClassifier(method="sgd")`` defaults on the store's ``train``
-    split (one sweep: every (ε, seed) its own noise), with ``public`` (None: the private defaults)."""
+    split (one sweep: every (ε, seed) its own noise, from base key 0 so that a rerun repeats it), with ``public``
+    (None: the private defaults)."""
     from privlin.sweep import sweep
 
     settings = [dict(method="sgd", epsilon=e, delta=DELTA) for e in epsilons] * seeds
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # arrays carry no content identity: warned, and known here
-        res = sweep(path, settings=settings, eval_public=True, progress=False, public=public)
+        res = sweep(path, settings=settings, eval_public=True, progress=False, public=public, random_state=0)
     out: dict = {}
     for r in res.records:
         out.setdefault(r["epsilon"], []).append(r["accuracy"])
     return out
 
 
-def run(backbones, seeds: int, cache: str) -> list[dict]:
+def run(backbones, seeds: int, cache: str, only=None) -> list[dict]:
     """One row per (backbone, ε, source): accuracy mean and sd over seeds (%), and the seconds it took."""
     rows = []
     for backbone in backbones:
         path = with_public_split(featurized(backbone, cache), os.path.join(cache, f"{backbone}_public_split.zarr"))
         sources = {"private defaults": None, **public_sources(path, synthetic_store(backbone, cache))}
+        sources = {k: v for k, v in sources.items() if only is None or k in only}
         exact = accuracies(path, None, 1, (math.inf,))[math.inf][0]
         for name, source in sources.items():
             t = time.perf_counter()
@@ -165,11 +167,13 @@ def main(argv=None) -> int:
     p.add_argument("--backbones", default=",".join(BACKBONES))
     p.add_argument("--cache", default=os.path.join("runs", "bench_public"), help="stores (reused)")
     p.add_argument("--out", default=None, help="folder for table.md and rows.json")
+    p.add_argument("--sources", default=None, help="comma-separated names of the sources to compare (default: all)")
     args = p.parse_args(argv)
     os.makedirs(args.cache, exist_ok=True)
     os.environ.setdefault("PRIVLIN_LEDGER_HOME", os.path.join(args.cache, "ledger-home"))  # not the user's home
     t = time.perf_counter()
-    rows = run(args.backbones.split(","), args.seeds, args.cache)
+    rows = run(args.backbones.split(","), args.seeds, args.cache,
+               None if args.sources is None else args.sources.split(","))
     text = table(rows)
     print(text + f"\n\n({time.perf_counter() - t:.0f} s)")
     if args.out:
