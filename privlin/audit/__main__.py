@@ -1,4 +1,5 @@
 """``python -m privlin.audit``: :func:`privlin.audit.cli.main`."""
 from .cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":
+    raise SystemExit(main())

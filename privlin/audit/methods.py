@@ -40,10 +40,11 @@ def estimator_trainer(params: Mapping, *, n: int, dim: int, n_classes: int) -> C
         rel = runner.train_rows(static, X, Y, mask, float(plan.n), key, plan.sigma, sigma_ref, plan.learning_rate,
                                 plan.learning_rate_ceiling)
         out = {"coef": rel.W.T, "intercept": rel.b}
-        if rel.mean is not None:
-            out["mean"] = rel.mean
-        if rel.radius is not None:
-            out["radius"] = rel.radius
+        mean, _, log_scale = plan.row_map(rel.values)  # how the fitted model maps rows
+        if mean is not None:
+            out["mean"] = mean
+        if log_scale is not None:
+            out["radius"] = log_scale
         return out
 
     trainer.plan = plan
