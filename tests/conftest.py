@@ -112,3 +112,14 @@ def ledger_home(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("ledger-home")
     monkeypatch.setenv("PRIVLIN_LEDGER_HOME", str(home))
     return home
+
+
+def pytest_collection_modifyitems(config, items):
+    """The unit tier (``-m unit``) leaves out the tests marked ``heavy`` (seconds of compiling or PLD calibration
+    each): they run in the full suite, and the tier stays a quick check of the pure pieces."""
+    if "unit" not in (config.option.markexpr or ""):
+        return
+    heavy = [item for item in items if item.get_closest_marker("heavy") is not None]
+    if heavy:
+        config.hook.pytest_deselected(items=heavy)
+        items[:] = [item for item in items if item.get_closest_marker("heavy") is None]

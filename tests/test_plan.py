@@ -44,6 +44,7 @@ def test_defaults_per_method():
     assert sgd.neighbouring == "replace_special"
 
 
+@pytest.mark.heavy
 def test_subsampled_plan_meets_its_target_under_dp_accounting():
     p = make_plan({"epsilon": 3.0, "method": "minibatch", "batch_size": 64, "steps": 50}, n=2000, dim=4, n_classes=2)
     assert p.scaled and p.whitened and p.radial  # every release is in the event checked below
@@ -104,6 +105,7 @@ def test_more_rows_than_an_exact_sum_holds_are_refused_by_the_plan():
         make_plan({"epsilon": 1.0, "delta": 1e-9}, n=sensitivity.MAX_ROWS + 1, dim=8, n_classes=2)
 
 
+@pytest.mark.heavy
 def test_two_stage_centering_is_charged_as_it_runs_and_composes_to_one_release():
     """Where the centering runs in two stages (preprocess.center_stages), the event holds two Gaussians at σ_c·√2,
     and dp-accounting's PLD of that event equals its PLD with the one Gaussian at σ_c they compose to (Gaussian

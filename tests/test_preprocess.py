@@ -118,6 +118,7 @@ def test_refine_radius_is_one_and_a_half_first_stage_errors_at_most_the_norm():
     assert float(P.refine_radius(1e6, n, d, 2.0)) == 2.0
 
 
+@pytest.mark.heavy
 def test_offset_sum_clips_offsets_to_the_radius_and_its_sensitivity_is_the_radius():
     """Against NumPy's clipped offsets, and every zero-out neighbour moves the sum by at most R, with adversarial
     rows: one exactly at the first estimate, a zero row, one far away, one just past R."""
@@ -152,6 +153,7 @@ def test_refined_mean_noise_std_is_sigma_times_radius():
     assert np.std(m * n - total) == pytest.approx(sigma * r, rel=0.02)
 
 
+@pytest.mark.heavy
 def test_two_stages_find_a_tight_cloud_one_stage_cannot():
     """A cloud of spread 0.02 around a unit-norm mean (backbone-like rows).  At the same total budget (one release
     at σ, or two at σ√2 each: the same Gaussian composition) the two-stage error is far below one stage's, and

@@ -36,6 +36,7 @@ def test_float32_sums_break_the_sensitivity():
     assert np.linalg.norm(X_in[-1]) == pytest.approx(1.0) and moved > 1.005
 
 
+@pytest.mark.heavy
 def test_released_sums_move_by_at_most_c_on_the_crafted_rows():
     X, m_in, m_out = crafted_pair()
     n = X.shape[0]
@@ -55,6 +56,7 @@ def test_released_sums_move_by_at_most_c_on_the_crafted_rows():
             assert np.linalg.norm(diff) <= C
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("seed", range(3))
 def test_any_row_moves_any_sum_by_at_most_c(seed):
     """Random rows of wild scales (1e-30 .. 1e30, float32), a random row replaced by a null row: the exact bound."""
@@ -145,6 +147,7 @@ def offset_rows(rng, n, d, center):
     return U.astype(np.float32)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("norm_c", [0.0, 0.5, 0.97])
 def test_offsets_sum_moves_by_at_most_the_bound(norm_c):
     """Clipped offsets (cap 1, scale = bound = r) and re-normalized ones (scale = bound, cap 64·bound), at the
@@ -167,6 +170,7 @@ def test_offsets_sum_moves_by_at_most_the_bound(norm_c):
                     assert np.linalg.norm(full - part) <= bound
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("k", [1, 5, 40])
 def test_offsets_sum_is_exact_in_any_order_blocking_vmap_and_class_layout(k):
     """The same bits whatever the order, the blocking, a vmap over centers, and as each class summed alone (the
@@ -198,6 +202,7 @@ def test_offsets_sum_is_exact_in_any_order_blocking_vmap_and_class_layout(k):
             np.testing.assert_array_equal(np.asarray(alone), whole[c])
 
 
+@pytest.mark.heavy
 def test_offsets_sum_is_the_weighted_offsets_to_the_grid():
     """Against NumPy: Σ w_i (u_i − c) per class, w_i = min(cap, scale / ‖u_i − c‖), rows snapped to 2^-a."""
     rng = np.random.default_rng(2)

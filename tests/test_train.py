@@ -52,6 +52,7 @@ def random_params(seed, d=D, k=K):
     return T.LinearParams(jnp.asarray(r.normal(size=(d, k)), jnp.float32), jnp.asarray(r.normal(size=k), jnp.float32))
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("loss", ["softmax", "sigmoid"])
 @pytest.mark.parametrize("fit_intercept", [False, True])
 def test_analytic_per_example_gradients_equal_autodiff(loss, fit_intercept):
@@ -112,6 +113,7 @@ def test_full_batch_steps_use_fresh_noise():
     assert np.std(np.asarray(W)) == pytest.approx(2.0, rel=0.06)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("loss", ["sigmoid", "softmax"])
 @pytest.mark.parametrize("fit_intercept", [False, True])
 def test_adam1_class_sums_give_the_exact_clipped_gradient_at_zero_init(loss, fit_intercept):
@@ -130,6 +132,7 @@ def test_adam1_class_sums_give_the_exact_clipped_gradient_at_zero_init(loss, fit
         assert np.allclose(g.b, direct.b, atol=1e-5)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("fit_intercept", [False, True])
 def test_adam1_class_sums_of_centered_rows_give_the_clipped_gradient_of_the_model_rows(fit_intercept):
     """Rows handed over before their last centering (``center``): the gradient is the clipped gradient at zero init
@@ -154,6 +157,7 @@ def test_adam1_class_sums_of_centered_rows_give_the_clipped_gradient_of_the_mode
         assert np.allclose(g.b, direct.b, atol=1e-4)
 
 
+@pytest.mark.heavy
 def test_adam1_step_is_one_optax_adam_step_on_the_noisy_gradient():
     X, Y, mask = data(seed=5)
     acc = T.class_sums_update(T.class_sums_init(D, K), X, Y, mask, 1.0, N)
@@ -171,6 +175,7 @@ def test_adam1_step_is_one_optax_adam_step_on_the_noisy_gradient():
     assert np.allclose(np.abs(params.W), lr, rtol=1e-3)
 
 
+@pytest.mark.heavy
 def test_trainers_vmap_over_keys_sigmas_and_learning_rates():
     X, Y, mask = data(seed=6)
     f = jax.jit(jax.vmap(functools.partial(fit_full_batch, steps=3), in_axes=(None, None, None, None, 0, 0, 0)))
@@ -194,6 +199,7 @@ def test_sigma_zero_full_batch_is_plain_clipped_gradient_descent():
     assert np.allclose(params.W, p.W, atol=1e-5)
 
 
+@pytest.mark.heavy
 def test_minibatch_poisson_rate_and_optimizers():
     n, q = 4000, 0.1
     X = jnp.ones((n, 1))
