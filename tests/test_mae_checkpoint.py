@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-import backbones.mae.train as train_mod
+import backbones.mae.trainer as train_mod
 from backbones.mae.checkpoint import load_checkpoint
 from backbones.mae.train import TrainSettings, train
 from test_mae import _one_thread  # noqa: F401  (autouse: one torch thread, as in test_mae)

@@ -109,7 +109,7 @@ def _one_line_refusal(argv, tmp_path, capsys):
 
 @pytest.mark.parametrize("name", sorted(BAD_SETTINGS))
 def test_extreme_settings_are_refused_in_one_line_before_anything(name, tmp_path, capsys, monkeypatch):
-    import backbones.mae.train as train_mod
+    import backbones.mae.trainer as train_mod
 
     def no_step(self):  # a refused setting never reaches a step (which would count it in the journal)
         raise AssertionError("a DP step ran")
@@ -147,7 +147,7 @@ def test_user_mistakes_are_one_line_errors(name, tmp_path, capsys):
 
 def test_a_data_typo_is_named_with_the_settings_before_any_work(tmp_path, capsys, monkeypatch):
     """``--data digitz`` is refused where the settings are checked: no model built, no image read, at once."""
-    import backbones.mae.train as train_mod
+    import backbones.mae.trainer as train_mod
 
     for name in ("build_mae", "make_source"):
         monkeypatch.setattr(train_mod, name, lambda *a, name=name, **k: pytest.fail(f"{name} ran"))
@@ -158,6 +158,27 @@ def test_a_data_typo_is_named_with_the_settings_before_any_work(tmp_path, capsys
             TrainSettings(data=bad)
     assert time.perf_counter() - start < 1.0
     assert "unknown data spec 'digitz'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--data", "digitz"], "error: unknown data spec 'digitz'; use synthetic, digits or imagefolder:PATH"),
+    (["--size", "huge"], "error: argument --size: invalid choice: 'huge'"),
+    (["--per-example", "vmapp"], "error: argument --per-example: invalid choice: 'vmapp'"),
+    (["--dp", "--epsilon", "inf", "--data", "digits"], "error: epsilon must be > 0 and finite with --dp"),
+])
+def test_a_wrong_name_is_reported_before_torch_is_imported(args, expected):
+    """The command line checks its arguments from public facts (sizes, data specs, methods) before the trainer and
+    torch load: the error is one line with exit status 2, and torch is not in ``sys.modules`` when it is given."""
+    code = ("import sys\nfrom backbones.mae.train import main\ntry:\n    code = main(sys.argv[1:])\n"
+            "except SystemExit as e:\n    code = e.code\nprint(code, 'torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code, *args], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": REPO})
+    assert r.stdout.split() == ["2", "False"], (r.stdout, r.stderr)
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("python -m backbones.mae.train: ") and expected in lines[0], r.stderr
+    r = subprocess.run([sys.executable, "-m", "backbones.mae.train", *args], cwd=REPO, capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": REPO})
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.strip() == lines[0], r.stderr
 
 
 def test_a_second_run_never_overwrites_a_checkpoint(tmp_path, capsys):
@@ -343,7 +364,7 @@ def test_export_bare_name_goes_under_out_and_a_path_is_honoured(tmp_path, monkey
 def test_the_torch_trainer_loads_neither_jax_nor_scikit_learn():
     # DP-MAE needs privlin's accounting and event codec only; JAX and scikit-learn (privlin's estimator) would cost
     # seconds and memory in every trainer process. Needs privlin/__init__ to import lazily.
-    code = ("import sys, backbones.mae.train, backbones.mae.dp; "
+    code = ("import sys, backbones.mae.trainer, backbones.mae.dp; "
             "print(sorted(m for m in ('jax', 'sklearn') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": REPO})

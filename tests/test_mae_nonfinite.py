@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-import backbones.mae.train as train_mod
+import backbones.mae.trainer as train_mod
 from backbones.mae.data import TensorImages, normalize
 from backbones.mae.dp import PrivacyLeakWarning
 from backbones.mae.model import build_mae

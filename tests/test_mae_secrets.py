@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-import backbones.mae.train as train_mod
+import backbones.mae.trainer as train_mod
 from backbones.mae.dp import SECRET_BYTES, PrivacyLeakWarning, SecretStream
 from backbones.mae.train import TrainSettings, main, run_dp_event, train
 from test_mae import _one_thread  # noqa: F401  (autouse: one torch thread, as in test_mae)

@@ -16,7 +16,7 @@ import pytest
 import torch
 from dp_accounting.rdp import rdp_privacy_accountant
 
-import backbones.mae.train as train_mod
+import backbones.mae.trainer as train_mod
 from backbones.mae.checkpoint import STEP_JOURNAL, load_checkpoint, read_step_journal, write_step_journal
 from backbones.mae.data import FolderImages, TensorImages
 from backbones.mae.train import TrainSettings, main, train

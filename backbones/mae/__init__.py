@@ -13,13 +13,21 @@ dp-accounting event (:func:`.train.run_dp_event`).
 
     python -m backbones.mae.train --size vip_toy --data synthetic --steps 1500 --export vip_toy.pth
 """
-from .checkpoint import export_encoder, load_checkpoint, load_mae_weights, save_checkpoint
-from .data import digits_split, make_source, normalize
-from .dp import DPAccountantState, PrivacyLeakWarning, SecretStream, poisson_sample, reduce_and_privatize
-from .model import MAE_SIZES, MAEConfig, MaskedAutoencoder, build_mae, encoder_from_mae, encoder_state_dict
-from .ghost import UnsupportedModuleError, ghost_clip_and_sum
-from .per_example import clip_and_sum, clipped_grad_sum, per_example_grads, per_example_norms, split_params
-from .synthetic import ShaderImages, render_shader
+from ..lazy import lazy_exports
+from .config import MAE_SIZES, MAEConfig
+from .errors import UnsupportedModuleError
+
+#: Public name -> the module that defines it (torch-bound: loaded on first use, so the command line checks its
+#: arguments before torch loads).
+_LAZY = {**dict.fromkeys(("export_encoder", "load_checkpoint", "load_mae_weights", "save_checkpoint"), "checkpoint"),
+         **dict.fromkeys(("digits_split", "make_source", "normalize"), "data"),
+         **dict.fromkeys(("DPAccountantState", "PrivacyLeakWarning", "SecretStream", "poisson_sample",
+                          "reduce_and_privatize"), "dp"),
+         **dict.fromkeys(("MaskedAutoencoder", "build_mae", "encoder_from_mae", "encoder_state_dict"), "model"),
+         "ghost_clip_and_sum": "ghost",
+         **dict.fromkeys(("clip_and_sum", "clipped_grad_sum", "per_example_grads", "per_example_norms",
+                          "split_params"), "per_example"),
+         **dict.fromkeys(("ShaderImages", "render_shader"), "synthetic")}
 
 __all__ = ["MAEConfig", "MAE_SIZES", "MaskedAutoencoder", "build_mae", "encoder_from_mae", "encoder_state_dict",
            "ShaderImages", "render_shader", "digits_split", "make_source", "normalize",
@@ -27,3 +35,4 @@ __all__ = ["MAEConfig", "MAE_SIZES", "MaskedAutoencoder", "build_mae", "encoder_
            "ghost_clip_and_sum", "UnsupportedModuleError",
            "poisson_sample", "reduce_and_privatize", "DPAccountantState", "PrivacyLeakWarning", "SecretStream",
            "save_checkpoint", "load_checkpoint", "load_mae_weights", "export_encoder"]
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -30,6 +30,7 @@ import os
 import torch
 
 from ..checkpoints import sha256_file, tensor_sha256
+from .errors import CheckpointWriteError
 from .model import MAEConfig, MaskedAutoencoder, encoder_state_dict
 
 __all__ = ["CheckpointWriteError", "remove_stale_temporaries", "save_checkpoint", "load_checkpoint", "export_encoder",
@@ -38,13 +39,6 @@ __all__ = ["CheckpointWriteError", "remove_stale_temporaries", "save_checkpoint"
 
 #: File name, in a DP run's ``--out``, of its step journal (:func:`write_step_journal`).
 STEP_JOURNAL = "dp_steps.json"
-
-
-class CheckpointWriteError(OSError):
-    """A checkpoint, export or provenance file could not be written (disk full, no permission, I/O error).
-
-    Its message names the file; the previous file at that path, if any, is intact and no temporary file is left.
-    """
 
 
 def _atomic_write(path: str, write) -> None:

@@ -22,6 +22,7 @@ import torch
 
 from stores.items import ITEM_CHARS, of_bytes
 
+from .settings import check_data_spec
 from .synthetic import ShaderImages
 
 __all__ = [
@@ -241,16 +242,6 @@ def _reason(e: Exception) -> str:
         return "not an image PIL can identify"
     text = str(e).splitlines()[0][:160] if str(e) else ""
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
-
-
-def check_data_spec(spec: str) -> None:
-    """Refuse a data spec that is none of ``synthetic``, ``digits``, ``imagefolder:PATH`` (reads nothing).
-
-    Checked with the other settings, so a typo is named before any image is read or any model is built.
-    """
-    kind, _, path = spec.partition(":")
-    if spec not in ("synthetic", "digits") and not (kind == "imagefolder" and path):
-        raise ValueError(f"unknown data spec {spec!r}; use synthetic, digits or imagefolder:PATH")
 
 
 def make_source(spec: str, size: int, seed: int = 0):

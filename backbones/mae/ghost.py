@@ -51,15 +51,12 @@ from torch.func import functional_call
 from torch.nn import functional as F
 
 from .clipping import clip_factors, dropped, weighted_sum, zero_rows
+from .errors import UnsupportedModuleError
 
 __all__ = ["ghost_clip_and_sum", "check_supported", "UnsupportedModuleError", "layer_plan", "low_precision_gram_bound"]
 
 _SUPPORTED = (nn.Linear, nn.Conv2d, nn.LayerNorm)
 _SMALL = 4096  # per-example gradients up to this size are normed and summed together
-
-
-class UnsupportedModuleError(NotImplementedError):
-    """The fast path does not know how to clip a module's per-example gradients."""
 
 
 def _own_trainable(module: nn.Module) -> dict:

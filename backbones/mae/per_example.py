@@ -18,6 +18,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from .clipping import clip_factors, dropped, weighted_sum, zero_rows
 from .ghost import ghost_clip_and_sum
+from .settings import METHODS
 
 __all__ = ["split_params", "per_example_grads", "per_example_norms", "clip_factors", "dropped", "zero_rows",
            "weighted_sum", "clip_and_sum", "clipped_grad_sum", "METHODS"]
@@ -79,10 +80,6 @@ def clip_and_sum(grads: dict, clip: float, finite: torch.Tensor | None = None):
     rows = dropped(scale)
     summed = {k: weighted_sum(scale, g, rows) for k, g in grads.items()}
     return summed, norms
-
-
-#: Ways to compute a clipped per-example gradient sum: the fast path and the reference.
-METHODS = ("ghost", "vmap")
 
 
 def clipped_grad_sum(model, imgs: torch.Tensor, mask_noise: torch.Tensor, clip: float, *, method: str = "ghost",
