@@ -257,12 +257,7 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
     SweepResult
     """
     # validate: public facts only
-    if settings is None:
-        settings = _grid(epsilon if eps is None else eps, grid)
-    else:
-        settings = [{**grid, **dict(s)} for s in settings]
-    if not settings:
-        raise ValueError("no settings to train")
+    settings = _settings(epsilon if eps is None else eps, settings, grid)
     ests = [_validated(s) for s in settings]
     source, evaluation = data.as_source(data_, split), _evaluation_source(data_, eval_data, eval_split)
     _check(ests, source, evaluation, secret=random_state is None and not return_keys)
@@ -294,6 +289,14 @@ def sweep(data_, epsilon=DEFAULT_EPSILON, *, settings: Sequence[Mapping] | None 
         for i, rec in enumerate(result.records):
             rec["accuracy"], rec["eval_split"], rec["eval_charge"] = float(acc[i]), (eval_split or "eval"), eval_charge
     return result
+
+
+def _settings(epsilon, settings, grid: Mapping[str, Any]) -> list[dict]:
+    """The settings of a sweep: the grid's (:func:`_grid`), or each explicit one over the grid's shared parameters."""
+    settings = _grid(epsilon, grid) if settings is None else [{**grid, **dict(s)} for s in settings]
+    if not settings:
+        raise ValueError("no settings to train")
+    return settings
 
 
 def _check(ests, source: data.Source, evaluation: data.Source | None, *, secret: bool) -> None:
