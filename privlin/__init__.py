@@ -23,19 +23,18 @@ _HOME = {"DPLinearClassifier": "estimator", "evaluate": "estimator", "check_labe
 
 def fit(data_, y=None, *, split: str = "train", **kwargs):
     """:func:`privlin.estimator.fit` (every parameter is described there): a :class:`DPLinearClassifier` fitted on a
-    store split or on arrays.  The names a user types (the store path, the split, ``method=``) are checked here,
-    before JAX and scikit-learn are imported, so a typo is reported at once."""
-    from .defaults import METHODS
+    store split or on arrays.  The names a user types (the store path, the split, each keyword, ``method=``) are
+    checked here (:mod:`privlin.spelling`), before JAX and scikit-learn are imported, so a typo is reported at once."""
+    from .spelling import check_method, check_params, check_split
 
-    method = kwargs.get("method")
-    if method is not None and method not in METHODS:
-        raise ValueError(f"unknown method {method!r}: privlin's methods are {', '.join(METHODS)}")
+    check_params(kwargs, also=("eps", "progress"))
+    if kwargs.get("method") is not None:
+        check_method(kwargs["method"])
     if y is None and (isinstance(data_, str) or hasattr(data_, "__fspath__")):
         import stores
 
         data_ = stores.open(data_)
-        if split not in data_.splits:
-            raise ValueError(f"no split {split!r} in {data_.url!r}; splits: {data_.splits}")
+        check_split(data_, split)
     from .estimator import fit as fit_
 
     return fit_(data_, y, split=split, **kwargs)

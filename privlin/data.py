@@ -25,6 +25,7 @@ from typing import Iterator
 import numpy as np
 
 from .report import PrivacyLeakWarning
+from .spelling import check_split
 
 __all__ = ["Source", "ArraySource", "SplitSource", "as_source", "is_store_like", "public_classes", "label_index",
            "row_labels", "open_store"]
@@ -360,10 +361,7 @@ def as_source(data, split: str | None = "train") -> Source:
     if isinstance(data, stores.Split):
         return SplitSource(data)
     if isinstance(data, stores.FeatureStore):
-        if split is None:
-            raise ValueError(f"which split? the store has {data.splits}")
-        if split not in data.splits:
-            raise ValueError(f"no split {split!r} in {data.url!r}; splits: {data.splits}")
+        check_split(data, split)
         return SplitSource(data[split], data)
     raise TypeError(f"expected a store, a store path or URL, a stores.Split or an (X, y) pair, "
                     f"got {type(data).__name__}")

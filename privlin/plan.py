@@ -26,6 +26,7 @@ from .defaults import (ADAM1_BIAS_INIT, ADAM_LR, CURVATURE_SHARE, DEFAULT_CENTER
 from .releases import Release
 from .releases.base import row_map
 from .releases.rates import default_learning_rate, learning_rates, noise_rate, stability_caps
+from .spelling import check_method
 
 __all__ = ["Plan", "Static", "make_plan", "validate", "resolve", "choose", "calibrate", "build", "Settings",
            "Resolved", "Choice", "Calibration", "class_weights", "default_learning_rate", "METHODS", "DEFAULT_EPSILON",
@@ -416,8 +417,7 @@ def validate(params, n, dim, n_classes, classes=None) -> Settings:
     if n_classes is not None and k < 2:
         raise ValueError(f"a classifier needs at least 2 classes; got {k}")
     method = p["method"]
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    check_method(method)
     steps = int(p["steps"] or DEFAULT_STEPS[method])
     if method == "adam1" and steps != 1:
         raise ValueError(f"method='adam1' is a single step; got steps={steps} (use method='sgd' or 'minibatch')")

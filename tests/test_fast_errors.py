@@ -64,3 +64,30 @@ def test_the_checked_fit_is_the_estimators_fit(store):
     learned = [k for k, v in vars(b).items() if k.endswith("_") and isinstance(v, np.ndarray)]
     assert learned and all(np.array_equal(getattr(a, k), getattr(b, k)) for k in learned)
     assert a.privacy_.epsilon == b.privacy_.epsilon
+
+
+def test_a_mistyped_keyword_is_named_with_the_closest_parameter_before_the_heavy_imports(store):
+    error, loaded = _error_in_a_fresh_process(f"privlin.fit({store!r}, epsilom=1)")
+    assert error == "TypeError unknown parameter 'epsilom': did you mean 'epsilon'?" and loaded == []
+    error, loaded = _error_in_a_fresh_process("privlin.fit([[0.0]], [0], epsilon=1, clases=[0, 1])")
+    assert error == "TypeError unknown parameter 'clases': did you mean 'classes'?" and loaded == []
+
+
+def test_every_layer_refuses_a_name_in_the_words_of_the_fast_check(store):
+    """The plan, the data layer and the ledger's command line run the check ``privlin.fit`` runs first: one message
+    for a mistyped method or split wherever it is typed."""
+    import stores
+    from privlin import data, plan
+    from privlin.ledger import __main__ as ledger_cli
+
+    fast_method, _ = _error_in_a_fresh_process(f"privlin.fit({store!r}, epsilon=1, method='adma1')")
+    with pytest.raises(ValueError) as err:
+        plan.validate({"method": "adma1"}, 8, 4, 2)
+    assert f"ValueError {err.value}" == fast_method
+    fast_split, _ = _error_in_a_fresh_process(f"privlin.fit({store!r}, split='trian', epsilon=1)")
+    with pytest.raises(ValueError) as err:
+        data.as_source(stores.open(store), "trian")
+    assert f"ValueError {err.value}" == fast_split
+    with pytest.raises(ValueError) as err:
+        ledger_cli._resolve(store, "trian")
+    assert f"ValueError {err.value}" == fast_split

@@ -21,8 +21,8 @@ def _graph():
 #: own layer and those below.
 #: ``report`` and ``ledger`` sit under the fit workflow, which writes a fit's report and charges its ledger.
 LAYERS = (
-    ("primitives", ("defaults", "sensitivity", "noise", "secure_noise", "accounting", "events", "compilation",
-                    "progress")),
+    ("primitives", ("defaults", "spelling", "sensitivity", "noise", "secure_noise", "accounting", "events",
+                    "compilation", "progress")),
     ("releases", ("releases", "train")),
     ("policy", ("plan",)),
     ("execution", ("data", "report", "ledger", "evaluation", "steps", "chain", "in_memory", "rows", "streamed",

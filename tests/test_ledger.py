@@ -199,7 +199,7 @@ def test_cli_json(tmp_path, capsys):
     assert ledger_main([str(tmp_path / "s.zarr" / "train")]) == 0
     out = capsys.readouterr().out
     assert "privlin.fit/dp_adam" in out and "σ" not in out  # one short line per entry
-    assert ledger_main([str(tmp_path / "empty")]) == 1
+    assert ledger_main([str(tmp_path / "empty")]) == 2  # a missing path: a mistake, as for `python -m stores`
     (tmp_path / "notes.txt").write_text("x")
     assert ledger_main([str(tmp_path / "notes.txt")]) == 2  # a file: the wording of `python -m stores`
     assert "is a file, not a feature store" in capsys.readouterr().err

@@ -30,18 +30,20 @@ def _resolve(path: str, split: str | None) -> list[tuple[str, str | None]]:
             return [(path, None)]
         raise cli.UserError(f"{path!r} is a file, not a feature store (a folder) or a privacy ledger")
     if not fs.exists(root):
-        raise cli.UserError(f"no store, split or privacy ledger at {path}", code=1)
+        raise cli.UserError(f"no store, split or privacy ledger at {path}")
     store, name = _parent(path)
     if store is None and fs.exists(root + "/zarr.json") and _is_store(path):
         store, name = path, split
     if store is None:
-        raise cli.UserError(f"no feature store at {path}", code=1)
+        raise cli.UserError(f"no feature store at {path}")
     import stores
 
-    names = stores.open(store).splits
-    if name is not None and name not in names:
-        raise cli.UserError(f"no split {name!r} in {store}; its splits: {names}")
-    return [(store, n) for n in ([name] if name else names)]
+    from ..spelling import check_split
+
+    opened = stores.open(store)
+    if name is not None:
+        check_split(opened, name)
+    return [(store, n) for n in ([name] if name else opened.splits)]
 
 
 def _is_store(path: str) -> bool:
