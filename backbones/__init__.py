@@ -22,7 +22,7 @@ from .registry import (WEIGHTS_DIR_ENV, BackboneConfig, Preprocessing, check_nam
 
 #: Public name -> the module that defines it (torch-bound: loaded on first use).
 _LAZY = {"Backbone": "build", "build_architecture": "build", "load_backbone": "build",
-         "read_checkpoint": "checkpoints", "resolve_weights": "checkpoints", "sha256_file": "checkpoints",
+         "read_checkpoint": "checkpoints", "resolve_weights": "weights_file", "sha256_file": "checkpoints",
          "BLOCK_TOKENS": "heads", "is_hub_name": "hub"}
 
 __all__ = ["Backbone", "BackboneConfig", "Preprocessing", "load_backbone", "build_architecture", "get_config",

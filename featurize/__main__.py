@@ -79,17 +79,24 @@ def main(argv: list[str] | None = None) -> int:
     """What ``featurize`` runs: parse (``--help`` and usage errors exit here, before torch is imported), check the
     dataset and backbone names (a typo answers at once, before the heavy imports), say what starts, then run."""
     args = build_parser().parse_args(argv)
-    from .names import DatasetError
-
-    code = cli.entry_point(PROG, (DatasetError, KeyError))(_check_names)(args)
+    code = cli.entry_point(PROG, (KeyError, ValueError, backbones.WeightsNotFoundError))(_check_names)(args)
     return code or cli.entry_point(PROG, user_errors())(_run)(args)
 
 
 def _check_names(args) -> int:
+    """The names and paths typed (dataset, backbone, its weights file, the data folders), checked without torch."""
     from .names import check_name
 
     check_name(args.dataset)
     backbones.check_name(args.backbone)
+    if args.backbone in backbones.list_backbones():  # a timm or hub name's weights are looked up when timm loads
+        from backbones.weights_file import resolve_weights
+
+        resolve_weights(backbones.get_config(args.backbone), args.weights)
+    if not args.dataset.startswith("hf:"):  # a hub dataset is found by the datasets library (heavy)
+        from .datasets import dataset_splits
+
+        dataset_splits(args.dataset, args.data_dir)  # its folders and their layout (reads only names)
     if not args.no_progress:  # loading torch, the dataset's index and the model takes seconds before the first bar
         print(f"{PROG}: loading {args.backbone} and listing {args.dataset}"
               f"{' under ' + args.data_dir if args.data_dir else ''} ...", file=sys.stderr, flush=True)

@@ -64,10 +64,17 @@ from PIL import Image
 
 from stores.items import of_bytes, of_name
 
-from .decode import to_rgb
 from .names import EMBEDDED, KNOWN, DatasetError, check_name  # noqa: F401 - EMBEDDED, KNOWN: public here too
 from .restricted_pickle import UnsafePickleError, restricted_load
 from .split import ImageSplit
+
+
+def _rgb(im):
+    """:func:`featurize.decode.to_rgb`, imported when an image is read: listing a dataset needs no torch."""
+    from .decode import to_rgb
+
+    return to_rgb(im)
+
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 SPLIT_FOLDERS = ("train", "val", "validation", "test")
@@ -81,7 +88,7 @@ class FileImages:
 
     def read(self, i: int) -> Image.Image:
         with Image.open(self.paths[i]) as im:
-            return to_rgb(im)
+            return _rgb(im)
 
     def raw(self, i: int) -> bytes:
         """File ``i``'s bytes, for decoders that take them (JPEG draft mode, the device's decoder)."""
@@ -99,7 +106,7 @@ class ArrayImages:
         self.pixels, self.origin = pixels, origin
 
     def read(self, i: int) -> Image.Image:
-        return to_rgb(Image.fromarray(self.pixels[i]))
+        return _rgb(Image.fromarray(self.pixels[i]))
 
     def describe(self, i: int) -> str:
         return f"{self.origin} row {i}"
@@ -324,7 +331,7 @@ class TarImages:
 
     def read(self, i: int) -> Image.Image:
         with Image.open(io.BytesIO(self.raw(i))) as im:
-            return to_rgb(im)
+            return _rgb(im)
 
     def raw(self, i: int) -> bytes:
         """Member ``i``'s bytes, for decoders that take them (JPEG draft mode, the device's decoder)."""
@@ -510,6 +517,7 @@ def dataset_splits(dataset: str, data_dir: str | os.PathLike | None = None) -> l
     if dataset == "digits":
         return ["train", "test"]
     if dataset in _CIFAR:
+        _need_dir(dataset, data_dir)
         return ["train", "test"]
     if dataset == "imagenet":
         return [s for s in ("train", "val") if (_need_dir(dataset, data_dir) / s).is_dir()] or ["train", "val"]
