@@ -384,9 +384,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
 
     def _predict_rows(self, X, how=prediction.predicted_index):
         """``how`` (:func:`privlin.prediction.logits` or ``predicted_index``) of this model on rows X as given."""
-        return how(self.plan_, self.coef_transformed_, self.intercept_transformed_, X,
-                   values=getattr(self, "released_", None), mean=self.mean_, scaling=self.scaling_,
-                   radius=getattr(self, "radius_", None))
+        return how(self.plan_, self.coef_transformed_, self.intercept_transformed_, X, values=self.released_)
 
     @property
     def coef_(self):

@@ -29,20 +29,18 @@ from . import data, runner
 __all__ = ["logits", "predicted_index", "correct_counts", "label_classes"]
 
 
-def logits(plan, coef, intercept, X, *, values=None, mean=None, scaling=None, radius=None):
+def logits(plan, coef, intercept, X, *, values):
     """Logits (n, k) float32 of a fitted model on rows X (n, d): the rows mapped as the model saw them in training
-    (:func:`privlin.runner.preprocess_rows` with its released ``values`` by release name, or, for a model built
-    by hand, its released mean, scaling and log₂ row norm), then
+    (:func:`privlin.runner.preprocess_rows` with its released ``values`` by release name), then
     ``rows @ coef.T + intercept``; ``coef`` (k, d') and ``intercept`` (k,) as trained (``coef_transformed_``).
     Rows are used as given: a caller that must refuse NaN/inf checks them first."""
-    rows = runner.preprocess_rows(plan, X, mean, scaling, radius, values=values)
+    rows = runner.preprocess_rows(plan, X, values=values)
     return rows @ jnp.asarray(np.asarray(coef).T, jnp.float32) + jnp.asarray(intercept, jnp.float32)
 
 
-def predicted_index(plan, coef, intercept, X, *, values=None, mean=None, scaling=None, radius=None) -> np.ndarray:
+def predicted_index(plan, coef, intercept, X, *, values) -> np.ndarray:
     """Index (n,) into the model's labels of each row's most likely class (the argmax of :func:`logits`)."""
-    return np.asarray(jnp.argmax(logits(plan, coef, intercept, X, values=values, mean=mean, scaling=scaling,
-                                        radius=radius), axis=1))
+    return np.asarray(jnp.argmax(logits(plan, coef, intercept, X, values=values), axis=1))
 
 
 def label_classes(labels, source: data.Source) -> np.ndarray:

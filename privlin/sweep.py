@@ -120,6 +120,8 @@ class SweepResult:
             self.means = [None] * len(self.records)
         if self.scalings is None:
             self.scalings = [None] * len(self.records)
+        if self.values is None:  # built by hand: settings whose plans release nothing (prediction reads values)
+            self.values = [{} for _ in self.records]
 
     COLUMNS = ("method", "epsilon", "achieved_epsilon", "delta", "noise_multiplier", "center_noise_multiplier",
                "learning_rate", "steps", "clip", "center_share", "scale_share", "accuracy", "eval_split", "private",
@@ -144,8 +146,7 @@ class SweepResult:
         """Index (n,) into ``classes`` of setting ``i``'s prediction on X (:func:`privlin.prediction.logits`)."""
         rec = self.records[i]
         return prediction.predicted_index(rec["plan"], np.asarray(self.coef[i]).T, self.intercept[i], X,
-                                          values=None if self.values is None else self.values[i],
-                                          mean=self.means[i], scaling=self.scalings[i], radius=rec.get("radius"))
+                                          values=self.values[i])
 
     def model(self, i: int) -> DPLinearClassifier:
         """Setting ``i`` as a fitted :class:`DPLinearClassifier` (predict, score, ``privacy_``)."""

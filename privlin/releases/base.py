@@ -4,7 +4,7 @@ it, and the row map they define); the one key split of a fit (:func:`stage_keys`
 
 The plan holds its chain of ``(release, σ)`` and derives the event, the ε, the secure-mode table, the ledger entry
 and the report's notes from it (:mod:`privlin.plan`); the runner walks it once, whatever the driver
-(:func:`privlin.runner.fit_chain`).  Why: a new release is then one module and one entry in the chain.
+(:func:`privlin.chain.fit_chain`).  Why: a new release is then one module and one entry in the chain.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def recenter_keys(key, rounds: int) -> jax.Array:
 # ----------------------------------------------------------------------------- what a release reads
 
 class Driver(Protocol):
-    """How a release reads the rows (:mod:`privlin.runner` has two: in memory, traced; streamed, block by block).
+    """How a release reads the rows (two: :mod:`privlin.in_memory`, traced; :mod:`privlin.streamed`, block by block).
 
     A release sees the rows only through these three calls, so the same :meth:`Release.compute` runs in memory
     (vmapped over plans), streamed (two blocks in flight, identical sums shared across plans), sharded and in
@@ -215,7 +215,7 @@ class Release:
     * :attr:`ledger_key` — the ledger entry's parameter holding σ.
     * :attr:`adds_dims` — model inputs the release gives the rows (the radial coordinate: 1).
 
-    Run (:mod:`privlin.runner`, one loop over the chain for every driver):
+    Run (:func:`privlin.chain.fit_chain`, one loop over the chain for every driver):
 
     * :meth:`compute` — the released value from the rows, through a :class:`Driver` (its exact sums) and the
       :class:`Context` (the values released before it).  The default reads the rows as given: the exact sum
