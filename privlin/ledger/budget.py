@@ -57,6 +57,16 @@ class Ledger:
     def events(self) -> list[_ev.DpEvent]:
         return [e.event for e in self.entries]
 
+    def _summary_head(self, rel: str, entries: Sequence[LedgerEntry]) -> list[str]:
+        """The summary's first lines, shared by every ledger: the relation, where the ledger is (a line of its own:
+        a path can be long), then one short line per entry (its mechanism, ε and δ; its σ's only in ``--json``)."""
+        lines = [f"privacy ledger  [{relation_label(rel)} neighbours]", f"  {self.where}"]
+        if not entries:
+            lines.append("  (no mechanisms recorded)")
+        for i, e in enumerate(entries):
+            lines.append(f"  {i + 1:3d}  {e.time}  {e.mechanism:<34s} ε={e.epsilon:<8.4g} δ={e.delta:.2g}")
+        return lines
+
     def default_delta(self, entries: Sequence[LedgerEntry] | None = None, cap=None) -> float:
         """The δ every total is reported at: the cap's δ, else the smallest positive δ of the entries (0 when none).
 

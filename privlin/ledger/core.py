@@ -265,11 +265,7 @@ class PrivacyLedger(Ledger):
         """The history, one line per entry, then the total (and how it was composed) with its δ."""
         doc = self._doc()
         rel = self._relation_of(doc)
-        lines = [f"privacy ledger: {self.where}  [{relation_label(rel)} neighbours]"]
-        if not doc.entries:
-            lines.append("  (no mechanisms recorded)")
-        for i, e in enumerate(doc.entries):
-            lines.append(f"  {i + 1:3d}  {e.time}  {e.mechanism:<34s} ε={e.epsilon:<8.4g} δ={e.delta:.2g}")
+        lines = self._summary_head(rel, doc.entries)
         cap = doc.cap or self._requested_cap
         delta = self.default_delta(doc.entries, cap) if delta is None else delta
         if doc.entries:

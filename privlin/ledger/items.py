@@ -292,11 +292,7 @@ class ItemLedger(Ledger):
         rel = self._relation(groups)
         delta = self._delta(groups) if delta is None else delta
         entries = self.entries
-        lines = [f"privacy ledger: {self.where}  [{relation_label(rel)} neighbours]"]
-        if not entries:
-            lines.append("  (no mechanisms recorded)")
-        for i, e in enumerate(entries):
-            lines.append(f"  {i + 1:3d}  {e.time}  {e.mechanism:<34s} ε={e.epsilon:<8.4g} δ={e.delta:.2g}")
+        lines = self._summary_head(rel, entries)
         if len(groups) > 1:
             for g in groups:
                 eps = self._compose(g.entries, delta, rel)
