@@ -39,6 +39,7 @@ from . import public as _public
 from .defaults import DEFAULT_EPSILON
 from .estimator import DPLinearClassifier
 from .report import PrivacyLeakWarning
+from .spelling import check_params
 
 __all__ = ["sweep", "SweepResult", "PrivacyLeakWarning"]
 
@@ -55,7 +56,9 @@ def _grid(epsilon, grid: Mapping[str, Any]) -> list[dict]:
 
 
 def _validated(params: Mapping) -> DPLinearClassifier:
-    """The estimator of one setting, its parameters checked by the estimator's own constraints."""
+    """The estimator of one setting, its parameters checked by the estimator's own constraints (a mistyped name
+    first, with the closest parameter: :func:`privlin.spelling.check_params`)."""
+    check_params(params)
     est = DPLinearClassifier(**params)
     est._validate_params()
     return est

@@ -1,6 +1,6 @@
-"""A name a user mistypes is reported before the heavy imports: ``privlin.fit`` checks the store path, the split and
-the method first, so the error comes while JAX, scikit-learn and torch are still unloaded (asserted in a fresh
-process, not timed)."""
+"""A name a user mistypes is reported before the heavy imports: ``privlin.fit`` checks the store path, the split,
+each keyword and the method first, so the error comes while JAX, scikit-learn and torch are still unloaded (asserted
+in a fresh process, not timed); the later layers refuse a name in the same words (one check, privlin.spelling)."""
 import os
 import subprocess
 import sys
@@ -91,3 +91,12 @@ def test_every_layer_refuses_a_name_in_the_words_of_the_fast_check(store):
     with pytest.raises(ValueError) as err:
         ledger_cli._resolve(store, "trian")
     assert f"ValueError {err.value}" == fast_split
+
+
+def test_a_sweep_names_a_mistyped_keyword_as_privlin_fit_does():
+    from privlin.sweep import sweep
+
+    X, y = np.zeros((8, 4), np.float32), np.arange(8) % 2
+    with pytest.raises(TypeError) as err:
+        sweep((X, y), epsilons=[1.0, 2.0], classes=[0, 1], eval_split=None, progress=False)
+    assert str(err.value) == "unknown parameter 'epsilons': did you mean 'epsilon'?"
