@@ -2,8 +2,8 @@
 
 ``privlin.fit`` calls these before JAX and scikit-learn load, so a typo is answered at once; the plan
 (:func:`privlin.plan.validate`), the data layer (:func:`privlin.data.as_source`), the sweep's settings and
-``python -m privlin.ledger`` call the same functions, so a name is refused with the same words wherever it is typed.  Imports only the standard
-library and :mod:`privlin.defaults`.
+``python -m privlin.ledger`` call the same functions, so a name is refused with the same words wherever it is
+typed.  Imports only the standard library and :mod:`privlin.defaults`.
 """
 from __future__ import annotations
 
