@@ -161,7 +161,8 @@ def _first_rows(name, first, other, runs) -> list:
             r = med(lambda pair: pair[i][field][0])[i]
             wall, cpu = r[field]
             x = wall / r["unit"]
-            cells.append(f"{wall:.2f} s [{cpu:.2f}] ({x:.0f}×)" if x >= 100 else f"{wall:.2f} s [{cpu:.2f}] ({x:.3g}×)")
+            unit = f"{x:.0f}×" if x >= 100 else f"{x:.3g}×"
+            cells.append(f"{wall:.2f} s [{cpu:.2f}] ({unit})")
         rows.append(f"| {name} | {what} | {cells[0]} | {cells[1]} | {goal} |")
 
     if first == 1.0:

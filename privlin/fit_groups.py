@@ -94,7 +94,7 @@ def run_groups(plans, keys, groups: dict, rows: tuple, n: float, k: int, spare: 
             per_call = min(max(1, int(CALL_WORK // work[form])), max_settings(statics[form], *X.shape, k, spare))
             for sel in _calls(idx, per_call):
                 # the stored program (privlin.compilation); its outputs on the host, sliced there per setting
-                # (slicing on the device compiles a small program per shape, most of a warm refit's time)
+                # (slicing on the device compiles, or loads, a small program per shape)
                 got = jax.device_get(compilation.call(
                     train_many, (statics[form],), X, labels, mask, n, jnp.stack([keys[i] for i in sel]),
                     *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in dynamic_arguments(plans)), given,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-import jax.numpy as jnp
 import numpy as np
 
 from . import compilation, fit_groups, progress, sensitivity, streamed
