@@ -65,7 +65,8 @@ class Fits:
     :func:`~privlin.fit_groups.setting_work`) times the work left, less the time the program running now has run
     (so it counts down between settings; compiles are not counted: their time cannot be told in advance).  Shown
     once the fits have run :func:`after` seconds; on a terminal the line is redrawn every second (its clock moves),
-    in a log a line is printed at each change and at least every :data:`LOG_EVERY` seconds.  Lines name counts, stages and times, never data values."""
+    in a log a line is printed at each change and at least every :data:`LOG_EVERY` seconds.  Lines name counts,
+    stages and times, never data values."""
 
     def __init__(self, total: int, rows: int, enabled: bool, work: float = 0.0):
         self.total, self.rows, self.enabled, self.work = total, rows, enabled, work
