@@ -44,23 +44,32 @@ EPS10 = [0.25, 0.5, 1, 2, 3, 4, 6, 8, 12, 16]
 # ----------------------------------------------------------------------------- part "first": in a fresh process
 
 CHILD = r"""
-import json, sys, time, warnings
+import json, os, sys, time, warnings
 warnings.simplefilter("ignore")
+data, first_eps, other_eps, grid = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "grid"
 t = time.perf_counter()
 import numpy as np
-from sklearn.datasets import load_breast_cancer
 from sklearn.linear_model import LogisticRegression
-X, y = load_breast_cancer(return_X_y=True)
+if data == "breast_cancer":
+    from sklearn.datasets import load_breast_cancer
+    X, y = load_breast_cancer(return_X_y=True)
+    classes = [0, 1]
+else:  # README's estimator example: a store's train split as arrays, fitted with the split's ledger
+    import stores
+    X, y = stores.open(data)["train"].to_numpy()
+    classes = list(range(10))
 LogisticRegression().fit(X, y)  # sklearn's own first-call costs out of the unit (its defaults, as users run it)
 units = []
 for _ in range(7):
     t0 = time.perf_counter(); LogisticRegression().fit(X, y); units.append(time.perf_counter() - t0)
 unit = min(units)  # the fastest of 7: the least disturbed by other jobs on a shared box
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 import jax
 from privlin import DPLinearClassifier, compilation
+from privlin.ledger import PrivacyLedger
 from privlin.model_selection import PrivateGridSearchCV
-out = {"unit": unit, "import": time.perf_counter() - t0}
+out = {"unit": unit, "import": [time.perf_counter() - t0, time.process_time() - c0]}
+ledger = None if data == "breast_cancer" else PrivacyLedger.for_split(data, "train")
 store = {"load": 0.0, "key": 0.0}  # the fit program: loading it from programs/, hashing its jaxpr to name it
 def timed(name, f):
     def g(*a, **k):
@@ -74,17 +83,21 @@ def listen(ev, s, **kw):
     if "train_many" in str(kw.get("fun_name", "")):  # the fit program itself
         fit_program[ev] = fit_program.get(ev, 0) + s
 jax.monitoring.register_event_duration_secs_listener(listen)
-def fit(eps):
-    t0 = time.perf_counter(); DPLinearClassifier(epsilon=eps, classes=[0, 1]).fit(X, y); return time.perf_counter() - t0
-out["first"] = fit(2.0)
+def fit(eps):  # wall and CPU seconds of this process (its threads)
+    t0, c0 = time.perf_counter(), time.process_time()
+    DPLinearClassifier(epsilon=eps, classes=classes, ledger=ledger).fit(X, y)
+    return [time.perf_counter() - t0, time.process_time() - c0]
+out["first"] = fit(first_eps)
 out["split"], out["fit_program"] = dict(durs), dict(fit_program)
 out["store"], out["stats"] = dict(store), dict(compilation.STATS)
-out["refit_same"] = fit(4.0)
-out["refit_other"] = fit(1.0)
-t0 = time.perf_counter()
-PrivateGridSearchCV(DPLinearClassifier(classes=[0, 1]), {"epsilon": [1.0, 2.0], "method": ["adam1", "sgd"]},
-                    cv=3).fit(X, y)
-out["grid"] = time.perf_counter() - t0
+out["refit_other"] = fit(other_eps)
+out["refit_same"] = fit(first_eps)  # the first fit's program, run again
+if grid:
+    t0, c0 = time.perf_counter(), time.process_time()
+    PrivateGridSearchCV(DPLinearClassifier(classes=classes), {"epsilon": [1.0, 2.0], "method": ["adam1", "sgd"]},
+                        cv=3).fit(X, y)
+    out["grid"] = [time.perf_counter() - t0, time.process_time() - c0]
+out["load"] = os.getloadavg()[0]
 print(json.dumps(out))
 """
 
@@ -92,74 +105,98 @@ print(json.dumps(out))
 def child_env(cache_home: str) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE", "PRIVLIN_COMPILATION", "XLA_FLAGS"))}
-    env.update(XDG_CACHE_HOME=cache_home, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu")
+    env.update(XDG_CACHE_HOME=cache_home, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
+               PRIVLIN_LEDGER_HOME=os.path.join(cache_home, "ledger"))
     return env
 
 
-def run_child(cache_home: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD], env=child_env(cache_home), capture_output=True, text=True,
-                         cwd=ROOT, check=False)
+def run_child(cache_home: str, data: str, first: float, other: float, grid: bool) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, data, str(first), str(other), "grid" if grid else "-"],
+                         env=child_env(cache_home), capture_output=True, text=True, cwd=ROOT, check=False)
     if out.returncode:
         raise SystemExit(out.stderr[-3000:])
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def part_first(repeat: int) -> str:
-    runs = []
-    for _ in range(repeat):
-        with tempfile.TemporaryDirectory() as home:
-            runs.append((run_child(home), run_child(home)))  # cold (empty cache), then warm (the cache it filled)
-    med = lambda f: sorted(f(r) for r in runs)[len(runs) // 2]  # noqa: E731
+DESCRIBED = {"breast_cancer": "breast_cancer: 569 × 30, k = 2",
+             "digits": "digits: README's estimator example, the `pixels` store's train split (1437 × 3072, k = 10) "
+                       "fitted with its ledger"}
+#: (rows' name, ε of the first fit, ε of the refit at another program): ε ≤ 1 adds re-centering rounds
+FIRST_CASES = [(1.0, 2.0), (2.0, 1.0)]
+
+
+def part_first(repeat: int, datasets) -> str:
+    """Per dataset and first ε (:data:`FIRST_CASES`): ``repeat`` cold/warm process pairs, each pair on a new cache."""
+    rows, notes, loads = [], [], []
+    for name, data in datasets:
+        for first, other in FIRST_CASES:
+            runs = []
+            for _ in range(repeat):
+                with tempfile.TemporaryDirectory() as home:
+                    grid = name == "breast_cancer" and first == 2.0
+                    runs.append((run_child(home, data, first, other, grid), run_child(home, data, first, other, grid)))
+            loads += [r[i]["load"] for r in runs for i in (0, 1)]
+            rows += _first_rows(name, first, other, runs)
+            if name == "breast_cancer" and first == 2.0:
+                notes.append(_first_notes(runs))
+    header = (f"### First fit, refit, grid search (fresh processes; `python benchmarks/bench_first_fit.py --part "
+              f"first`; {_machine()}; load {min(loads):.1f}–{max(loads):.1f} at the children's ends; {_when()})\n\n"
+              f"{'One cold/warm pair' if repeat == 1 else f'Median of {repeat} cold/warm pairs'} per dataset and "
+              "first ε, each pair on a new cache. Cold: an empty persistent compilation cache; warm: a second process "
+              "on the cache the first filled. Wall time, the process's CPU time (all its threads) in brackets, and × "
+              "the same process's scikit-learn `LogisticRegression().fit` (the fastest of 7, its wall time) in "
+              "parentheses: on a shared 2-core box the wall time is up to (load / 2)× the CPU time. "
+              + "; ".join(DESCRIBED[name] for name, _ in datasets) + ".\n\n"
+              "| data | what | cold cache | warm cache | goal (issue 47) |\n|---|---|---:|---:|---|")
+    return header + "\n" + "\n".join(rows) + "\n" + "\n".join(notes)
+
+
+def _first_rows(name, first, other, runs) -> list:
+    med = lambda f: sorted(runs, key=f)[len(runs) // 2]  # noqa: E731
     rows = []
 
-    def row(what, cold_of, warm_of, goal):
-        c, w = med(cold_of), med(warm_of)
-        uc, uw = med(lambda r: r[0]["unit"]), med(lambda r: r[1]["unit"])
-        x = lambda r: f"{r:.0f}" if r >= 100 else f"{r:.3g}"  # noqa: E731
-        rows.append(f"| {what} | {c:.2f} s ({x(c / uc)}×) | {w:.2f} s ({x(w / uw)}×) | {goal} |")
+    def row(what, field, goal):
+        cells = []
+        for i in (0, 1):
+            r = med(lambda pair: pair[i][field][0])[i]
+            wall, cpu = r[field]
+            x = wall / r["unit"]
+            unit = f"{x:.0f}×" if x >= 100 else f"{x:.3g}×"
+            cells.append(f"{wall:.2f} s [{cpu:.2f}] ({unit})")
+        rows.append(f"| {name} | {what} | {cells[0]} | {cells[1]} | {goal} |")
 
-    row("`import privlin` + JAX (`from privlin import DPLinearClassifier`)", lambda r: r[0]["import"],
-        lambda r: r[1]["import"], "–")
-    row("first `DPLinearClassifier(epsilon=2).fit` in the process", lambda r: r[0]["first"], lambda r: r[1]["first"],
-        "≤ 3 s cold, ≤ 1 s warm")
-    row("refit at ε=4 (same releases: the same program)", lambda r: r[0]["refit_same"],
-        lambda r: r[1]["refit_same"], "≤ 0.3 s")
-    row("refit at ε=1 (adds a re-centering: another program)", lambda r: r[0]["refit_other"],
-        lambda r: r[1]["refit_other"], "≤ 0.3 s")
-    row("`PrivateGridSearchCV`, 2 ε × 2 methods × 3 folds + refit", lambda r: r[0]["grid"], lambda r: r[1]["grid"],
-        "–")
-    unit_c, unit_w = med(lambda r: r[0]["unit"]), med(lambda r: r[1]["unit"])
-    split = runs[len(runs) // 2][1]["split"]
-    part = {k.rsplit("/", 1)[-1]: v for k, v in split.items()}
-    prog = {k.rsplit("/", 1)[-1]: v for k, v in runs[len(runs) // 2][1]["fit_program"].items()}
-    cold_prog = {k.rsplit("/", 1)[-1]: v for k, v in runs[len(runs) // 2][0]["fit_program"].items()}
-    first_c = med(lambda r: r[0]["first"])
-    first_w = med(lambda r: r[1]["first"])
+    if first == 1.0:
+        row("`import privlin` + JAX", "import", "–")
+    row(f"first `DPLinearClassifier(epsilon={first:g}).fit` in the process", "first", "≤ 3 s cold, ≤ 1 s warm")
+    row(f"refit at ε={other:g} ({'drops' if first < other else 'adds'} the re-centering: another program)",
+        "refit_other", "≤ 0.3 s warm")
+    row(f"refit at ε={first:g} again (the first fit's program)", "refit_same", "≤ 0.3 s warm")
+    if "grid" in runs[0][0]:
+        row("`PrivateGridSearchCV`, 2 ε × 2 methods × 3 folds + refit", "grid", "–")
+    return rows
+
+
+def _first_notes(runs) -> str:
+    cold, warm = runs[len(runs) // 2]
+    part = {k.rsplit("/", 1)[-1]: v for k, v in warm["split"].items()}
+    prog = {k.rsplit("/", 1)[-1]: v for k, v in warm["fit_program"].items()}
+    cold_prog = {k.rsplit("/", 1)[-1]: v for k, v in cold["fit_program"].items()}
     traced = part.get("jaxpr_trace_duration", 0.0) + part.get("jaxpr_to_mlir_module_duration", 0.0)
     loaded = part.get("cache_retrieval_time_sec", 0.0)
     compiled = part.get("backend_compile_duration", 0.0) - loaded
-    header = (f"### First fit, refit, grid search (breast_cancer 569 × 30; fresh processes; "
-              f"`python benchmarks/bench_first_fit.py --part first`; {_machine()}; {_when()})\n\n"
-              f"{'One cold/warm pair' if repeat == 1 else f'Median of {repeat} cold/warm pairs'}. In parentheses: "
-              f"× the same process's scikit-learn `LogisticRegression().fit`, the fastest of 7 (cold "
-              f"{unit_c * 1e3:.0f} ms, warm {unit_w * 1e3:.0f} ms). Cold: an empty persistent compilation cache; "
-              f"warm: a second process on the cache the first filled.\n\n"
-              "| what | cold cache | warm cache | goal (issue 37) |\n|---|---:|---:|---|")
-    cold, warm = runs[len(runs) // 2]
     fit_traced = prog.get("jaxpr_trace_duration", 0.0)
     found = (f"traced {fit_traced:.2f} s and named (jaxpr hashed) {warm['store']['key']:.2f} s" if fit_traced
              else "found through its form's alias (not traced)")
-    notes = (f"\nWhere the warm first fit's {first_w:.2f} s goes (one warm process; JAX monitoring and timers around "
-             f"`privlin.compilation`): the fit program (`in_memory.train_many`) {found}, loaded whole from "
-             f"`programs/` in {warm['store']['load']:.2f} s (not lowered, not compiled; this process: "
-             f"{warm['stats']}); the other programs traced and lowered to find their JAX cache keys "
-             f"{max(0.0, traced - fit_traced):.2f} s, their executables loaded from JAX's cache {loaded:.2f} s, "
-             f"compiled {max(0.0, compiled):.2f} s; the rest is planning, accounting and the run itself. Cold (this "
-             f"process: {cold['stats']}): XLA compiling the fit program takes "
-             f"{cold_prog.get('backend_compile_duration', 0.0):.2f} s of the {first_c:.2f} s, with XLA's quick "
-             "options (`privlin.compilation.QUICK_OPTIONS`, used up to `privlin.defaults.QUICK_COMPILE_ELEMENTS`; "
-             "their compile and run times are in the next section).")
-    return header + "\n" + "\n".join(rows) + "\n" + notes
+    return (f"\nWhere breast_cancer's warm first fit at ε = 2 ({warm['first'][0]:.2f} s) goes (JAX monitoring and "
+            f"timers around `privlin.compilation`): the fit program (`in_memory.train_many`) {found}, loaded whole "
+            f"from `programs/` in {warm['store']['load']:.2f} s (deserialized: not lowered, not compiled; this "
+            f"process: {warm['stats']}); the other programs traced and lowered to find their JAX cache keys "
+            f"{max(0.0, traced - fit_traced):.2f} s, their executables loaded from JAX's cache {loaded:.2f} s, "
+            f"compiled {max(0.0, compiled):.2f} s; the rest is planning, accounting and the run itself. Cold (this "
+            f"process: {cold['stats']}): XLA compiling the fit program takes "
+            f"{cold_prog.get('backend_compile_duration', 0.0):.2f} s of the {cold['first'][0]:.2f} s, with XLA's "
+            "quick options (`privlin.compilation.QUICK_OPTIONS`, used up to `privlin.defaults.QUICK_COMPILE_ELEMENTS`;"
+            " their compile and run times are in the next section).")
 
 
 # ----------------------------------------------------------------------------- part "options": XLA compile options
@@ -237,33 +274,44 @@ def part_options(sizes) -> str:
 
 # ----------------------------------------------------------------------------- part "sweep": in this process
 
-def part_sweep(sizes, d: int, repeat: int) -> str:
-    """One row per N in ``sizes``; the cost split of the first."""
-    rows, split = [], None
+def part_sweep(sizes, d: int, repeat: int, ks, blobs: str) -> str:
+    """One row per store size in ``sizes`` (k = 10) and per class count in ``ks`` (rows in memory, ``blobs`` = N×d);
+    the cost split of each."""
+    rows, splits = [], []
     for n in sizes:
-        row, text = _sweep_row(n, d, repeat)
+        row, text = _sweep_row(n, d, repeat, 10, store=True)
         rows.append(row)
-        split = split or text
-    header = (f"### The curve at the price of one fit? (issue 37.5; `python benchmarks/bench_first_fit.py --part "
+        splits.append(text)
+    bn, bd = (int(v) for v in blobs.split("x"))
+    for k in ks:
+        row, text = _sweep_row(bn, bd, repeat, k, store=False)
+        rows.append(row)
+        splits.append(text)
+    header = (f"### The curve at the price of one fit? (issue 37.5, 47; `python benchmarks/bench_first_fit.py --part "
               f"sweep`; {_machine()}; {_when()})\n\n"
-              "| benchmark | one fit | sweep | ratio | goal |\n|---|---:|---:|---:|---|")
-    return header + "\n" + "\n".join(rows) + "\n" + split
+              "A 10-ε `adam1` sweep (ε 0.25 … 16) against one `adam1` fit at ε = 1, default preprocessing, in one "
+              "process, compiled programs warmed first (the persistent cache off: `PRIVLIN_COMPILATION_CACHE=0`); "
+              f"median of {repeat}, one fit and one sweep alternated; wall time, CPU time of the process in brackets, "
+              "the ratio of both, and the load at the row's end.\n\n"
+              "| rows | one fit | sweep | ratio wall [CPU] | load | goal |\n|---|---:|---:|---:|---:|---|")
+    return header + "\n" + "\n".join(rows) + "\n\n" + "\n".join(splits)
 
 
-def _sweep_row(n: int, d: int, repeat: int) -> tuple[str, str]:
+def _sweep_row(n: int, d: int, repeat: int, k: int, store: bool) -> tuple[str, str]:
+    import statistics
     import warnings
 
     import jax
     import numpy as np
 
     import privlin
-    from bench_sweep import make_store, timed  # timed: the median after a warm-up that compiles
+    from bench_sweep import make_store
     from privlin import compilation, fit_groups
     from privlin.plan import make_plan
     from privlin.sweep import sweep
 
     warnings.simplefilter("ignore")
-    k = 10
+    os.environ[compilation.ENV] = "0"
     classes = np.arange(k)
     calls = []
     real = compilation.call
@@ -274,39 +322,53 @@ def _sweep_row(n: int, d: int, repeat: int) -> tuple[str, str]:
         calls.append((keys.shape[0], time.perf_counter() - t))
         return got
 
+    def clocked(f):
+        t, c = time.perf_counter(), time.process_time()
+        f()
+        return time.perf_counter() - t, time.process_time() - c
+
     with tempfile.TemporaryDirectory() as tmp:
-        st = make_store(os.path.join(tmp, "s.zarr"), n, d, k)
-        one = timed(lambda: privlin.fit(st, epsilon=1.0, method="adam1", classes=classes, random_state=0,
-                                        progress=False), repeat)
-        many = timed(lambda: sweep(st, epsilon=EPS10, method="adam1", classes=classes, eval_split=None,
-                                   random_state=0, progress=False), repeat)
+        if store:
+            data = make_store(os.path.join(tmp, "s.zarr"), n, d, k)
+            what = f"store n={n}, d={d}, k={k}, float16"
+        else:
+            rng = np.random.default_rng(0)
+            y = rng.integers(0, k, n)
+            data = ((rng.normal(size=(k, d))[y] + 2 * rng.normal(size=(n, d))).astype(np.float32), y)
+            what = f"in memory, random blobs n={n}, d={d}, k={k}"
+        one = lambda: privlin.fit(data, epsilon=1.0, method="adam1", classes=classes, random_state=0,  # noqa: E731
+                                  progress=False)
+        many = lambda: sweep(data, epsilon=EPS10, method="adam1", classes=classes, eval_data=None,  # noqa: E731
+                             eval_split=None, random_state=0, progress=False)
+        one(), many()  # compiles
+        got = {"one": [], "many": []}
+        for _ in range(repeat):
+            got["one"].append(clocked(one))
+            got["many"].append(clocked(many))
+        w1, c1 = (statistics.median(v[i] for v in got["one"]) for i in (0, 1))
+        wm, cm = (statistics.median(v[i] for v in got["many"]) for i in (0, 1))
         compilation.call = counted
         try:
-            t = time.perf_counter()
-            privlin.fit(st, epsilon=1.0, method="adam1", classes=classes, random_state=0, progress=False)
-            single_total, single, calls[:] = time.perf_counter() - t, calls[0][1], []
-            t = time.perf_counter()
-            sweep(st, epsilon=EPS10, method="adam1", classes=classes, eval_split=None, random_state=0, progress=False)
-            counted = time.perf_counter() - t
+            single_total = clocked(one)[0]
+            single, calls[:] = calls[0][1], []
+            whole = clocked(many)[0]
         finally:
             compilation.call = real
+    t = time.perf_counter()
     plans = [make_plan({"epsilon": e, "method": "adam1"}, n=n, dim=d, n_classes=k) for e in EPS10]
+    planning = time.perf_counter() - t  # the calibrations are cached by then: what a sweep's planning costs again
     chains = sorted({" → ".join(repr(r) for r, _ in p.static().chain) for p in plans})
     programs = len({fit_groups.shared_form(p.static()) for p in plans})
-    row = (f"| adam1, default preprocessing: 10-ε sweep vs 1 fit, same store (n={n}, d={d}, k={k}, float16; "
-           f"median of {repeat} after a warm-up) | {one:.2f} s | {many:.2f} s | **{many / one:.2f}×** | ≤ 2× CPU |")
+    row = (f"| {what} | {w1:.2f} s [{c1:.2f}] | {wm:.2f} s [{cm:.2f}] | **{wm / w1:.2f}×** [{cm / c1:.2f}×] | "
+           f"{os.getloadavg()[0]:.1f} | ≤ 2× |")
     in_calls = sum(c[1] for c in calls)
-    split = (f"\nThe sweep's cost split (one more sweep, {counted:.2f} s, each vmapped call waited for): its 10 plans "
-             f"(release chains: {'; '.join(chains)}) run as {programs} compiled program(s), {len(calls)} vmapped "
-             f"call(s) of {[c[0] for c in calls]} settings taking {[round(c[1], 2) for c in calls]} s, against "
-             f"{single:.2f} s for the single fit's call of 1 setting: each further setting adds "
-             f"{(in_calls - single) / 9:.3f} s; the rest, {counted - in_calls:.2f} s, is reading the store into memory, "
-             f"planning and accounting (the single fit's, timed with its call: {single_total - single:.2f} s of "
-             f"{single_total:.2f} s). Shared by every setting of a call: the read, the centering's first sum (rows as "
-             "given), and in every later sum the rows as snapped once (`privlin.sensitivity.offsets_sum`); a "
-             "setting's own work is one product of those rows with its center (each row's distance) and one with its "
-             "weights, by tiles of rows sorted by class. Plans whose centering takes one stage and plans that take "
-             "two share one program (`privlin.fit_groups.shared_form`).")
+    split = (f"- {what}: one more sweep, {whole:.2f} s, each vmapped call waited for: its 10 plans (release chains: "
+             f"{'; '.join(chains)}) run as {programs} compiled program(s), {len(calls)} vmapped call(s) of "
+             f"{[c[0] for c in calls]} settings taking {[round(c[1], 2) for c in calls]} s, against {single:.2f} s "
+             f"for the single fit's call of 1 setting: each further setting adds {(in_calls - single) / 9:.3f} s; the "
+             f"rest, {whole - in_calls:.2f} s, is reading the rows, planning, accounting and the records (10 plans "
+             f"made again: {planning:.3f} s); the single fit's rest: {single_total - single:.2f} s of "
+             f"{single_total:.2f} s.")
     return row, split
 
 
@@ -326,12 +388,26 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=1, help="cold/warm process pairs (first); timed sweeps (sweep)")
     p.add_argument("--n", default="60000,120000", help="store rows, comma-separated: one row each (sweep)")
     p.add_argument("--d", type=int, default=512, help="store dimension (sweep)")
+    p.add_argument("--k", default="2,10,50,100", help="class counts of the in-memory sweep rows (sweep)")
+    p.add_argument("--blobs", default="20000x768", help="N x d of the in-memory sweep rows (sweep)")
+    p.add_argument("--digits", default=None, help="README's digits `pixels` store (first; default: built in a "
+                   "temporary folder with experiments.quickstart.build_store)")
+    p.add_argument("--data", default="breast_cancer,digits", help="datasets of the first fits (first)")
     p.add_argument("--results", default=os.path.join(HERE, "results"))
     args = p.parse_args(argv)
     from _results import write_section
 
     if args.part in ("first", "both"):
-        text = part_first(args.repeat)
+        datasets = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in args.data.split(","):
+                if name == "digits":
+                    from experiments.quickstart import build_store
+
+                    datasets.append((name, args.digits or build_store("pixels", tmp, progress=False)))
+                else:
+                    datasets.append((name, name))
+            text = part_first(args.repeat, datasets)
         print(text)
         write_section(os.path.join(args.results, "privlin.md"), "bench_first_fit", text)
     if args.part == "options":
@@ -339,7 +415,8 @@ def main(argv=None) -> int:
         print(text)
         write_section(os.path.join(args.results, "privlin.md"), "bench_first_fit_options", text)
     if args.part in ("sweep", "both"):
-        text = part_sweep([int(v) for v in args.n.split(",")], args.d, args.repeat)
+        text = part_sweep([int(v) for v in args.n.split(",") if v], args.d, args.repeat,
+                          [int(v) for v in args.k.split(",") if v], args.blobs)
         print(text)
         write_section(os.path.join(args.results, "sweep.md"), "bench_first_fit_sweep", text)
     return 0

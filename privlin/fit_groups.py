@@ -93,7 +93,9 @@ def run_groups(plans, keys, groups: dict, rows: tuple, n: float, k: int, spare: 
         for form, idx in groups.items():
             per_call = min(max(1, int(CALL_WORK // work[form])), max_settings(statics[form], *X.shape, k, spare))
             for sel in _calls(idx, per_call):
-                got = jax.block_until_ready(compilation.call(  # the stored program (privlin.compilation)
+                # the stored program (privlin.compilation); its outputs on the host, sliced there per setting
+                # (slicing on the device compiles, or loads, a small program per shape)
+                got = jax.device_get(compilation.call(
                     train_many, (statics[form],), X, labels, mask, n, jnp.stack([keys[i] for i in sel]),
                     *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in dynamic_arguments(plans)), given,
                     k=k, on_phase=phase))

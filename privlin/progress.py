@@ -62,10 +62,11 @@ class Fits:
 
     The runner calls :meth:`phase` and :meth:`done` as each program (a group or a chunk of a group's settings) is
     prepared and run; the estimate is the measured run time per unit of estimated work (the runner's
-    :func:`~privlin.fit_groups.setting_work`) times the work left (compiles are not counted: their time cannot be told
-    in advance).  Shown once the fits have run :func:`after` seconds; on a
-    terminal the line is redrawn every second (its clock moves), in a log a line is printed at each change and at
-    least every :data:`LOG_EVERY` seconds.  Lines name counts, stages and times, never data values."""
+    :func:`~privlin.fit_groups.setting_work`) times the work left, less the time the program running now has run
+    (so it counts down between settings; compiles are not counted: their time cannot be told in advance).  Shown
+    once the fits have run :func:`after` seconds; on a terminal the line is redrawn every second (its clock moves),
+    in a log a line is printed at each change and at least every :data:`LOG_EVERY` seconds.  Lines name counts,
+    stages and times, never data values."""
 
     def __init__(self, total: int, rows: int, enabled: bool, work: float = 0.0):
         self.total, self.rows, self.enabled, self.work = total, rows, enabled, work
@@ -119,6 +120,8 @@ class Fits:
         left = "estimate after the first settings run"
         if done:
             rest = run_s / worked * (self.work - worked) if worked and self.work else run_s / done * (self.total - done)
+            if now == "running":  # the program running now has been at it since: the estimate counts down
+                rest = max(0.0, rest - (time.perf_counter() - since))
             left = f"~{_duration(rest)} left"
         now = "compiling (first fit of this form only)" if now == "compiling" else now
         return (f"{self._head()}: {done}/{self.total} done ({100 * done // self.total}%), {left}; {now} "

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-import jax.numpy as jnp
 import numpy as np
 
 from . import compilation, fit_groups, progress, sensitivity, streamed
@@ -89,6 +88,6 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose, given=
     for i, released in zip(rest, streamed.stream(rows, [plans[i] for i in rest], [keys[i] for i in rest], given)):
         out[i] = released
     for r in out:  # exact sums of finite, clipped rows and finite noise: anything else is a bug, never released
-        if not bool(jnp.isfinite(r.W).all() & jnp.isfinite(r.b).all()):  # on the device: no copy of W to the host
+        if not (np.isfinite(r.W).all() and np.isfinite(r.b).all()):  # on the host: no program compiled per shape
             raise RuntimeError("privlin produced non-finite weights (an internal error): nothing is released")
     return out

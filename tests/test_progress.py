@@ -98,3 +98,20 @@ def test_threshold_from_the_environment(monkeypatch):
     monkeypatch.setenv(progress.AFTER_ENV, "soon")  # read while a fit runs, after its charge: never an error
     with pytest.warns(RuntimeWarning, match="PRIVLIN_PROGRESS_AFTER must be a number of seconds, not 'soon'"):
         assert progress.after() == 2.0
+
+
+def test_the_estimate_counts_down_while_a_program_runs(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: clock[0])
+    line = progress.Fits(total=4, rows=256, enabled=False, work=4.0)
+    line.phase("running")
+    clock[0] += 60.0
+    line.done(1, 60.0, 1.0)  # a minute per setting: three left, three minutes
+    line.phase("running")
+    assert "1/4 done (25%), ~3 min left; running 0 s" in line.line()
+    clock[0] += 100.0
+    assert "~80 s left; running 100 s" in line.line()  # the next setting has run 100 s of the 180 s left
+    clock[0] += 200.0
+    assert "~0 s left; running 300 s" in line.line()  # past the estimate: never negative
+    line.phase("compiling")
+    assert "~3 min left; compiling (first fit of this form only)" in line.line()  # a compile is not counted
