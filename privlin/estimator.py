@@ -143,7 +143,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     public_rank : int or None, default=None
         With ``public``: the rows are projected onto the top ``public_rank`` principal directions of the public
         rows after their centre (:mod:`privlin.releases.project`), so the scaling stage and the training's noise
-        live in that many dimensions; given, not charged.  None: the smallest rank whose directions hold 90% of
+        live in that many dimensions; given, not charged.  None: the smallest rank whose directions hold 99.5% of
         the public rows' energy, at most their count; 0: no projection.
 
     Attributes

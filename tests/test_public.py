@@ -3,6 +3,7 @@ what the releases define; an overlapping public source is refused; arrays are wa
 import math
 import warnings
 
+import jax
 import numpy as np
 import pytest
 
@@ -94,8 +95,7 @@ def test_streamed_statistics_equal_in_memory(blobs):
     b = public.statistics(plan, pub, memory_limit=1, block_rows=64)
     assert a.keys() == b.keys()
     for name in a:
-        for x, y in zip(np.atleast_1d(a[name]) if name != "scale" else a[name],
-                        np.atleast_1d(b[name]) if name != "scale" else b[name]):
+        for x, y in zip(jax.tree.leaves(a[name]), jax.tree.leaves(b[name]), strict=True):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
 
 
@@ -173,9 +173,9 @@ def test_the_training_gets_the_budget_the_public_statistics_no_longer_take(blobs
     with pytest.warns(PrivacyLeakWarning, match="no content identity"):
         model, _ = _fitted(blobs, epsilon=1.0, public=X_pub)
     given = [r.name for r, _ in model.plan_.given]
-    assert given == ["radius", "center", "scale", "whiten"] and not model.plan_.chain
+    assert given == ["radius", "center", "project", "scale", "whiten"] and not model.plan_.chain
     shares = private.plan_.budget_shares()
-    assert set(shares) == {*given, "step"}
+    assert set(shares) == {*given, "step"} - {"project"}  # the subspace is never a private release
     # GDP (full batch): T/σ² = μ² · (share of the steps), the same μ for both plans
     np.testing.assert_allclose(model.plan_.sigma, private.plan_.sigma * math.sqrt(shares["step"]), rtol=1e-9)
     event = model.privacy_.dp_event
@@ -189,8 +189,7 @@ def test_the_training_gets_the_budget_the_public_statistics_no_longer_take(blobs
     pub = public.Public(data.ArraySource(X_pub, np.zeros(200)), 200, None, "array")
     public_values = public.statistics(model.plan_, pub)
     for name in given:  # the given values are the public rows' statistics, used as released
-        for a, b in zip(np.atleast_1d(released[name]) if name != "scale" else released[name],
-                        np.atleast_1d(public_values[name]) if name != "scale" else public_values[name]):
+        for a, b in zip(jax.tree.leaves(released[name]), jax.tree.leaves(public_values[name]), strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -216,7 +215,7 @@ def test_report_and_ledger_name_the_public_source_and_never_charge_it(make_store
     assert "treated as public: not charged" in model.privacy_.notes
     (entry,) = [e for e in PrivacyLedger.for_split(st.url, "train").entries if e.mechanism.startswith("DPLinear")]
     assert entry.params["public_source"] == pub.describe() and pub.identity in entry.params["public_source"]
-    assert entry.params["public_releases"] == ["radius", "center", "scale", "whiten"]
+    assert entry.params["public_releases"] == ["radius", "center", "project", "scale", "whiten"]
     assert PrivacyLedger.for_split(st.url, "public").entries == []  # public rows are never charged
     other = make_store({"train": blobs(64, d=8, k=3, seed=17)}, own_items=False)  # ids train0..63: train's items
     with pytest.raises(ValueError, match="shares 64 items with the private rows"):
@@ -235,7 +234,7 @@ def test_the_sweep_and_the_search_take_the_same_public_statistics(make_store, bl
     res = sweep(st, epsilon=[1.0, 2.0], classes=[0, 1, 2], public="public", random_state=0, progress=False)
     model = DPLinearClassifier(epsilon=2.0, classes=[0, 1, 2], public="public", random_state=0).fit(st)
     for rec, fit in zip(res.records, res.fits):
-        assert [r.name for r, _ in rec["plan"].given] == ["radius", "center", "scale", "whiten"]
+        assert [r.name for r, _ in rec["plan"].given] == ["radius", "center", "project", "scale", "whiten"]
         assert "computed without noise from store" in rec["report"].notes
     for name in ("center", "whiten"):  # one public value, whatever the setting or the surface
         np.testing.assert_array_equal(res.fits[0].values[name], model.released_[name])
@@ -245,7 +244,8 @@ def test_the_sweep_and_the_search_take_the_same_public_statistics(make_store, bl
     with pytest.warns(PrivacyLeakWarning, match="no content identity"):
         search = PrivateGridSearchCV(DPLinearClassifier(classes=[0, 1, 2], public=X_pub), {"epsilon": [1.0, 4.0]},
                                      cv=2, random_state=0).fit(X, y)
-    assert [r.name for r, _ in search.best_estimator_.plan_.given] == ["radius", "center", "scale", "whiten"]
+    assert [r.name for r, _ in search.best_estimator_.plan_.given] == ["radius", "center", "project", "scale",
+                                                                       "whiten"]
     assert "array of 100 rows, no content identity" in search.best_estimator_.privacy_.notes
 
 
@@ -391,3 +391,57 @@ def test_streamed_projected_fit_equals_in_memory():
                                rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(a.coef_transformed_, b.coef_transformed_, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(a.intercept_transformed_, b.intercept_transformed_, rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- what a given value needs elsewhere
+
+def test_a_given_curvature_gets_the_rate_ceiling_it_lifts_toward():
+    from privlin.releases.rates import noise_rate
+
+    plan = plans.make_plan({"epsilon": 1.0, "recenter": False}, n=2000, dim=8, n_classes=3,
+                           given=("center", "curvature"))
+    assert plan.curved and plan.release("curvature") is None
+    assert plan.learning_rate_ceiling == noise_rate(plan.sigma, 2000, steps=plan.steps, momentum=plan.momentum,
+                                                    clip=plan.clip)
+    lr_w, lr_b = plan.learning_rates_after(0.2)  # a flat public curvature lifts W's rate, never to NaN
+    assert math.isfinite(lr_w) and lr_w > plan.learning_rate and math.isfinite(lr_b)
+
+
+def test_the_setting_counts_the_rows_a_given_centre_maps():
+    from privlin import fit_groups
+
+    given = plans.make_plan({"epsilon": 1.0, "recenter": False}, n=2000, dim=8, n_classes=3,
+                            given=("radius", "center", "scale", "whiten"))
+    off = plans.make_plan({"epsilon": 1.0, "center": False}, n=2000, dim=8, n_classes=3)
+    assert given.static().centered and not off.static().centered
+    assert fit_groups.setting_bytes(given.static(), 100, 8, 3) == 4.0 * 100 * 8  # its mapped float32 rows
+
+
+def test_secure_mode_takes_the_public_statistics_and_draws_only_the_steps():
+    from closed_forms import gaussians
+
+    from privlin import DPLinearClassifier
+
+    X, y = _low_rank_rows(400, seed=5)
+    X_pub, _ = _low_rank_rows(150, seed=6)
+    with pytest.warns(PrivacyLeakWarning, match="no content identity"):
+        model = DPLinearClassifier(epsilon=2.0, classes=[0, 1, 2], secure_mode=True, public=X_pub,
+                                   public_rank=4).fit(X, y)
+    assert model.plan_.secure_mode and [r.name for r, _ in model.plan_.given] == [
+        "radius", "center", "project", "scale", "whiten"]
+    assert set(model.plan_.secure_table()) == {r.name for r, _ in model.plan_.chain} | {"step"}
+    assert gaussians(model.privacy_.dp_event)[-model.plan_.steps:] == [model.plan_.sigma] * model.plan_.steps
+    assert model.score(X, y) > 0.6
+
+
+def test_settings_that_take_different_public_statistics_are_refused_in_one_line(make_store, blobs):
+    from privlin.sweep import sweep
+
+    st = make_store({"train": blobs(256, d=8, k=3, seed=26), "public": blobs(128, d=8, k=3, seed=27),
+                     "test": blobs(64, d=8, k=3, seed=28)})
+    with pytest.raises(ValueError, match="take different public statistics.*fit them apart"):
+        sweep(st, settings=[{"method": "adam1", "epsilon": 1.0}, {"method": "sgd", "epsilon": 1.0}],
+              classes=[0, 1, 2], public="public", random_state=0, progress=False)
+    with pytest.raises(ValueError, match="different ranks"):
+        sweep(st, settings=[{"epsilon": 1.0, "public_rank": 2}, {"epsilon": 1.0, "public_rank": 3}],
+              classes=[0, 1, 2], public="public", random_state=0, progress=False)

@@ -31,7 +31,7 @@ __all__ = ["Subspace", "Projection", "PROJECT", "ENERGY", "choose_rank", "larges
 
 #: The rule's share of the public rows' energy (the trace of their second moment) that the projection keeps: the
 #: smallest rank whose top directions hold it (:func:`choose_rank`).
-ENERGY = 0.9
+ENERGY = 0.995
 
 
 class Subspace(NamedTuple):
