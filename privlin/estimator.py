@@ -140,11 +140,12 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     public_audit : bool or float, default=False
         With ``public``: run the near-duplicate audit (:func:`privlin.knn.overlap_audit`, at this cosine
         threshold) first, a non-private release about the training rows, charged as such; a twin refuses the fit.
-    public_rank : int or None, default=None
-        With ``public``: the rows are projected onto the top ``public_rank`` principal directions of the public
-        rows after their centre (:mod:`privlin.releases.project`), so the scaling stage and the training's noise
-        live in that many dimensions; given, not charged.  None: the smallest rank whose directions hold 99.5% of
-        the public rows' energy, at most their count; 0: no projection.
+    public_rank : int or None, default=0
+        With ``public``: project the rows onto the top ``public_rank`` principal directions of the public rows
+        after their centre (:mod:`privlin.releases.project`), so the scaling stage and the training's noise live
+        in that many dimensions; given, not charged.  None: the smallest rank whose directions hold 99.5% of the
+        public rows' energy, at most their count; 0: no projection (it cost accuracy on digits, BENCHMARKS.md,
+        "Public statistics").
 
     Attributes
     ----------
