@@ -170,14 +170,17 @@ def main(argv=None) -> int:
     p.add_argument("--cache", default=os.path.join("runs", "bench_public"), help="stores (reused)")
     p.add_argument("--out", default=None, help="folder for table.md and rows.json")
     p.add_argument("--sources", default=None, help="comma-separated names of the sources to compare (default: all)")
-    p.add_argument("--public-rank", type=int, default=None,
-                   help="public_rank of every fit with a public source (default: the rule; 0: no subspace)")
+    p.add_argument("--public-rank", default=None,
+                   help="public_rank of every fit with a public source: a rank, or 'rule' (privlin.releases.project's "
+                        "rule); default: the estimator's (no subspace)")
     args = p.parse_args(argv)
     os.makedirs(args.cache, exist_ok=True)
     os.environ.setdefault("PRIVLIN_LEDGER_HOME", os.path.join(args.cache, "ledger-home"))  # not the user's home
     t = time.perf_counter()
     rows = run(args.backbones.split(","), args.seeds, args.cache,
-               None if args.sources is None else args.sources.split(","), public_rank=args.public_rank)
+               None if args.sources is None else args.sources.split(","),
+               **({} if args.public_rank is None else
+                  {"public_rank": None if args.public_rank == "rule" else int(args.public_rank)}))
     text = table(rows)
     print(text + f"\n\n({time.perf_counter() - t:.0f} s)")
     if args.out:
