@@ -108,54 +108,56 @@ def public_sources(path: str, synthetic: str, seed: int = 0) -> dict:
     return {"public split": "public", "other digits": X[y < 5], "synthetic": synthetic, "shifted": X + shift}
 
 
-def accuracies(path: str, public, seeds: int, epsilons=EPSILONS) -> dict:
-    """``{ε: [accuracy of each seed]}`` of ``DPLinearClassifier(method="sgd")`` defaults on the store's ``train``
-    split (one sweep: every (ε, seed) its own noise, from base key 0 so that a rerun repeats it), with ``public``
-    (None: the private defaults)."""
+def accuracies(path: str, public, seeds: int, epsilons=EPSILONS, **params) -> tuple[dict, int]:
+    """``({ε: [accuracy of each seed]}, d')`` of ``DPLinearClassifier(method="sgd", **params)`` defaults on the
+    store's ``train`` split (one sweep: every (ε, seed) its own noise, from base key 0 so that a rerun repeats it),
+    with ``public`` (None: the private defaults); d': the model's inputs (a public subspace's rank)."""
     from privlin.sweep import sweep
 
-    settings = [dict(method="sgd", epsilon=e, delta=DELTA) for e in epsilons] * seeds
+    settings = [dict(method="sgd", epsilon=e, delta=DELTA, **params) for e in epsilons] * seeds
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # arrays carry no content identity: warned, and known here
         res = sweep(path, settings=settings, eval_public=True, progress=False, public=public, random_state=0)
     out: dict = {}
     for r in res.records:
         out.setdefault(r["epsilon"], []).append(r["accuracy"])
-    return out
+    return out, res.records[0]["plan"].model_dim
 
 
-def run(backbones, seeds: int, cache: str, only=None) -> list[dict]:
-    """One row per (backbone, ε, source): accuracy mean and sd over seeds (%), and the seconds it took."""
+def run(backbones, seeds: int, cache: str, only=None, **params) -> list[dict]:
+    """One row per (backbone, ε, source): accuracy mean and sd over seeds (%), the model's inputs d' and the
+    seconds it took; ``params``: settings every fit takes (e.g. ``public_rank``)."""
     rows = []
     for backbone in backbones:
         path = with_public_split(featurized(backbone, cache), os.path.join(cache, f"{backbone}_public_split.zarr"))
         sources = {"private defaults": None, **public_sources(path, synthetic_store(backbone, cache))}
         sources = {k: v for k, v in sources.items() if only is None or k in only}
-        exact = accuracies(path, None, 1, (math.inf,))[math.inf][0]
+        exact = accuracies(path, None, 1, (math.inf,))[0][math.inf][0]
         for name, source in sources.items():
             t = time.perf_counter()
-            acc = accuracies(path, source, seeds)
+            acc, dim = accuracies(path, source, seeds, **(params if source is not None else {}))
             took = time.perf_counter() - t
             for e in EPSILONS:
                 a = 100 * np.asarray(acc[e])
                 rows.append(dict(backbone=backbone, source=name, epsilon=e, mean=float(a.mean()),
                                  sd=float(a.std(ddof=1)) if len(a) > 1 else 0.0, seeds=len(a),
-                                 non_private=100 * exact, seconds=took))
-            print(f"{backbone:8} {name:16} " + " ".join(f"{r['mean']:5.1f}" for r in rows[-len(EPSILONS):])
+                                 non_private=100 * exact, seconds=took, model_dim=int(dim)))
+            print(f"{backbone:8} {name:16} d'={dim:<5} " + " ".join(f"{r['mean']:5.1f}" for r in rows[-len(EPSILONS):])
                   + f"   ({took:.0f} s)", flush=True)
     return rows
 
 
 def table(rows: list[dict]) -> str:
     """Markdown: one row per (backbone, source), one column per ε (mean ± sd over seeds, %), non-private last."""
-    head = ("| features | statistics from | " + " | ".join(f"ε={e:g}" for e in EPSILONS) + " | non-private |\n"
-            "|---|---|" + "---:|" * (len(EPSILONS) + 1))
+    head = ("| features | statistics from | d' | " + " | ".join(f"ε={e:g}" for e in EPSILONS) + " | non-private |\n"
+            "|---|---|---:|" + "---:|" * (len(EPSILONS) + 1))
     lines = [head]
     by = {}
     for r in rows:
         by.setdefault((r["backbone"], r["source"]), {})[r["epsilon"]] = r
     for (backbone, source), cells in by.items():
-        lines.append(f"| {backbone} | {source} | " + " | ".join(f"{cells[e]['mean']:.1f} ± {cells[e]['sd']:.1f}"
+        dim = next(iter(cells.values())).get("model_dim", "")
+        lines.append(f"| {backbone} | {source} | {dim} | " + " | ".join(f"{cells[e]['mean']:.1f} ± {cells[e]['sd']:.1f}"
                                                            for e in EPSILONS)
                      + f" | {next(iter(cells.values()))['non_private']:.1f} |")
     return "\n".join(lines)
@@ -168,12 +170,17 @@ def main(argv=None) -> int:
     p.add_argument("--cache", default=os.path.join("runs", "bench_public"), help="stores (reused)")
     p.add_argument("--out", default=None, help="folder for table.md and rows.json")
     p.add_argument("--sources", default=None, help="comma-separated names of the sources to compare (default: all)")
+    p.add_argument("--public-rank", default=None,
+                   help="public_rank of every fit with a public source: a rank, or 'rule' (privlin.releases.project's "
+                        "rule); default: the estimator's (no subspace)")
     args = p.parse_args(argv)
     os.makedirs(args.cache, exist_ok=True)
     os.environ.setdefault("PRIVLIN_LEDGER_HOME", os.path.join(args.cache, "ledger-home"))  # not the user's home
     t = time.perf_counter()
     rows = run(args.backbones.split(","), args.seeds, args.cache,
-               None if args.sources is None else args.sources.split(","))
+               None if args.sources is None else args.sources.split(","),
+               **({} if args.public_rank is None else
+                  {"public_rank": None if args.public_rank == "rule" else int(args.public_rank)}))
     text = table(rows)
     print(text + f"\n\n({time.perf_counter() - t:.0f} s)")
     if args.out:

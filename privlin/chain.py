@@ -111,12 +111,13 @@ def preprocess_rows(plan: Plan, X, mean=None, scl=None, log_scale=None, *, value
     """Rows as a fitted plan's model sees them (prediction uses this): from the released ``values`` by release name
     (:meth:`Plan.row_map`), or from the released mean, scaling and ``log_scale`` (the released log₂ R of a radial
     plan: its rows gain their radial coordinate first)."""
+    project = None
     if values is not None:
-        mean, scl, log_scale = plan.row_map(values)
+        mean, scl, log_scale, project = plan.row_map(values)
     if plan.radial and log_scale is None:
         raise ValueError("this plan's rows carry a radial coordinate: pass the released log2 row norm")
     rows = RowMap(None if mean is None else jnp.asarray(mean), scl,
-                  None if log_scale is None or not plan.radial else jnp.float32(log_scale))
+                  None if log_scale is None or not plan.radial else jnp.float32(log_scale), project)
     return _model_rows_jit(jnp.asarray(X), rows, plan.clip, plan.normalize)
 
 

@@ -140,6 +140,12 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     public_audit : bool or float, default=False
         With ``public``: run the near-duplicate audit (:func:`privlin.knn.overlap_audit`, at this cosine
         threshold) first, a non-private release about the training rows, charged as such; a twin refuses the fit.
+    public_rank : int or None, default=0
+        With ``public``: project the rows onto the top ``public_rank`` principal directions of the public rows
+        after their centre (:mod:`privlin.releases.project`), so the scaling stage and the training's noise live
+        in that many dimensions; given, not charged.  None: the smallest rank whose directions hold 99.5% of the
+        public rows' energy, at most their count; 0: no projection (it cost accuracy on digits, BENCHMARKS.md,
+        "Public statistics").
 
     Attributes
     ----------
@@ -226,6 +232,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         "ledger": "no_validation",
         "public": "no_validation",
         "public_audit": ["boolean", Interval(Real, -1, 1, closed="right")],
+        "public_rank": [None, Interval(Integral, 0, None, closed="left")],
     }
 
     def __init__(self, *, epsilon=PARAMS["epsilon"], delta=PARAMS["delta"], method=PARAMS["method"],
@@ -240,7 +247,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
                  neighbouring=PARAMS["neighbouring"], random_state=PARAMS["random_state"],
                  block_rows=PARAMS["block_rows"], memory_limit=PARAMS["memory_limit"], verbose=PARAMS["verbose"],
                  budget=PARAMS["budget"], ledger=PARAMS["ledger"], secure_mode=PARAMS["secure_mode"],
-                 public=PARAMS["public"], public_audit=PARAMS["public_audit"]):
+                 public=PARAMS["public"], public_audit=PARAMS["public_audit"], public_rank=PARAMS["public_rank"]):
         self.epsilon = epsilon
         self.delta = delta
         self.method = method
@@ -274,6 +281,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         self.secure_mode = secure_mode
         self.public = public
         self.public_audit = public_audit
+        self.public_rank = public_rank
 
     # ------------------------------------------------------------------ sklearn surface
 
@@ -391,13 +399,15 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         """Input-space weights where they are exact (``normalize=False, center=False``), else AttributeError naming
         ``coef_transformed_`` (:func:`privlin.workflow.input_space_weights`)."""
         check_is_fitted(self)
-        return workflow.input_space_weights(self.plan_, self.coef_transformed_, self.intercept_transformed_)[0]
+        return workflow.input_space_weights(self.plan_, self.coef_transformed_, self.intercept_transformed_,
+                                            getattr(self, "released_", None))[0]
 
     @property
     def intercept_(self):
         """The intercept that goes with ``coef_`` (same condition)."""
         check_is_fitted(self)
-        return workflow.input_space_weights(self.plan_, self.coef_transformed_, self.intercept_transformed_)[1]
+        return workflow.input_space_weights(self.plan_, self.coef_transformed_, self.intercept_transformed_,
+                                            getattr(self, "released_", None))[1]
 
     @property
     def transformed_feature_names_(self):

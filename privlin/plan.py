@@ -53,7 +53,8 @@ class Static(collections.namedtuple("Static", (*STATIC_SETTINGS, "chain", "given
 
     @property
     def centered(self) -> bool:
-        return self.release("center") is not None
+        """Whether the rows are centered: by a released centre, or a given (public) one."""
+        return self.release("center") is not None or any(g.name == "center" for g, _ in self.given)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +159,7 @@ class Plan:
     scaled = property(lambda self: self.release("scale") is not None)
     whitened = property(lambda self: self.release("whiten") is not None)
     radial = property(lambda self: any(r.name == "radius" for r in self.ran))  # released or given
-    curved = property(lambda self: self.release("curvature") is not None)
+    curved = property(lambda self: any(r.name == "curvature" for r in self.ran))  # released or given
 
     def row_map(self, values: Mapping[str, Any]):
         """The row map that the released ``values`` (by release name) define: how the fitted model maps rows
@@ -176,8 +177,17 @@ class Plan:
 
     @property
     def model_dim(self) -> int:
-        """Inputs of the model: the rows' dimension, plus what the releases add (the radial coordinate)."""
-        return self.dim + sum(r.adds_dims for r in self.ran)
+        """Inputs of the model: the rows' dimension, plus what the releases add (the radial coordinate), or the
+        rank of a given public subspace (:mod:`privlin.releases.project`)."""
+        dim = self.dim
+        for r in self.ran:
+            dim = r.model_dim_after(dim)
+        return dim
+
+    @property
+    def projected(self) -> bool:
+        """Whether the rows are projected onto a given public subspace (:mod:`privlin.releases.project`)."""
+        return any(r.name == releases.PROJECT.name for r in self.ran)
 
     # ---- what the chain implies
     def noise_multipliers(self) -> dict:
@@ -487,7 +497,7 @@ def choose(r: Resolved, given: tuple = ()) -> Choice:
     registered = releases.REGISTRY
     if unknown := sorted(set(given) - {x.name for x in registered}):
         raise ValueError(f"given values of {unknown}: no such release is registered")
-    facts, shares = facts_of(r), []
+    facts, shares = _projected(facts_of(r), r.settings.p, given), []
     for release in registered:
         if release.name in given or (share := float(release.share(facts))) <= 0:
             continue
@@ -495,15 +505,27 @@ def choose(r: Resolved, given: tuple = ()) -> Choice:
             raise ValueError(f"release {release.name!r} asks for a share of the budget, and noise_multiplier was "
                              "given (there is no budget to split): give epsilon")
         shares.append((release, share))
-        facts = dataclasses.replace(facts, model_dim=facts.model_dim + release.adds_dims,
+        facts = dataclasses.replace(facts, model_dim=facts.projected or facts.model_dim + release.adds_dims,
                                     chosen=(*facts.chosen, (release.name, share)))
     if sum(share for _, share in shares) >= 1.0:
         raise ValueError(f"center_share + scale_share must leave the training steps a share of the budget; "
                          f"got {dict(facts.chosen)}")
     order = releases.run_order(registered)
     bought = {x.name for x, _ in shares}
-    placed = tuple((x, sum(o.name in bought for o in order[:i])) for i, x in enumerate(order) if x.name in given)
+    placed = tuple((x.given_as(facts), sum(o.name in bought for o in order[:i])) for i, x in enumerate(order)
+                   if x.name in given)
     return Choice(tuple(shares), facts, placed)
+
+
+def _projected(facts: releases.Facts, p, given) -> releases.Facts:
+    """The facts with a given public subspace's rank (``public_rank``, resolved by :mod:`privlin.public`): the
+    releases after it and the model work in that many dimensions."""
+    if releases.PROJECT.name not in given:
+        return facts
+    rank = p.get("public_rank")
+    if not isinstance(rank, (int, np.integer)) or isinstance(rank, bool) or rank < 1:
+        raise ValueError(f"a given public subspace needs public_rank ≥ 1 (privlin.public resolves it); got {rank!r}")
+    return dataclasses.replace(facts, projected=int(rank), model_dim=int(rank))
 
 
 def calibrate(r: Resolved, choice: Choice) -> Calibration:
@@ -529,7 +551,7 @@ def build(r: Resolved, choice: Choice, cal: Calibration) -> Plan:
     if lr is None:
         lr = default_learning_rate(s.method, r.optimizer, sigma, r.q * s.n, steps=s.steps, momentum=r.momentum,
                                    clip=r.clip, fit_intercept=r.fit_intercept)
-        if any(x.name == releases.CURVATURE.name for x, _ in choice.shares):
+        if any(x.name == releases.CURVATURE.name for x, _ in (*choice.shares, *choice.given)):  # released or given
             ceiling = noise_rate(sigma, r.q * s.n, steps=s.steps, momentum=r.momentum, clip=r.clip)
     bought = {x.name: x for x, _ in choice.shares}
     chain = tuple((bought[x.name].build(choice.facts, float(sig[x.name])), float(sig[x.name]))

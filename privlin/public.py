@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Optional
 import numpy as np
 
 from . import data, noise, runner
-from .releases import scaling
+from .releases import PROJECT, project, scaling
 from .plan import Plan, make_plan
 from .report import PrivacyLeakWarning
 
@@ -110,16 +110,46 @@ class Public:
     def given(self, params: Mapping[str, Any], n: int, dim: int) -> tuple:
         """Names of the releases the public rows give to a fit of ``DPLinearClassifier(**params)`` on N = ``n``
         rows of dimension ``dim``, in the order they run: every release the plan makes without noise (its ε = ∞
-        twin, so the same at every ε: a release too noisy to make privately is still given), but
-        :data:`PRIVATE_ONLY` and, where the public rows are fewer than the model's inputs d' (their (d', d') second
-        moment is rank-deficient: whitening by it amplifies every direction they miss) or the plan's own rule
-        cannot resolve it at σ = 0 (:func:`privlin.scaling.whitening_resolves`), :data:`SECOND_MOMENT`: those stay
-        private releases, made or not as without a public source.  Public facts only."""
+        twin, so the same at every ε: a release too noisy to make privately is still given), the public subspace
+        where ``params["public_rank"]`` is a resolved rank ≥ 1 (:meth:`ranked`), but :data:`PRIVATE_ONLY` and,
+        where the public rows are fewer than the model's inputs d' (their (d', d') second moment is rank-deficient:
+        whitening by it amplifies every direction they miss) or the plan's own rule cannot resolve it at σ = 0
+        (:func:`privlin.scaling.whitening_resolves`), :data:`SECOND_MOMENT`: those stay private releases, made or
+        not as without a public source.  Public facts only."""
+        projects = _rank(params) > 0
         twin = make_plan({**params, "epsilon": math.inf, "noise_multiplier": None, "center_noise_multiplier": None},
-                         n=n, dim=dim, n_classes=None)
+                         n=n, dim=dim, n_classes=None, given=(PROJECT.name,) if projects else ())
         resolves = self.n >= twin.model_dim and scaling.whitening_resolves(self.n, twin.model_dim, 0.0)
-        return tuple(r.name for r, _ in twin.chain
-                     if r.name not in PRIVATE_ONLY and (resolves or r.name not in SECOND_MOMENT))
+        return tuple(r.name for r in twin.ran if r.name == PROJECT.name
+                     or (r.name not in PRIVATE_ONLY and (resolves or r.name not in SECOND_MOMENT)))
+
+    def ranked(self, params: Mapping[str, Any], *, n: int, dim: int, **run) -> dict:
+        """``params`` with ``public_rank`` resolved to the rank of the public subspace the rows are projected onto
+        (:mod:`privlin.releases.project`; 0: none): where given, checked against the most the public rows can name
+        (:func:`~privlin.releases.project.largest_rank`); None: :func:`~privlin.releases.project.choose_rank` of
+        the public rows' spectrum (the subspace's value at the largest rank, computed by :func:`statistics` up to
+        the projection), or 0 where the (d', d') second moment costs too much
+        (:func:`privlin.releases.scaling.second_moment_affordable`).  Public rows only."""
+        want = params.get("public_rank")
+        if want is not None and _rank(params) == 0:
+            return {**params, "public_rank": 0}
+        before = make_plan({**params, "epsilon": math.inf, "noise_multiplier": None, "center_noise_multiplier": None,
+                            "public_rank": 0}, n=n, dim=dim, n_classes=None)
+        d_in, top = before.model_dim, project.largest_rank(self.n, before.model_dim)
+        if not scaling.second_moment_affordable(self.n, d_in):
+            if want is None:
+                return {**params, "public_rank": 0}
+            raise ValueError(f"public_rank={want}: a public subspace of {d_in}-d rows from {self.n} public rows "
+                             "costs more than privlin computes (privlin.releases.scaling.second_moment_affordable)")
+        if want is not None:
+            if want > top:
+                raise ValueError(f"public_rank={want}: {self.n} public rows of {d_in} inputs name at most {top} "
+                                 "directions")
+            return {**params, "public_rank": int(want)}
+        widest = {**params, "public_rank": top, "recenter": False}
+        plan = make_plan(widest, n=n, dim=dim, n_classes=None, given=self.given(widest, n, dim))
+        energy = statistics(plan, self, upto=PROJECT.name, **run)[PROJECT.name].energy
+        return {**params, "public_rank": project.choose_rank(energy, self.n, d_in)}
 
     def prepare(self, params_list, *, n: int, dim: int, block_rows: int = 65536, memory_limit: int = 2**30,
                 verbose: bool = False) -> tuple[list, dict]:
@@ -128,6 +158,8 @@ class Public:
         and rounds released before it would move the rows it was computed on) and ``{name: value}`` of every
         release the public rows give (:meth:`given`), computed by :func:`statistics`.  One value per release for
         every setting: settings whose public releases differ are refused (fit them apart)."""
+        run = dict(block_rows=block_rows, memory_limit=memory_limit, verbose=verbose)
+        params_list = _ranked(self, params_list, n=n, dim=dim, **run)
         names = {self.given(p, n, dim) for p in params_list}
         if len(names) != 1:
             raise ValueError(f"these settings take different public statistics ({sorted(names)}): fit them apart "
@@ -139,7 +171,7 @@ class Public:
                                  "centre (exact) there is nothing to re-centre: leave recenter=None")
             params_list = [{**p, "recenter": False} for p in params_list]
         plan = make_plan(params_list[0], n=n, dim=dim, n_classes=None, given=names)
-        values = statistics(plan, self, block_rows=block_rows, memory_limit=memory_limit, verbose=verbose)
+        values = statistics(plan, self, **run)
         return params_list, {name: values[name] for name in names}
 
     def inputs(self, params_list, charge: Callable, *, n: int, dim: int, block_rows: int = 65536,
@@ -165,10 +197,42 @@ class Public:
                 "public_treated_as": "public: not charged, never read as private rows"}
 
     def annotate(self, report, given):
-        """``report`` (a :class:`privlin.report.PrivacyReport`) with the public statistics in its notes."""
+        """``report`` (a :class:`privlin.report.PrivacyReport`) with the public statistics in its notes (``given``:
+        their names, or ``{name: value}``, whose public subspace the note names with its rank)."""
         note = (f"public statistics ({', '.join(given)}) computed without noise from {self.describe()}, treated "
                 "as public: not charged, their rows never read as private")
+        subspace = given.get(PROJECT.name) if isinstance(given, Mapping) else None
+        if subspace is not None:
+            note += "; " + project.describe(subspace)
         return dataclasses.replace(report, notes="; ".join(x for x in (report.notes, note) if x))
+
+
+def _rank(params: Mapping[str, Any]) -> int:
+    """The resolved ``public_rank`` of ``params`` (None and 0: no projection); refuses what is not a rank."""
+    rank = params.get("public_rank")
+    if rank is None:
+        return 0
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 0:
+        raise ValueError(f"public_rank must be None (the rule of privlin.releases.project), 0 (no projection) or "
+                         f"a number of directions ≥ 1; got {rank!r}")
+    return int(rank)
+
+
+def _ranked(public: Public, params_list, **kw) -> list:
+    """Every setting's parameters with its ``public_rank`` resolved (:meth:`Public.ranked`); the rule's spectrum is
+    computed once (settings whose public statistics differ are refused anyway), and settings whose resolved ranks
+    differ are refused (one value of the subspace per public source)."""
+    rule, out = None, []
+    for p in params_list:
+        if p.get("public_rank") is None:
+            rule = public.ranked(p, **kw)["public_rank"] if rule is None else rule
+            out.append({**p, "public_rank": rule})
+        else:
+            out.append(public.ranked(p, **kw))
+    if len({p["public_rank"] for p in out}) > 1:
+        raise ValueError(f"these settings project onto public subspaces of different ranks "
+                         f"({sorted({p['public_rank'] for p in out})}): fit them apart, or give one public_rank")
+    return out
 
 
 class _Naming:
@@ -327,11 +391,15 @@ def _audit(source, private, audit, *, budget, ledger):
 
 # ----------------------------------------------------------------------------- the statistics
 
-def exact_plan(plan: Plan, n: int) -> Plan:
+def exact_plan(plan: Plan, n: int, upto: Optional[str] = None) -> Plan:
     """A non-private copy of ``plan`` for ``n`` public rows: every release it uses (:attr:`Plan.ran`, given ones
-    included) in its chain at σ = 0 (the centering in one stage: at σ = 0 a refining stage has nothing to
-    refine), then one cheap training step whose model is not used."""
-    chain = tuple((dataclasses.replace(r, parts=1) if r.name == "center" else r, 0.0) for r in plan.ran)
+    included; with ``upto``, those up to the release of that name) in its chain at σ = 0 (the centering in one
+    stage: at σ = 0 a refining stage has nothing to refine), then one cheap training step whose model is not
+    used."""
+    ran = plan.ran
+    if upto is not None:
+        ran = ran[:1 + [r.name for r in ran].index(upto)]
+    chain = tuple((dataclasses.replace(r, parts=1) if r.name == "center" else r, 0.0) for r in ran)
     ceiling = plan.learning_rate_ceiling if math.isfinite(plan.learning_rate_ceiling) else plan.learning_rate
     return dataclasses.replace(plan, learning_rate_ceiling=ceiling, n=int(n), n_classes=2, epsilon=math.inf,
                                accountant="none", sigma=0.0,
@@ -339,11 +407,12 @@ def exact_plan(plan: Plan, n: int) -> Plan:
                                secure_mode=False, chain=chain, given=(), class_weight=None)
 
 
-def statistics(plan: Plan, public: Public, *, block_rows: int = 65536, memory_limit: int = 2**30,
-               verbose: bool = False) -> dict:
-    """``{release name: value}`` of every release of ``plan``'s chain as :func:`exact_plan` releases it on the
-    public rows, run by :func:`privlin.runner.run` (streamed where ``memory_limit`` says so, as a private fit)."""
-    exact = exact_plan(plan, public.n)
+def statistics(plan: Plan, public: Public, *, upto: Optional[str] = None, block_rows: int = 65536,
+               memory_limit: int = 2**30, verbose: bool = False) -> dict:
+    """``{release name: value}`` of every release of ``plan``'s chain (up to ``upto``) as :func:`exact_plan`
+    releases it on the public rows, run by :func:`privlin.runner.run` (streamed where ``memory_limit`` says so, as
+    a private fit)."""
+    exact = exact_plan(plan, public.n, upto)
     key = noise.make_key(np.zeros((2, 2), np.uint32)).key  # σ = 0 everywhere: no noise it draws is used
     (released,) = runner.run([exact], _Unlabelled(public.source, public.n), [key],
                              np.arange(2), block_rows=block_rows, memory_limit=memory_limit, verbose=verbose)

@@ -151,7 +151,7 @@ def run_plans(plans: Sequence[Plan], source: data.Source, keys: Sequence, classe
 
 def _naming(public, given, report: PrivacyReport) -> PrivacyReport:
     """The report, naming the public source of its given statistics where it has one."""
-    return report if public is None else public.annotate(report, tuple(given or ()))
+    return report if public is None else public.annotate(report, dict(given or {}))
 
 
 def unpack(fitted: Fitted, est, *, ledger=True):
@@ -176,7 +176,8 @@ def coef_of(W) -> np.ndarray:
     return np.array(W.T, dtype=np.float64, order="C")
 
 
-def input_space_weights(plan: Plan, coef: np.ndarray, intercept: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def input_space_weights(plan: Plan, coef: np.ndarray, intercept: np.ndarray,
+                        values=None) -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's ``coef_`` and ``intercept_``: the decision function as an exact affine map of the input rows.
 
     ``decision_function(X) == X @ coef_.T + intercept_`` (raveled for two classes), up to float rounding: two
@@ -185,13 +186,16 @@ def input_space_weights(plan: Plan, coef: np.ndarray, intercept: np.ndarray) -> 
     only where the preprocessing is affine, i.e. with ``normalize=False`` (then the rows are used as given); scaling
     each row to norm ``clip`` is not (and the centering, scaling and radial stages all follow it), so then no
     input-space weights reproduce the model and this raises AttributeError (``hasattr(est, "coef_")`` is False)
-    rather than let a transformed weight be paired with an input feature's name.
+    rather than let a transformed weight be paired with an input feature's name.  Rows projected onto a given
+    public subspace (``values``: the released values, by release name) are a linear map too: its basis is folded in.
     """
     if plan.normalize:
         raise AttributeError("coef_ is not defined for this model: with normalize=True each row is scaled to norm "
                              "`clip` (not an affine map of X), so no input-space weights reproduce it; its weights "
                              "on the transformed rows are coef_transformed_ (names: transformed_feature_names_)")
     coef, intercept = np.asarray(coef, np.float64), np.asarray(intercept, np.float64)
+    if plan.projected:
+        coef = coef @ np.asarray(plan.row_map(values or {}).project, np.float64).T
     if coef.shape[0] == 2:
         return coef[1:] - coef[:1], intercept[1:] - intercept[:1]
     return coef.copy(), intercept.copy()
@@ -204,11 +208,13 @@ def transformed_feature_names(plan: Plan, feature_names_in=None) -> np.ndarray:
     otherwise ``transformed0, ...`` (a normalized, centered, whitened coordinate is no input feature), then the
     coordinates the releases add (the radial one: ``log_norm``, :mod:`privlin.releases.norms`).
     """
-    if not plan.normalize:
+    if plan.projected:  # the coordinates of a public subspace (privlin.releases.project): no input feature either
+        names = [f"public_direction{i}" for i in range(plan.model_dim)]
+    elif not plan.normalize:
         names = feature_names_in if feature_names_in is not None else [f"x{i}" for i in range(plan.dim)]
     else:
         names = [f"transformed{i}" for i in range(plan.dim)]
-        for release, _ in plan.chain:  # coordinates a release adds, in the chain's order (the radial one: log_norm)
+        for release in plan.ran:  # coordinates a release adds, in the order they run (the radial one: log_norm)
             names += (["log_norm"] if release.name == "radius" else
                       [f"{release.name}{j}" for j in range(release.adds_dims)])[:release.adds_dims]
     assert len(names) == plan.model_dim, (len(names), plan.model_dim)

@@ -3,6 +3,7 @@ what the releases define; an overlapping public source is refused; arrays are wa
 import math
 import warnings
 
+import jax
 import numpy as np
 import pytest
 
@@ -94,8 +95,7 @@ def test_streamed_statistics_equal_in_memory(blobs):
     b = public.statistics(plan, pub, memory_limit=1, block_rows=64)
     assert a.keys() == b.keys()
     for name in a:
-        for x, y in zip(np.atleast_1d(a[name]) if name != "scale" else a[name],
-                        np.atleast_1d(b[name]) if name != "scale" else b[name]):
+        for x, y in zip(jax.tree.leaves(a[name]), jax.tree.leaves(b[name]), strict=True):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5, atol=1e-6)
 
 
@@ -189,8 +189,7 @@ def test_the_training_gets_the_budget_the_public_statistics_no_longer_take(blobs
     pub = public.Public(data.ArraySource(X_pub, np.zeros(200)), 200, None, "array")
     public_values = public.statistics(model.plan_, pub)
     for name in given:  # the given values are the public rows' statistics, used as released
-        for a, b in zip(np.atleast_1d(released[name]) if name != "scale" else released[name],
-                        np.atleast_1d(public_values[name]) if name != "scale" else public_values[name]):
+        for a, b in zip(jax.tree.leaves(released[name]), jax.tree.leaves(public_values[name]), strict=True):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -258,3 +257,190 @@ def test_the_command_line_takes_a_public_split(make_store, blobs, capsys):
     assert "sgd" in capsys.readouterr().out
     assert eps_sweep.main([st.url, "--eps", "1", "--public", "train", "--no-progress"]) == 2
     assert "--public 'train' must be rows you may publish" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- the public subspace
+
+def _low_rank_rows(n, seed, d=24, rank=5, offset=3.0):
+    """Rows near a ``rank``-dimensional subspace of R^d (fixed across seeds), plus a little isotropic noise, with
+    a mean far from 0; labels from the first coordinate of the subspace."""
+    basis = np.linalg.qr(np.random.default_rng(100).normal(size=(d, rank)))[0]
+    rng = np.random.default_rng(seed)
+    Z = rng.normal(size=(n, rank)) * np.linspace(2.0, 0.5, rank)
+    y = np.digitize(Z[:, 0], [-1.0, 1.0])
+    return (Z @ basis.T + 0.02 * rng.normal(size=(n, d)) + offset).astype(np.float32), y
+
+
+def _public_of(X):
+    return public.Public(data.ArraySource(X, np.zeros(len(X))), len(X), None, "array")
+
+
+def test_the_subspace_is_the_public_rows_top_principal_directions():
+    X_pub, _ = _low_rank_rows(300, seed=1)
+    params = {"epsilon": 1.0, "radial": False, "public_rank": 4}
+    plan = plans.make_plan(params, n=2000, dim=24, n_classes=3, given=("center", "project"))
+    assert plan.model_dim == 4 and [r.name for r in plan.ran][:2] == ["center", "project"]
+    got = public.statistics(plan, _public_of(X_pub))
+    Z = _unit(X_pub)
+    U = _unit(Z - Z.mean(0))  # as the centering leaves them: unit rows after the public centre
+    lam, V = np.linalg.eigh(U.T @ U / len(U))
+    lam, V = lam[::-1], V[:, ::-1]
+    basis, energy = np.asarray(got["project"].basis, np.float64), np.asarray(got["project"].energy)
+    assert basis.shape == (24, 4)
+    np.testing.assert_allclose(basis.T @ basis, np.eye(4), atol=1e-5)
+    np.testing.assert_allclose(np.abs(np.sum(basis * V[:, :4], axis=0)), 1.0, atol=1e-4)  # each column, up to sign
+    np.testing.assert_allclose(energy, lam[:4] / lam.sum(), rtol=1e-4, atol=1e-6)
+    # the scaling stage after it works on the projected rows: its shift is their mean, in 4 dimensions
+    P = _unit(U @ basis)
+    np.testing.assert_allclose(got["scale"][0], P.mean(0), rtol=RTOL, atol=ATOL)
+
+
+def test_the_rank_rule_keeps_the_energy_share_of_the_public_spectrum():
+    from privlin.releases import project
+
+    X_pub, _ = _low_rank_rows(300, seed=2)
+    pub = _public_of(X_pub)
+    params = {"epsilon": 1.0, "radial": False}
+    resolved = pub.ranked(params, n=2000, dim=24)["public_rank"]
+    Z = _unit(X_pub)
+    U = _unit(Z - Z.mean(0))
+    lam = np.linalg.eigvalsh(U.T @ U)[::-1]
+    expected = int(np.argmax(np.cumsum(lam) / lam.sum() >= project.ENERGY)) + 1
+    assert resolved == expected and 1 <= resolved <= 8  # the rows lie near 5 directions
+    assert pub.ranked({**params, "public_rank": 0}, n=2000, dim=24)["public_rank"] == 0
+    assert pub.ranked({**params, "public_rank": 7}, n=2000, dim=24)["public_rank"] == 7
+    with pytest.raises(ValueError, match="name at most 24 directions"):
+        pub.ranked({**params, "public_rank": 25}, n=2000, dim=24)
+    assert project.choose_rank([0.5, 0.3, 0.2], 2, 3) == 2  # at most the public rows' count
+
+
+def _projected_fit(public_rank=None, **params):
+    from privlin import DPLinearClassifier
+
+    X, y = _low_rank_rows(800, seed=3)
+    X_pub, _ = _low_rank_rows(200, seed=4)
+    with pytest.warns(PrivacyLeakWarning, match="no content identity"):
+        model = DPLinearClassifier(classes=[0, 1, 2], random_state=0, public=X_pub, public_rank=public_rank,
+                                   **params).fit(X, y)
+    return model, X
+
+
+def test_prediction_on_raw_rows_goes_through_the_subspace():
+    model, X = _projected_fit(epsilon=2.0, radial=False)
+    v = model.released_
+    assert model.plan_.projected and model.coef_transformed_.shape == (3, model.plan_.model_dim)
+    basis = np.asarray(v["project"].basis, np.float64)
+    Z = _unit(X)
+    U = _unit(Z - np.asarray(v["center"], np.float64))
+    P = _unit(U @ basis)  # the rows in the subspace, then the public scaling map
+    shift, scale = (np.asarray(a, np.float64) for a in v["scale"])
+    B = _unit(_unit((P - shift) * scale) @ np.asarray(v["whiten"], np.float64))
+    logits = B @ model.coef_transformed_.T + model.intercept_transformed_
+    np.testing.assert_allclose(model.decision_function(X), logits, rtol=1e-3, atol=1e-3)
+    assert (model.predict(X) == np.argmax(logits, axis=1)).mean() > 0.99  # ties within float error may differ
+    names = model.transformed_feature_names_
+    assert len(names) == model.plan_.model_dim and names[0] == "public_direction0"
+    with pytest.raises(AttributeError, match="coef_ is not defined"):
+        model.coef_
+
+
+def test_input_space_weights_fold_the_subspace_in():
+    model, X = _projected_fit(epsilon=2.0, normalize=False, center=False, public_rank=3)
+    assert [r.name for r, _ in model.plan_.given] == ["project"] and model.plan_.model_dim == 3
+    assert model.coef_.shape == (3, 24)  # raw features, as scikit-learn's coef_
+    np.testing.assert_allclose(model.decision_function(X), X @ model.coef_.T + model.intercept_, rtol=1e-4,
+                               atol=1e-4)
+    basis = np.asarray(model.released_["project"].basis, np.float64)
+    np.testing.assert_allclose(model.coef_, model.coef_transformed_ @ basis.T, rtol=1e-12)
+
+
+def test_the_subspace_is_free_epsilon_recomposed_independently():
+    import dp_accounting
+    from closed_forms import gaussians, gdp_epsilon, mu_of
+
+    projected, _ = _projected_fit(epsilon=1.0)
+    unprojected, _ = _projected_fit(epsilon=1.0, public_rank=0)
+    assert "project" in [r.name for r, _ in projected.plan_.given]
+    assert "project" not in [r.name for r, _ in unprojected.plan_.given]
+    assert projected.plan_.model_dim < unprojected.plan_.model_dim
+    for model in (projected, unprojected):
+        event = model.privacy_.dp_event
+        assert gaussians(event) == [model.plan_.sigma] * model.plan_.steps  # the steps only
+        assert gdp_epsilon(mu_of(gaussians(event)), 1e-5) == pytest.approx(1.0, abs=1e-6)
+        pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+        pld.compose(event)
+        assert pld.get_epsilon(1e-5) == pytest.approx(model.privacy_.epsilon, abs=2e-3)
+    assert projected.plan_.sigma == unprojected.plan_.sigma  # nothing charged for the subspace
+
+
+def test_the_report_names_the_subspace_and_its_rank():
+    model, _ = _projected_fit(epsilon=1.0, public_rank=4)
+    notes = model.privacy_.notes
+    assert "public statistics (radius, center, project, scale, whiten)" in notes
+    assert "rows projected onto the public subspace of 4 directions holding" in notes
+    energy = float(np.sum(model.released_["project"].energy))
+    assert f"{100 * energy:.3g}% of the public rows' energy" in notes
+
+
+def test_streamed_projected_fit_equals_in_memory():
+    a, _ = _projected_fit(epsilon=2.0, public_rank=4)
+    b, _ = _projected_fit(epsilon=2.0, public_rank=4, memory_limit=1, block_rows=64)
+    assert b.plan_.projected and b.plan_.model_dim == 4
+    np.testing.assert_allclose(np.abs(a.released_["project"].basis), np.abs(b.released_["project"].basis),
+                               rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(a.coef_transformed_, b.coef_transformed_, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(a.intercept_transformed_, b.intercept_transformed_, rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- what a given value needs elsewhere
+
+def test_a_given_curvature_gets_the_rate_ceiling_it_lifts_toward():
+    from privlin.releases.rates import noise_rate
+
+    plan = plans.make_plan({"epsilon": 1.0, "recenter": False}, n=2000, dim=8, n_classes=3,
+                           given=("center", "curvature"))
+    assert plan.curved and plan.release("curvature") is None
+    assert plan.learning_rate_ceiling == noise_rate(plan.sigma, 2000, steps=plan.steps, momentum=plan.momentum,
+                                                    clip=plan.clip)
+    lr_w, lr_b = plan.learning_rates_after(0.2)  # a flat public curvature lifts W's rate, never to NaN
+    assert math.isfinite(lr_w) and lr_w > plan.learning_rate and math.isfinite(lr_b)
+
+
+def test_the_setting_counts_the_rows_a_given_centre_maps():
+    from privlin import fit_groups
+
+    given = plans.make_plan({"epsilon": 1.0, "recenter": False}, n=2000, dim=8, n_classes=3,
+                            given=("radius", "center", "scale", "whiten"))
+    off = plans.make_plan({"epsilon": 1.0, "center": False}, n=2000, dim=8, n_classes=3)
+    assert given.static().centered and not off.static().centered
+    assert fit_groups.setting_bytes(given.static(), 100, 8, 3) == 4.0 * 100 * 8  # its mapped float32 rows
+
+
+def test_secure_mode_takes_the_public_statistics_and_draws_only_the_steps():
+    from closed_forms import gaussians
+
+    from privlin import DPLinearClassifier
+
+    X, y = _low_rank_rows(400, seed=5)
+    X_pub, _ = _low_rank_rows(150, seed=6)
+    with pytest.warns(PrivacyLeakWarning, match="no content identity"):
+        model = DPLinearClassifier(epsilon=2.0, classes=[0, 1, 2], secure_mode=True, public=X_pub,
+                                   public_rank=4).fit(X, y)
+    assert model.plan_.secure_mode and [r.name for r, _ in model.plan_.given] == [
+        "radius", "center", "project", "scale", "whiten"]
+    assert set(model.plan_.secure_table()) == {r.name for r, _ in model.plan_.chain} | {"step"}
+    assert gaussians(model.privacy_.dp_event)[-model.plan_.steps:] == [model.plan_.sigma] * model.plan_.steps
+    assert (model.predict(X) == y).mean() > 0.6
+
+
+def test_settings_that_take_different_public_statistics_are_refused_in_one_line(make_store, blobs):
+    from privlin.sweep import sweep
+
+    st = make_store({"train": blobs(256, d=8, k=3, seed=26), "public": blobs(128, d=8, k=3, seed=27),
+                     "test": blobs(64, d=8, k=3, seed=28)})
+    with pytest.raises(ValueError, match="take different public statistics.*fit them apart"):
+        sweep(st, settings=[{"method": "adam1", "epsilon": 1.0}, {"method": "sgd", "epsilon": 1.0}],
+              classes=[0, 1, 2], public="public", random_state=0, progress=False)
+    with pytest.raises(ValueError, match="different ranks"):
+        sweep(st, settings=[{"epsilon": 1.0, "public_rank": 2}, {"epsilon": 1.0, "public_rank": 3}],
+              classes=[0, 1, 2], public="public", random_state=0, progress=False)

@@ -40,7 +40,8 @@ def estimator_trainer(params: Mapping, *, n: int, dim: int, n_classes: int) -> C
         rel = runner.train_rows(static, X, Y, mask, float(plan.n), key, plan.sigma, sigma_ref, plan.learning_rate,
                                 plan.learning_rate_ceiling)
         out = {"coef": rel.W.T, "intercept": rel.b}
-        mean, _, log_scale = plan.row_map(rel.values)  # how the fitted model maps rows
+        rows = plan.row_map(rel.values)  # how the fitted model maps rows
+        mean, log_scale = rows.mean, rows.log_scale
         if mean is not None:
             out["mean"] = mean
         if log_scale is not None:

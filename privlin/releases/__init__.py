@@ -7,8 +7,8 @@ names (:func:`run_order`).  The registry's order is the order in which the plan 
 read the shares of the earlier ones: the curvature release weighs the budget left to training); the built-in
 ones: the centering (:mod:`.center`), the row norm (:mod:`.radius`), the scaling stage's moments
 (:mod:`.moments`) and whitening (:mod:`.whiten`), the re-centering rounds (:mod:`.recenter`), the curvature
-(:mod:`.curvature`).  They run in the order :data:`ORDER`.  Adding a release is a module and one
-``register(...)`` line.
+(:mod:`.curvature`), and the public subspace (:mod:`.project`: only ever given from public rows).  They run in
+the order :data:`ORDER`.  Adding a release is a module and one ``register(...)`` line.
 """
 from __future__ import annotations
 
@@ -16,14 +16,15 @@ from .base import Facts, Release
 from .center import Centering
 from .curvature import CURVATURE, Curvature
 from .moments import MOMENTS, Moments
+from .project import PROJECT, Projection
 from .radius import RADIUS, Radius
 from .recenter import Recentering
 from .stage import scaling_stage
 from .whiten import WHITEN, Whitening
 
-__all__ = ["Release", "Facts", "Radius", "Recentering", "Centering", "Moments", "Whitening", "Curvature", "RADIUS",
-           "MOMENTS", "WHITEN", "CURVATURE", "REGISTRY", "register", "run_order", "ORDER", "BUILT_IN",
-           "scaling_stage"]
+__all__ = ["Release", "Facts", "Radius", "Recentering", "Centering", "Moments", "Whitening", "Curvature", "Projection",
+           "RADIUS", "MOMENTS", "WHITEN", "CURVATURE", "PROJECT", "REGISTRY", "register", "run_order", "ORDER",
+           "BUILT_IN", "scaling_stage"]
 
 #: Every registered release, in the order the plan asks them for their share.
 REGISTRY: tuple = ()
@@ -55,7 +56,7 @@ def run_order(registered=None) -> tuple:
     return tuple(order)
 
 
-for _release in (Centering(), RADIUS, MOMENTS, WHITEN, Recentering(), CURVATURE):
+for _release in (Centering(), RADIUS, MOMENTS, WHITEN, Recentering(), CURVATURE, PROJECT):
     register(_release)
 
 #: The built-in releases' names, in the order they run (the ledger entry lists each one's σ, None where not made).

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from .. import accounting, noise
 from . import preprocess, scaling
 
-__all__ = ["Release", "Facts", "planned_sigma", "Driver", "Context", "RowMap", "row_map", "model_rows",
+__all__ = ["Release", "Facts", "planned_sigma", "Driver", "Context", "RowMap", "row_map", "model_rows", "projected",
            "rows_and_center", "stage_keys", "release_key", "recenter_keys"]
 
 
@@ -81,32 +81,46 @@ class Driver(Protocol):
 class RowMap(NamedTuple):
     """The released values that map rows as given to rows as a later release (or the model) sees them: the
     mean or chain of means (:func:`.preprocess.apply`), the scaling map (:class:`.scaling.Scaling`),
-    log₂ of the typical row norm (:mod:`.norms`); each None where not (yet) released.  A pytree: the
+    log₂ of the typical row norm (:mod:`.norms`), the basis of a given public subspace (:mod:`.project`); each
+    None where not (yet) released.  A pytree: the
     streamed driver passes it to its compiled block functions as an argument."""
 
     mean: Optional[jax.Array] = None
     scaling: Optional[scaling.Scaling] = None
     log_scale: Optional[jax.Array] = None
+    project: Optional[jax.Array] = None  # (d', r) orthonormal basis of a public subspace (:mod:`.project`)
 
 
 def model_rows(X, rows: RowMap, norm: float, normalize: bool):
     """Rows mapped by the released values: normalized to ``norm`` (with a released ``log_scale``: with their
-    radial coordinate, :func:`.norms.embed`), centered by the released mean and normalized again, then
-    (with a released scaling) standardized and whitened, at norm ``norm``; as given (float32) without
-    ``normalize``."""
+    radial coordinate, :func:`.norms.embed`), centered by the released mean and normalized again, (with a given
+    public subspace) projected onto it and normalized again, then (with a released scaling) standardized and
+    whitened, at norm ``norm``; without ``normalize``, as given (float32), projected onto a given subspace."""
     if not normalize:
-        return jnp.asarray(X, jnp.float32)
+        return projected(jnp.asarray(X, jnp.float32), rows.project, None)
+    if rows.project is not None:
+        Z = projected(preprocess.apply(X, preprocess.RowMap(1.0, rows.mean, rows.log_scale)), rows.project, 1.0)
+        return Z * norm if rows.scaling is None else scaling.apply(Z, rows.scaling, norm)
     if rows.scaling is None:
         return preprocess.apply(X, preprocess.RowMap(norm, rows.mean, rows.log_scale))
     return scaling.apply(preprocess.apply(X, preprocess.RowMap(1.0, rows.mean, rows.log_scale)), rows.scaling, norm)
 
 
+def projected(X, basis, norm):
+    """Rows ``X @ basis`` (float32), normalized to ``norm`` (None: as projected); ``X`` itself where ``basis`` is
+    None."""
+    if basis is None:
+        return X
+    Z = X @ jnp.asarray(basis, jnp.float32)
+    return Z if norm is None else preprocess.normalize_rows(Z, norm)
+
+
 def rows_and_center(X, rows: RowMap, norm: float, normalize: bool):
     """``(U, c)`` such that :func:`model_rows` is ``U − c`` re-normalized to ``norm``: the rows as the released values
     map them up to their last centering, and that centering's mean; ``c`` None where the rows are already the
-    model's (no centering, a scaling map, or rows as given).  What a sum over offsets from a center reads
+    model's (no centering, a scaling map, a projection, or rows as given).  What a sum over offsets from a center reads
     (:func:`privlin.sensitivity.offsets_sum`)."""
-    if not normalize or rows.scaling is not None or rows.mean is None:
+    if not normalize or rows.scaling is not None or rows.mean is None or rows.project is not None:
         return model_rows(X, rows, norm, normalize), None
     if rows.mean.ndim == 1:
         return preprocess.apply(X, preprocess.RowMap(norm, None, rows.log_scale)), rows.mean
@@ -167,7 +181,8 @@ class Facts:
     relation's name, the parameters that ask for a release or refuse it (``center``, ``scale``, ``radial``,
     ``recenter``: None lets the release decide) and the shares they are given, the training settings, and,
     as the plan decides release by release, ``model_dim`` (d plus the coordinates the releases chosen so far
-    add) and ``chosen`` (``(name, share)`` of those releases, in the order decided)."""
+    add) and ``chosen`` (``(name, share)`` of those releases, in the order decided); ``projected``: the rank of a
+    given public subspace (:mod:`.project`; 0: none), in which the releases after it and the model work."""
 
     n: int
     dim: int
@@ -193,6 +208,7 @@ class Facts:
     learning_rate_given: bool = False
     model_dim: int = 0
     chosen: tuple = ()
+    projected: int = 0
 
     @property
     def shares(self) -> dict:
@@ -279,6 +295,15 @@ class Release:
     def build(self, facts: Facts, sigma: float) -> "Release":
         """The release as it runs at its calibrated ``sigma`` (the facts final): itself by default."""
         return self
+
+    def given_as(self, facts: Facts) -> "Release":
+        """The release as it runs where its value is given (:attr:`privlin.plan.Plan.given`): itself by default;
+        one whose shape is a public setting takes it from ``facts``."""
+        return self
+
+    def model_dim_after(self, dim: int) -> int:
+        """The model's inputs after this release, from those before it: ``dim`` plus :attr:`adds_dims`."""
+        return dim + self.adds_dims
 
     def init(self, dim: int):
         """The zero accumulator of the exact block sum over rows of dimension ``dim`` (default :meth:`compute`)."""

@@ -36,11 +36,14 @@ class Moments(Release):
 
     def compute(self, driver, ctx, key, sigma):
         """:func:`.scaling.release_moments` of the centered unit rows' sums, with the first half of the
-        scaling key (the whitening's is the second)."""
+        scaling key (the whitening's is the second); on rows in a public subspace (:mod:`.project`), whose
+        coordinates were fitted to these rows, every variance floored at the sample's spread
+        (:func:`.scaling.sampling_floor`), as the whitening floors its eigenvalues."""
         sums = driver.total("scaling", jnp.zeros((2, ctx.model_dim), jnp.float64), moment_sums, ctx.row_map(), ctx.n,
                             normalize=ctx.normalize)
+        fitted = None if ctx.rows.project is None else scaling.sampling_floor(ctx.n, ctx.model_dim)
         return scaling.release_moments(sums, ctx.n, noise.split(stage_keys(key)[1])[0], sigma,
-                                       driver.noisy(self.name, sums))
+                                       driver.noisy(self.name, sums), fitted)
 
     def map_rows(self, rows, value):
         """Later rows are standardized by ``(shift, scale)`` (no rotation yet)."""

@@ -155,11 +155,12 @@ def second_moment_sum(Z, mask, n) -> jax.Array:
 
 # ----------------------------------------------------------------------------- releases and their public maps
 
-def release_moments(sums, n, key, sigma_m, noisy=None) -> tuple[jax.Array, jax.Array]:
+def release_moments(sums, n, key, sigma_m, noisy=None, sampling=None) -> tuple[jax.Array, jax.Array]:
     """(shift, scale) from :func:`moment_sums` with noise N(0, 2σ_m²) per coordinate (``GaussianDpEvent(σ_m)``).
 
     ``noisy``: the already noised sums (secure mode adds the discrete Gaussian on the host); then ``key`` and the
-    noise here are unused.
+    noise here are unused.  ``sampling``: a floor added to every variance (None: none), where the coordinates are
+    directions fitted to these same rows (:mod:`.project`), whose trailing variances the sample underestimates.
     """
     if noisy is None:
         noisy = sums + noise.gaussian(key, sums.shape, math.sqrt(2.0) * sigma_m)
@@ -167,6 +168,8 @@ def release_moments(sums, n, key, sigma_m, noisy=None) -> tuple[jax.Array, jax.A
     m = preprocess.shrink(jnp.asarray(noisy[0], jnp.float64) / n, tau, 0.0)
     var = jnp.maximum(preprocess.shrink(jnp.asarray(noisy[1], jnp.float64) / n - m * m, tau), 0.0)
     floor = tau + VARIANCE_FLOOR * jnp.mean(var)  # ε = ∞: no noise, but no division by a zero variance either
+    if sampling is not None:
+        floor = floor + sampling
     scale = jax.lax.rsqrt(var + jnp.maximum(floor, TINY))
     return jnp.asarray(m, jnp.float32), jnp.asarray(scale / jnp.max(scale), jnp.float32)
 
