@@ -7,7 +7,8 @@ persistent compilation cache and no stores (featurize + 60 fits + k-NN), *warm* 
 and the stores it wrote (fits only). Peak resident memory and CPU time are the child's (``os.wait4``: its own and
 its waited-for children's). ``--before``: also run another checkout's quickstart first (e.g. main's), for a
 before/after in one sitting. The unit is scikit-learn's ``LogisticRegression().fit`` on the same digits pixels
-(1437 × 64), the fastest of 7 in this process. Writes the ``bench_quickstart`` section of benchmarks/results/privlin.md.
+(1437 × 64), the fastest of 7 in this process. Writes the ``bench_quickstart`` section of
+benchmarks/results/privlin.md.
 """
 from __future__ import annotations
 
