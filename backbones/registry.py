@@ -216,6 +216,10 @@ for _cfg in (
         preprocessing=Preprocessing(resize=32, crop=32, interpolation="bilinear", mean=HALF, std=HALF),
         heads=("flat",), description="Identity: resized pixels in [-1, 1], flattened (3*32*32 = 3072-d baseline)"),
     BackboneConfig(
+        name="pixels8", arch="pixels", arch_kwargs={}, weights_format="none",
+        preprocessing=Preprocessing(resize=8, crop=8, interpolation="bilinear", mean=HALF, std=HALF),
+        heads=("flat",), description="Identity: pixels at 8x8 in [-1, 1], flattened (3*8*8 = 192-d baseline)"),
+    BackboneConfig(
         name="vip_toy", arch="vit", arch_kwargs=_vit(4, 128, 6, 4, img=32), timm_reference=None,
         weights_format="mae_pth", weights_file="vip_toy.pth", bundled=True,
         weights_source="backbones/weights/vip_toy.pth, trained by the project's DP-MAE code (backbones/mae)",

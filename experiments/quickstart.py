@@ -1,15 +1,18 @@
 """Quickstart: digits → frozen features → private linear probes at ε ∈ {0.5, 1, 2, 4, 8} → table, CSV and plot.
 
-Runs offline in a few minutes on a 2-core CPU (the pixels probes whiten 3072-d rows)::
+Runs offline in a couple of minutes on a 2-core CPU::
 
     python -m experiments.quickstart                 # writes runs/quickstart/{*.zarr, quickstart.csv, quickstart.png}
-    python -m experiments.quickstart --out /tmp/qs --backbones pixels
+    python -m experiments.quickstart --out /tmp/qs --backbones pixels8
 
 What it does, and what is private:
 
 1. ``featurize`` scikit-learn's embedded 8×8 digits (1437 train / 360 test rows) with the shipped small backbone
-   ``vip_toy`` (a ViT trained by the project's DP-MAE code on synthetic images only) and with ``pixels`` (no
-   network: the resized image itself), into feature stores.  Rerunning resumes/skips finished stores.
+   ``vip_toy`` (a ViT trained by the project's DP-MAE code on synthetic images only) and with ``pixels8`` (no
+   network: the digit's own 8×8 pixels, 192-d), into feature stores.  Rerunning resumes/skips finished stores.
+   ``pixels8`` rather than the 32×32 ``pixels`` (3072-d): the same digits, and whitening 3072-d rows costs a
+   3073 × 3073 float64 eigendecomposition per whitened ``sgd`` setting, which would make the quickstart several
+   times longer on a small CPU (BENCHMARKS.md, "The quickstart"); ``--backbones vip_toy,pixels`` runs it.
 2. On each store, one :func:`privlin.sweep.sweep` trains every (method, ε) privately, sharing data passes.
    Settings are fixed in advance, not tuned on digits' accuracy: ``DPLinearClassifier``'s defaults for
    ``adam1`` and ``sgd`` (the plan's rules, :mod:`privlin.plan`: rows normalized to norm 1 = the clip norm,
@@ -45,7 +48,7 @@ from experiments.spent import earlier_entries, spent_line
 PROG = "python -m experiments.quickstart"
 EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
 DELTA = 1e-5
-BACKBONES = ("vip_toy", "pixels")
+BACKBONES = ("vip_toy", "pixels8")
 
 
 def fixed_settings(delta: float = DELTA):
