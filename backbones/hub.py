@@ -15,7 +15,9 @@ from ``forward_features``, a list of ``blocks``, ``num_prefix_tokens``).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import re
 from pathlib import Path
 
 from .errors import CheckpointMismatchError, WeightsNotFoundError
@@ -60,6 +62,37 @@ def _offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE)
 
 
+def cached_file(repo: str, filename: str, revision: str | None = None) -> Path | None:
+    """``filename`` of ``repo`` at ``revision`` (default ``main``) if the Hugging Face cache holds it, else None.
+
+    Read from the cache's layout (``models--ORG--NAME/refs/REVISION`` names a commit, ``snapshots/COMMIT/FILE``
+    the file), so it answers without the network and without importing torch or timm.
+    """
+    root = Path(_cache_dir()) / f"models--{repo.replace('/', '--')}"
+    revision = revision or "main"
+    ref = root / "refs" / revision
+    commit = ref.read_text().strip() if ref.is_file() else revision
+    path = root / "snapshots" / commit / filename
+    return path if path.is_file() else None
+
+
+def _not_cached(repo: str, filename: str, revision: str | None) -> WeightsNotFoundError:
+    """The one-line error for a file the cache lacks where it may not be downloaded: what, where, how to fetch."""
+    at = f"{repo}@{revision}" if revision else repo
+    why = "HF_HUB_OFFLINE=1 forbids downloading" if _offline() else "the hub could not be reached"
+    pickle_hint = ""
+    if filename.endswith(".safetensors"):
+        pickled = next((b for b, s in _SAFE_ALTERNATIVES.items() if s == filename), None)
+        if pickled and cached_file(repo, pickled, revision) is not None:
+            pickle_hint = (f" (the cache holds {pickled}, a pickle, which is not read from the hub: pass it as "
+                           "--weights PATH if you trust it)")
+    files = " ".join(dict.fromkeys(("config.json", "model.safetensors" if filename == "config.json" else filename)))
+    return WeightsNotFoundError(
+        f"{filename} of {at} is not in the Hugging Face cache {_cache_dir()} and {why}{pickle_hint}; fetch it "
+        f"where the hub is reachable with `hf download {repo} {files}"
+        f"{' --revision ' + revision if revision else ''}` (same HF_HUB_CACHE/HF_HOME), or pass --weights PATH")
+
+
 def download(repo: str, filename: str, revision: str | None = None) -> Path:
     """``filename`` of hub repository ``repo`` from the HF cache (fetched only where the environment allows).
 
@@ -68,26 +101,14 @@ def download(repo: str, filename: str, revision: str | None = None) -> Path:
     WeightsNotFoundError
         One line saying what is missing, where it looked and how to fetch it.
     """
-    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+    from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
 
     at = f"{repo}@{revision}" if revision else repo
     try:
         return Path(hf_hub_download(repo, filename, revision=revision))
     except LocalEntryNotFoundError:
-        why = "HF_HUB_OFFLINE=1 forbids downloading" if _offline() else "the hub could not be reached"
-        pickle_hint = ""
-        if filename.endswith(".safetensors"):
-            pickled = next((b for b, s in _SAFE_ALTERNATIVES.items() if s == filename), None)
-            if pickled and isinstance(try_to_load_from_cache(repo, pickled, revision=revision), str):
-                pickle_hint = (f" (the cache holds {pickled}, a pickle, which is not read from the hub: pass it as "
-                               "--weights PATH if you trust it)")
-        files = " ".join(dict.fromkeys(("config.json", "model.safetensors" if filename == "config.json" else filename)))
-        raise WeightsNotFoundError(
-            f"{filename} of {at} is not in the Hugging Face cache {_cache_dir()} and {why}{pickle_hint}; fetch it "
-            f"where the hub is reachable with `hf download {repo} {files}"
-            f"{' --revision ' + revision if revision else ''}` (same HF_HUB_CACHE/HF_HOME), or pass --weights PATH"
-        ) from None
+        raise _not_cached(repo, filename, revision) from None
     except EntryNotFoundError:
         raise WeightsNotFoundError(
             f"{at} has no {filename} on the hub; only safetensors are loaded from the hub (a pickled checkpoint can "
@@ -95,6 +116,72 @@ def download(repo: str, filename: str, revision: str | None = None) -> Path:
     except (HfHubHTTPError, OSError) as e:  # unknown or gated repository, unknown revision, network
         message = " ".join(str(e).split())
         raise WeightsNotFoundError(f"cannot get {filename} of {at} from the Hugging Face hub: {message}") from None
+
+
+def safe_filename(cfg: dict) -> str:
+    """The safetensors file a timm pretrained config's weights are read from (``hf_hub_filename``, default timm's
+    ``pytorch_model.bin``, taken as its safetensors alternative)."""
+    filename = cfg.get("hf_hub_filename") or "pytorch_model.bin"
+    return filename if filename.endswith(".safetensors") else _SAFE_ALTERNATIVES.get(
+        filename, filename.rsplit(".", 1)[0] + ".safetensors")
+
+
+def check_cached(name: str, weights=None) -> None:
+    """Under ``HF_HUB_OFFLINE=1``, refuse a timm or ``hf-hub:`` name whose files the cache lacks, as :func:`download`
+    would, but before torch and timm load (seconds): an ``hf-hub:`` repository's ``config.json`` and, without
+    ``weights``, its safetensors file; an ``arch.tag`` timm name's file where timm's source names its repository.
+    Anything this cannot tell without timm is left to the load (no false refusal)."""
+    if not _offline():
+        return
+    if name.startswith(HUB_PREFIX):
+        repo, revision = _split_revision(name[len(HUB_PREFIX):])
+        config = cached_file(repo, "config.json", revision)
+        if config is None:
+            raise _not_cached(repo, "config.json", revision)
+        try:
+            cfg = json.loads(config.read_text()).get("pretrained_cfg") or {}
+        except (ValueError, AttributeError, OSError):
+            return  # not a timm config: the load names the fault
+        filename = safe_filename(cfg if isinstance(cfg, dict) else {})
+    else:
+        found = _timm_source_cfg(name)
+        if found is None:
+            return
+        repo, revision, filename = found
+    if weights is None and cached_file(repo, filename, revision) is None:
+        raise _not_cached(repo, filename, revision)
+
+
+def _timm_source_cfg(name: str) -> tuple[str, str | None, str] | None:
+    """``(repo, revision, safetensors file)`` of a tagged timm name, read from the ``'NAME': _cfg(...)`` entry of
+    timm's model sources (what ``get_pretrained_cfg`` would return, without importing timm); None where the entry
+    is not found or names no hub repository."""
+    from .registry import _timm_source
+
+    arch, dot, _ = name.partition(".")
+    if not dot:
+        return None  # the default tag is chosen by timm's registry
+    text = _timm_source(arch)
+    m = re.compile(r"^\s*['\"]" + re.escape(name) + r"['\"]\s*:\s*\w+\(", re.M).search(text)
+    if m is None:
+        return None
+    # the entry must sit in a dict timm registers as written: ``x = generate_default_cfgs({...})`` or ``x = {...}``
+    # later passed to ``generate_default_cfgs(x)`` (other tables' names may be rewritten before registering)
+    opener = None
+    for opener in re.finditer(r"^(\w+)[^=\n]*=\s*(generate_default_cfgs\(\s*)?\{", text[:m.start()], re.M):
+        pass
+    if opener is None or re.search(r"^[})]", text[opener.end():m.start()], re.M) or not (
+            opener.group(2) or re.search(r"generate_default_cfgs\(\s*" + opener.group(1) + r"\s*\)", text)):
+        return None
+    nxt = re.compile(r"^\s*['\"][\w.\-]+['\"]\s*:", re.M).search(text, m.end())
+    entry = re.sub(r"#[^\n]*", "", text[m.end():nxt.start() if nxt else len(text)])  # commented-out fields
+    hub_id = re.search(r"hf_hub_id\s*=\s*['\"]([^'\"]+)['\"]", entry)
+    if hub_id is None:
+        return None
+    hub = hub_id.group(1) + (name if hub_id.group(1) == "timm/" else "")  # as timm's registry completes it
+    filename = re.search(r"hf_hub_filename\s*=\s*['\"]([^'\"]+)['\"]", entry)
+    repo, revision = _split_revision(hub)
+    return repo, revision, safe_filename({"hf_hub_filename": filename.group(1) if filename else None})
 
 
 def resolve(name: str) -> tuple[str, dict, dict]:
@@ -160,9 +247,7 @@ def config_for(name: str) -> tuple[BackboneConfig, dict]:
     arch, model_args, cfg = resolve(name)
     hub_id = cfg.get("hf_hub_id")
     repo, revision = _split_revision(hub_id) if hub_id else (None, None)
-    filename = cfg.get("hf_hub_filename") or "pytorch_model.bin"
-    filename = filename if filename.endswith(".safetensors") else _SAFE_ALTERNATIVES.get(
-        filename, filename.rsplit(".", 1)[0] + ".safetensors")
+    filename = safe_filename(cfg)
     recorded = {k: v for k, v in cfg.items() if k not in _NOT_RECORDED and v is not None}
     config = BackboneConfig(
         name=name, arch="timm", arch_kwargs={"model_name": arch, **model_args, "pretrained_cfg": recorded},

@@ -166,21 +166,37 @@ def check_name(name: str) -> None:
     get_config(name)
 
 
-@functools.lru_cache(maxsize=1)
 def _timm_architectures() -> frozenset:
     """The model names timm registers, read from its source (each ``@register_model`` function) instead of by
     importing it (seconds: torch): the same set as ``timm.list_models()`` (tests/test_backbones.py holds them
     equal). Empty without timm."""
+    return frozenset(_timm_model_files())
+
+
+def _timm_source(arch: str) -> str:
+    """The text of the timm source file that registers ``arch`` ("" if timm does not), read without importing
+    timm."""
+    path = _timm_model_files().get(arch)
+    if path is None:
+        return ""
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+@functools.lru_cache(maxsize=1)
+def _timm_model_files() -> dict:
+    """Each model name timm registers -> the source file that registers it (empty without timm)."""
     spec = importlib.util.find_spec("timm")
     if spec is None or spec.origin is None:
-        return frozenset()
+        return {}
     folder = os.path.join(os.path.dirname(spec.origin), "models")
-    names: set[str] = set()
+    files: dict[str, str] = {}
     for entry in os.scandir(folder):
         if entry.name.endswith(".py"):
             with open(entry.path, encoding="utf-8") as f:
-                names.update(re.findall(r"@register_model(?:\([^)]*\))?\s*\ndef (\w+)\(", f.read()))
-    return frozenset(names)
+                for name in re.findall(r"@register_model(?:\([^)]*\))?\s*\ndef (\w+)\(", f.read()):
+                    files.setdefault(name, entry.path)
+    return files
 
 
 for _cfg in (

@@ -85,14 +85,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def _check_names(args) -> int:
     """The names and paths typed (dataset, backbone, its weights file, the data folders), checked without torch."""
-    from .names import check_name
+    from .names import check_name, check_out
 
     check_name(args.dataset)
     backbones.check_name(args.backbone)
-    if args.backbone in backbones.list_backbones():  # a timm or hub name's weights are looked up when timm loads
+    if args.backbone in backbones.list_backbones():
         from backbones.weights_file import resolve_weights
 
         resolve_weights(backbones.get_config(args.backbone), args.weights)
+    else:  # a timm or hub name: under HF_HUB_OFFLINE=1, its files in the Hugging Face cache
+        from backbones.hub import check_cached
+
+        check_cached(args.backbone, args.weights)
+    check_out(args.out)
     if not args.dataset.startswith("hf:"):  # a hub dataset is found by the datasets library (heavy)
         from .datasets import dataset_splits
 
