@@ -193,13 +193,20 @@ def entry_point(prog: str, errors: Sequence[type[BaseException]] = ()) -> Callab
     return wrap
 
 
+#: Seconds between a log's lines of a step that shows it is alive (``status(log_every=LOG_EVERY)``); on a terminal
+#: the line ticks each second.
+LOG_EVERY = 3.0
+
+
 @contextlib.contextmanager
-def status(desc: str, *, enabled: bool = True, after: float = 2.0, every: float = 1.0) -> Iterator[None]:
+def status(desc: str, *, enabled: bool = True, after: float = 2.0, every: float = 1.0,
+           log_every: float | None = None) -> Iterator[None]:
     """Progress of one slow step: once it has run ``after`` seconds, show ``desc`` and the time spent (stderr).
 
     On a terminal the line ticks every ``every`` seconds (a tqdm bar, so other tqdm bars nest below it); in a log
-    it is one line when shown and one with the time at the end.  A step done within ``after`` seconds prints
-    nothing.  ``desc`` must not contain private data.
+    it is one line when shown and one with the time at the end, and with ``log_every`` one more line with the time
+    every ``log_every`` seconds between (a log that must show the step is alive).  A step done within ``after``
+    seconds prints nothing.  ``desc`` must not contain private data.
     """
     if not enabled:
         yield
@@ -222,8 +229,15 @@ def status(desc: str, *, enabled: bool = True, after: float = 2.0, every: float 
             else:
                 print(f"{desc} ...", file=sys.stderr, flush=True)
                 shown.append(None)
-        while live and not stop.wait(every):
-            shown[0].set_description_str(f"{desc} ... {time.perf_counter() - t0:.0f} s")
+        tick = every if live else log_every
+        while tick is not None and not stop.wait(tick):
+            with lock:
+                if stop.is_set():
+                    return
+                if live:
+                    shown[0].set_description_str(f"{desc} ... {time.perf_counter() - t0:.0f} s")
+                else:
+                    print(f"{desc} ... {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()

@@ -24,14 +24,14 @@ DECODE_CHOICES = ("auto", "draft", "full", "device")
 def user_errors() -> tuple:
     """The mistakes a user can make here (a dataset, a backbone's weights, the output store, an argument's value).
 
-    Imported when a command runs, not when it is parsed: ``--help`` and usage errors answer without torch.
+    Imported when a command runs, not when it is parsed (``--help`` and usage errors answer at once); none of them
+    needs torch, so a mistake found before the heavy imports is reported at once too.
     """
     import pickle
 
     import stores
 
-    from .datasets import DatasetError
-    from .job import CorruptImageError
+    from .names import CorruptImageError, DatasetError
     return (DatasetError, CorruptImageError, backbones.WeightsNotFoundError, backbones.CheckpointMismatchError,
             stores.StoreError, KeyError, ValueError, pickle.UnpicklingError, OSError)
 
@@ -77,7 +77,8 @@ def build_parser():
 
 def main(argv: list[str] | None = None) -> int:
     """What ``featurize`` runs: parse (``--help`` and usage errors exit here, before torch is imported), check the
-    dataset and backbone names (a typo answers at once, before the heavy imports), say what starts, then run."""
+    names and paths typed (a typo answers at once, before the heavy imports), then run, showing a moving line while
+    torch and timm load and while the data is listed and the model built, until the first bar."""
     args = build_parser().parse_args(argv)
     code = cli.entry_point(PROG, (KeyError, ValueError, backbones.WeightsNotFoundError))(_check_names)(args)
     return code or cli.entry_point(PROG, user_errors())(_run)(args)
@@ -102,14 +103,18 @@ def _check_names(args) -> int:
         from .datasets import dataset_splits
 
         dataset_splits(args.dataset, args.data_dir)  # its folders and their layout (reads only names)
-    if not args.no_progress:  # loading torch, the dataset's index and the model takes seconds before the first bar
-        print(f"{PROG}: loading {args.backbone} and listing {args.dataset}"
-              f"{' under ' + args.data_dir if args.data_dir else ''} ...", file=sys.stderr, flush=True)
     return 0
 
 
 def _run(args) -> int:
-    from .job import Feed, extract
+    needs_timm = args.backbone not in backbones.list_backbones() or backbones.get_config(args.backbone).arch != "pixels"
+    loading = "torch, torchvision and timm" if needs_timm else "torch and torchvision"
+    with cli.status(f"{PROG}: loading {loading}", enabled=not args.no_progress, after=0.0,
+                    log_every=cli.LOG_EVERY):  # seconds before anything else can start: a line that moves
+        if needs_timm:  # loaded here, under the line, rather than silently when the model is built
+            import timm  # noqa: F401
+
+        from .job import Feed, extract
 
     result = extract(args.backbone, args.dataset, splits=args.split.split(",") if args.split else None,
                      out=args.out, head=args.head, data_dir=args.data_dir, weights=args.weights,

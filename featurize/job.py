@@ -31,18 +31,16 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
+import cliconv as cli
 import stores
 from stores.items import ITEM_CHARS, of_name
 from backbones import Backbone, load_backbone
 
 from . import decode
 from .datasets import ImageSplit, dataset_splits, open_split, row_item
+from .names import CorruptImageError  # noqa: F401 - public here too (featurize.CorruptImageError)
 
 FEATURE_DTYPES = ("float16", "float32")
-
-
-class CorruptImageError(RuntimeError):
-    """An image could not be decoded (and ``skip_bad`` was off)."""
 
 
 @dataclass(frozen=True)
@@ -492,6 +490,7 @@ def extract_splits(bb: Backbone, sources: list[ImageSplit], out, *, assignment: 
         def stage(batch):
             return _stage(batch, device, pre, bb.transform, stream, chunks)
 
+        jobs[keys[0][0][0]].start(began[0])  # the first bar shows now, while the workers start and decode
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="shard-writer") as pool:
             def launch(batch, staged):
                 """Queue the batch's forward and the copy of its features to the host; on CUDA nothing waits."""
@@ -631,9 +630,12 @@ def extract(backbone, dataset: str, *, splits: list[str] | None = None, out=None
         raise ValueError(f"--batch-size must be positive, got {batch_size}")
     assignment = ShardAssignment.parse(shard)
     dev = resolve_device(device)
-    splits = list(splits) if splits else dataset_splits(dataset, data_dir)
-    sources = [open_split(dataset, s, data_dir) for s in splits]  # fail on bad data before loading a model
-    bb = load_backbone(backbone, head=head, weights=weights)
+    name = backbone if isinstance(backbone, str) else backbone.name
+    with cli.status(f"featurize: listing {dataset}{' under ' + str(data_dir) if data_dir else ''} and loading "
+                    f"{name}", enabled=progress, after=0.0, log_every=cli.LOG_EVERY):
+        splits = list(splits) if splits else dataset_splits(dataset, data_dir)
+        sources = [open_split(dataset, s, data_dir) for s in splits]  # fail on bad data before loading a model
+        bb = load_backbone(backbone, head=head, weights=weights)
     out = out or default_out(bb.config.name, bb.head, dataset, data_dir)
     mode = decode.resolve_mode(decode_mode, dev)
     decode.check_worker_every(worker_every, mode)

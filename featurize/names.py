@@ -1,4 +1,5 @@
-"""Dataset names, checked without reading or importing anything heavy (a typo answers before torch loads)."""
+"""Dataset names and output paths, checked without reading or importing anything heavy (a typo answers before torch
+loads), and the command's error types (importable without torch, so the command line can catch them)."""
 from __future__ import annotations
 
 import os
@@ -10,6 +11,10 @@ KNOWN = "imagenet, cifar10, cifar100, digits, imagefolder:PATH, webdataset (--da
 
 class DatasetError(ValueError):
     """A dataset name, split or on-disk layout that cannot be used (the message says what was expected)."""
+
+
+class CorruptImageError(RuntimeError):
+    """An image could not be decoded (and ``skip_bad`` was off)."""
 
 
 def check_name(dataset: str) -> None:

@@ -33,15 +33,17 @@ def test_a_typo_is_answered_before_the_heavy_imports(argv, says):
 
 
 def test_featurize_says_what_it_does_before_the_heavy_imports():
-    code = ("import io, sys\nimport featurize.__main__ as m\nseen = []\n"
+    code = ("import io, sys, types\nimport featurize.__main__ as m\nseen = []\n"
             "class Err(io.StringIO):\n"
             f"    def write(self, t):\n        seen.append((t, sorted(x for x in {HEAVY!r} if x in sys.modules)))\n"
             "        return len(t)\n"
-            "sys.stderr = Err()\nm._run = lambda args: 0\n"
+            "job = types.ModuleType('featurize.job')\njob.Feed = types.SimpleNamespace(parse=lambda text: None)\n"
+            "job.extract = lambda *a, **k: {'out': 'x.zarr', 'splits': []}\nsys.modules['featurize.job'] = job\n"
+            "sys.stderr = Err()\n"
             "rc = m.main(['--backbone', 'vip_toy', '--dataset', 'digits', '--out', 'x.zarr'])\n"
             "print(rc, seen[0])")
     r = _fresh(code)
-    assert r.stdout.strip() == "0 ('featurize: loading vip_toy and listing digits ...', [])", (r.stdout, r.stderr)
+    assert r.stdout.strip() == "0 ('featurize: loading torch, torchvision and timm ...', [])", (r.stdout, r.stderr)
 
 
 def test_the_timm_names_read_without_timm_are_timms():
