@@ -1,6 +1,7 @@
 """``python -m privlin.ledger``'s text reads in 120 columns whatever was charged: the relation first, where the
 ledger is on a line of its own (a path is as long as it is), then one short line per entry (a sweep of 30 fits
-included: its σ's are in ``--json`` only), then the total; ``--json`` is one line holding every σ."""
+included: its σ's as a count and a range, each of them in ``--json`` only), then the total; ``--json`` is one line
+holding every σ."""
 import json
 
 from dp_accounting import dp_event as ev
@@ -26,7 +27,8 @@ def test_ledger_text_fits_120_columns_one_line_per_entry(ledger_home, tmp_path, 
     assert where == [1] and "neighbours]" in lines[0], lines
     assert max(len(line) for i, line in enumerate(lines) if i != 1) <= 120, lines
     entries = [line for line in lines if line.split()[0].isdigit()]
-    assert len(entries) == 5 and entries[-1].split()[2] == "privlin.sweep/sgd" and "σ" not in "".join(lines)
+    assert len(entries) == 5 and entries[-1].split()[2] == "privlin.sweep/sgd"
+    assert entries[0].endswith("σ=3") and entries[-1].endswith(f"30 σ in 0.5–{max(sigmas):.3g}"), entries
     assert lines[-2].startswith("total") and lines[-1] == "cap: none"
     assert ledger_main([store, "--split", "train", "--json"]) == 0
     out = capsys.readouterr().out

@@ -59,12 +59,14 @@ class Ledger:
 
     def _summary_head(self, rel: str, entries: Sequence[LedgerEntry]) -> list[str]:
         """The summary's first lines, shared by every ledger: the relation, where the ledger is (a line of its own:
-        a path can be long), then one short line per entry (its mechanism, ε and δ; its σ's only in ``--json``)."""
+        a path can be long), then one short line per entry (its mechanism, ε, δ and its σ's as a count and range;
+        each σ in ``--json``)."""
         lines = [f"privacy ledger  [{relation_label(rel)} neighbours]", f"  {self.where}"]
         if not entries:
             lines.append("  (no mechanisms recorded)")
         for i, e in enumerate(entries):
-            lines.append(f"  {i + 1:3d}  {e.time}  {e.mechanism:<34s} ε={e.epsilon:<8.4g} δ={e.delta:.2g}")
+            lines.append(f"  {i + 1:3d}  {e.time}  {e.mechanism:<34s} ε={e.epsilon:<8.4g} δ={e.delta:<8.2g}"
+                         f"{_sigma_range(e.event)}".rstrip())
         return lines
 
     def default_delta(self, entries: Sequence[LedgerEntry] | None = None, cap=None) -> float:
@@ -122,3 +124,27 @@ class Ledger:
         # A ledger is a handle on shared state (a file, the home, or one in-memory history):
         # sklearn.clone must not fork it, or charges would land in a copy.
         return self
+
+
+def _sigma_range(event) -> str:
+    """An entry's Gaussian noise multipliers for its text line: ``σ=2``, or ``30 σ in 0.5–4.08`` for a sweep
+    (every σ is in ``--json``); empty for an event with none."""
+    sigmas: list[float] = []
+
+    def walk(e):
+        if isinstance(e, _ev.GaussianDpEvent):
+            sigmas.append(float(e.noise_multiplier))
+        elif isinstance(e, _ev.ComposedDpEvent):
+            for inner in e.events:
+                walk(inner)
+        elif isinstance(e, (_ev.SelfComposedDpEvent, _ev.PoissonSampledDpEvent, _ev.SampledWithoutReplacementDpEvent,
+                            _ev.SampledWithReplacementDpEvent)):
+            walk(e.event)
+
+    walk(event)
+    if not sigmas:
+        return ""
+    low, high = min(sigmas), max(sigmas)
+    if len(sigmas) == 1 or low == high:
+        return f"σ={low:.4g}" + (f" ({len(sigmas)}×)" if len(sigmas) > 1 else "")
+    return f"{len(sigmas)} σ in {low:.3g}–{high:.3g}"
