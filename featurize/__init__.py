@@ -14,7 +14,7 @@ from backbones.lazy import lazy_exports
 
 #: Public name -> the module that defines it.
 _LAZY = {"extract": "job", "extract_split": "job", "default_out": "job", "ShardAssignment": "job", "Feed": "job",
-         "CorruptImageError": "job", "DatasetError": "datasets", "ImageSplit": "datasets",
+         "CorruptImageError": "names", "DatasetError": "names", "ImageSplit": "datasets",
          "dataset_splits": "datasets", "open_split": "datasets", "UnsafePickleError": "restricted_pickle",
          "restricted_load": "restricted_pickle"}
 
