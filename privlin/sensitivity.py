@@ -162,9 +162,16 @@ def _offset_bits(n, dims: int):
 
 
 #: Up to this many classes :func:`offsets_sum` sums per class by sorted tiles (:func:`_class_products`: settings
-#: vmapped over the weights share the sorted rows); above, by a scatter per setting (its tiles would be too small).
-#: The same integers either way: the same bits.
+#: vmapped over the weights share the sorted rows), and above it where the classes average at least
+#: :data:`TILED_ROWS_PER_CLASS` rows; else by a scatter per setting (the tiles would be too small to pay for the
+#: cut tile of each class).  The same integers either way: the same bits.
 TILED_CLASSES = 32
+TILED_ROWS_PER_CLASS = 64
+
+
+def _tiled(m: int, k: int) -> bool:
+    """Whether :func:`offsets_sum` sums ``m`` rows into ``k`` classes by sorted tiles (else by a scatter)."""
+    return k <= TILED_CLASSES or m >= TILED_ROWS_PER_CLASS * k
 
 
 def _class_products(Uq, wq, label, k: int) -> jax.Array:
@@ -233,7 +240,7 @@ def offsets_sum(U, mask, center, scale, cap, bound, n, Y=None) -> jax.Array:
     label, k = jnp.argmax(Y, axis=1), Y.shape[1]
     wq = wq * jnp.sum(jnp.asarray(Y, jnp.float64), axis=1)  # a row of no class is a null row
     counts = jax.ops.segment_sum(wq, label, num_segments=k)
-    products = (_class_products(Uq, wq, label, k) if k <= TILED_CLASSES
+    products = (_class_products(Uq, wq, label, k) if _tiled(m, k)
                 else jax.ops.segment_sum(wq[:, None] * Uq, label, num_segments=k))
     return (products - counts[:, None] * cq[None, :]) * (ga * gw)
 

@@ -171,13 +171,14 @@ def test_offsets_sum_moves_by_at_most_the_bound(norm_c):
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("k", [1, 5, 40])
+@pytest.mark.parametrize("k", [1, 5, 40, 60])
 def test_offsets_sum_is_exact_in_any_order_blocking_vmap_and_class_layout(k):
     """The same bits whatever the order, the blocking, a vmap over centers, and as each class summed alone (the
-    one-class sum: no sorting, no tiles), with classes empty, tiny and large; by tiles (k ≤ TILED_CLASSES) and by
-    a scatter (k = 40)."""
+    one-class sum: no sorting, no tiles), with classes empty, tiny and large; by tiles (k ≤ TILED_CLASSES, and
+    k = 40: 3000 rows, at least 64 a class on average) and by a scatter (k = 60: fewer)."""
     rng = np.random.default_rng(1)
     n, d = 3000, 11
+    assert sensitivity._tiled(n, k) == (k < 60)
     centers = rng.normal(size=(3, d)) * 0.1
     U = offset_rows(rng, n, d, centers[0])
     labels = np.minimum(rng.geometric(0.3, n) - 1, k - 1) if k > 1 else np.zeros(n, int)
