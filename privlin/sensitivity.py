@@ -178,9 +178,10 @@ def _tiled(m: int, k: int) -> bool:
 def _class_products(Uq, wq, label, k: int) -> jax.Array:
     """Σ_{i: label_i = c} wq_i·Uq_i for c < k (float64 integers, exact) in about one product's arithmetic, whatever
     k: the rows sorted by class (where each row goes, and the sorted rows, depend on the labels only, so settings
-    vmapped over ``wq`` share them), the products summed tile by tile, each class the sum of the tiles that start in
-    it (a segment sum over tiles: a prefix sum over them costs several passes) corrected at its two ends (the rows
-    of a tile cut by an end, before it: one masked tile product).  Any order of exact sums gives the same bits."""
+    vmapped over ``wq`` share them), the products summed tile by tile, each class the sum of the tiles from the one
+    holding its start to the one before the one holding its end (a segment sum over tiles: a prefix sum over them
+    costs several passes), plus the rows before its end in that last tile, less the rows before its start in the
+    first (one masked tile product per end).  Any order of exact sums gives the same bits."""
     m, d = Uq.shape
     tile = int(min(64, max(8, 2 ** math.floor(math.log2(max(m // (2 * (k + 1)), 1))))))
     size = m + (-m % tile)
