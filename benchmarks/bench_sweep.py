@@ -2,6 +2,13 @@
 
     .venv/bin/python benchmarks/bench_sweep.py                    # n=200k, d=768, 100 classes (adam1 rows)
     .venv/bin/python benchmarks/bench_sweep.py --n 20000 --grid-n 10000 --opacus-n 5000
+    .venv/bin/python benchmarks/bench_sweep.py --classes 2,10,50,100 --before main   # issue 47: the k grid
+
+``--classes``: issue 47's rows instead (section ``bench_sweep_classes`` of benchmarks/results/sweep.md): per class
+count, a 10-ε ``adam1`` sweep vs one fit on random blobs in memory (``--blobs`` N×d), measured by
+``bench_first_fit.py``'s sweep row (one fit and one sweep alternated, compiled programs warmed first, the call's
+cost per further setting), each in a fresh process; with ``--before REV``, the same row with REV's code (``git
+archive`` into a temporary folder) right after it, so both run in the same sitting.
 
 Rows (appended to benchmarks/results/sweep.md):
 1. adam1: privlin.sweep over 10 ε values vs one privlin.fit(method="adam1") on the same store (goal ≤ 1.3×).
@@ -14,6 +21,7 @@ Wall-clock times are medians of ``--repeat`` runs after a warm-up (JAX compilati
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -78,8 +86,60 @@ def opacus_epoch_time(X, y, k, sigma):
     return time.perf_counter() - t
 
 
+CLASSES_CHILD = r"""
+import json, sys
+tree, k, n, d, repeat = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+sys.path[:0] = [tree + "/benchmarks", tree]
+from bench_first_fit import _sweep_row
+print(json.dumps(_sweep_row(n, d, repeat, k, store=False)))
+"""
+
+
+def part_classes(ks, blobs: str, repeat: int, before: str | None) -> str:
+    """Issue 47's rows: one per class count in ``ks`` with this checkout's code, and with ``before``'s right after."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    n, d = (int(v) for v in blobs.split("x"))
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = [("this change", root)]
+        if before:
+            rev = subprocess.run(["git", "-C", root, "rev-parse", "--short", before], check=True, capture_output=True,
+                                 text=True).stdout.strip()
+            tree = os.path.join(tmp, "before")
+            os.makedirs(tree)
+            archive = subprocess.run(["git", "-C", root, "archive", rev], check=True, capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+            trees.append((f"before ({rev})", tree))
+        got = {label: [] for label, _ in trees}
+        for k in ks:
+            for label, tree in trees:
+                out = subprocess.run([sys.executable, "-c", CLASSES_CHILD, tree, str(k), str(n), str(d), str(repeat)],
+                                     check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": tree})
+                got[label].append(json.loads(out.stdout.strip().splitlines()[-1]))
+                print(label, got[label][-1][0], flush=True)
+    head = "| rows | one fit | sweep | ratio wall [CPU] | load | goal |\n|---|---:|---:|---:|---:|---|"
+    text = (f"### 10-ε adam1 sweep vs one fit by class count (issue 47; `python benchmarks/bench_sweep.py --classes "
+            f"{','.join(map(str, ks))}{' --before ' + before if before else ''}`; {os.cpu_count()}-core CPU "
+            f"({platform.machine()}), shared with other jobs (load {os.getloadavg()[0]:.1f}); "
+            f"{time.strftime('%Y-%m-%d', time.gmtime())})\n\n"
+            "Each row from `bench_first_fit.py`'s sweep row in a fresh process: ε 0.25 … 16 against one fit at ε = 1, "
+            f"default preprocessing, random blobs in memory, compiled programs warmed first, median of {repeat}, "
+            "one fit and one sweep alternated; wall time, CPU time of the process in brackets"
+            + (", each row's code and the code before run one after the other, class count by class count" if before
+               else "") + ".\n")
+    for label, rows in got.items():
+        text += f"\n{label}:\n\n{head}\n" + "\n".join(r for r, _ in rows) + "\n"
+    for label, rows in got.items():
+        text += f"\n{label}, where the time goes:\n\n" + "\n".join(s for _, s in rows) + "\n"
+    return text
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
+    p.add_argument("--classes", default=None, help="issue 47's rows instead: class counts, comma-separated")
+    p.add_argument("--blobs", default="20000x768", help="N x d of the --classes rows (in memory)")
+    p.add_argument("--before", default=None, help="git revision whose code also runs the --classes rows")
     p.add_argument("--n", type=int, default=200_000)
     p.add_argument("--d", type=int, default=768)
     p.add_argument("--k", type=int, default=100)
@@ -90,6 +150,13 @@ def main(argv=None):
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "sweep.md"))
     args = p.parse_args(argv)
     warnings.simplefilter("ignore")
+    if args.classes:
+        from _results import write_section
+
+        text = part_classes([int(v) for v in args.classes.split(",")], args.blobs, args.repeat, args.before)
+        print(text)
+        write_section(args.out, "bench_sweep_classes", text)
+        return
     classes = np.arange(args.k)
     rows = []
     machine = f"{os.cpu_count()}-core CPU ({platform.machine()}), shared"

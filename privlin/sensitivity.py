@@ -162,17 +162,26 @@ def _offset_bits(n, dims: int):
 
 
 #: Up to this many classes :func:`offsets_sum` sums per class by sorted tiles (:func:`_class_products`: settings
-#: vmapped over the weights share the sorted rows); above, by a scatter per setting (its tiles would be too small).
-#: The same integers either way: the same bits.
+#: vmapped over the weights share the sorted rows), and above it where the classes average at least
+#: :data:`TILED_ROWS_PER_CLASS` rows (a chunk of CHUNK_ROWS: up to 128 classes), so that the cut tile of each class
+#: (8 rows at least) costs at most half the tiles' product; else by a scatter per setting.  The same integers
+#: either way: the same bits.
 TILED_CLASSES = 32
+TILED_ROWS_PER_CLASS = 16
+
+
+def _tiled(m: int, k: int) -> bool:
+    """Whether :func:`offsets_sum` sums ``m`` rows into ``k`` classes by sorted tiles (else by a scatter)."""
+    return k <= TILED_CLASSES or m >= TILED_ROWS_PER_CLASS * k
 
 
 def _class_products(Uq, wq, label, k: int) -> jax.Array:
     """Σ_{i: label_i = c} wq_i·Uq_i for c < k (float64 integers, exact) in about one product's arithmetic, whatever
     k: the rows sorted by class (where each row goes, and the sorted rows, depend on the labels only, so settings
-    vmapped over ``wq`` share them), the products summed tile by tile into prefix sums, and each class the difference of the
-    prefix sums at its two ends (a tile cut by an end: one masked tile product).  Any order of exact sums gives the
-    same bits."""
+    vmapped over ``wq`` share them), the products summed tile by tile, each class the sum of the tiles from the one
+    holding its start to the one before the one holding its end (a segment sum over tiles: a prefix sum over them
+    costs several passes), plus the rows before its end in that last tile, less the rows before its start in the
+    first (one masked tile product per end).  Any order of exact sums gives the same bits."""
     m, d = Uq.shape
     tile = int(min(64, max(8, 2 ** math.floor(math.log2(max(m // (2 * (k + 1)), 1))))))
     size = m + (-m % tile)
@@ -185,12 +194,14 @@ def _class_products(Uq, wq, label, k: int) -> jax.Array:
     Us = jnp.concatenate([Uq[order], jnp.zeros((size - m, d), Uq.dtype)]).reshape(-1, tile, d)
     ws = jnp.concatenate([wq[order], jnp.zeros(size - m, wq.dtype)]).reshape(-1, tile)
     tiles = Us.shape[0]
-    prefix = jnp.concatenate([jnp.zeros((1, d), Uq.dtype), jnp.cumsum(jnp.einsum("tr,trd->td", ws, Us), axis=0)])
     whole = ends // tile  # tiles wholly before the end; then the first ends % tile rows of the next
+    # tile j is summed into class c where whole[c] ≤ j < whole[c+1] (c = k: past the last class, dropped)
+    owner = jnp.cumsum(jnp.zeros(tiles, jnp.int32).at[whole[1:]].add(1, mode="drop"))
+    ranges = jax.ops.segment_sum(jnp.einsum("tr,trd->td", ws, Us), owner, num_segments=k + 1, indices_are_sorted=True)
     cut_tile = jnp.minimum(whole, tiles - 1)  # (past the last tile: no rows, any tile)
     cut = ws[cut_tile] * (jnp.arange(tile)[None, :] < (ends % tile)[:, None])
-    before = prefix[whole] + jnp.einsum("br,brd->bd", cut, Us[cut_tile])
-    return before[1:] - before[:-1]
+    before = jnp.einsum("br,brd->bd", cut, Us[cut_tile])  # each end's first rows in its tile
+    return ranges[:k] + before[1:] - before[:-1]
 
 
 def offsets_sum(U, mask, center, scale, cap, bound, n, Y=None) -> jax.Array:
@@ -233,7 +244,7 @@ def offsets_sum(U, mask, center, scale, cap, bound, n, Y=None) -> jax.Array:
     label, k = jnp.argmax(Y, axis=1), Y.shape[1]
     wq = wq * jnp.sum(jnp.asarray(Y, jnp.float64), axis=1)  # a row of no class is a null row
     counts = jax.ops.segment_sum(wq, label, num_segments=k)
-    products = (_class_products(Uq, wq, label, k) if k <= TILED_CLASSES
+    products = (_class_products(Uq, wq, label, k) if _tiled(m, k)
                 else jax.ops.segment_sum(wq[:, None] * Uq, label, num_segments=k))
     return (products - counts[:, None] * cq[None, :]) * (ga * gw)
 

@@ -171,13 +171,14 @@ def test_offsets_sum_moves_by_at_most_the_bound(norm_c):
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("k", [1, 5, 40])
+@pytest.mark.parametrize("k", [1, 5, 40, 200])
 def test_offsets_sum_is_exact_in_any_order_blocking_vmap_and_class_layout(k):
     """The same bits whatever the order, the blocking, a vmap over centers, and as each class summed alone (the
-    one-class sum: no sorting, no tiles), with classes empty, tiny and large; by tiles (k ≤ TILED_CLASSES) and by
-    a scatter (k = 40)."""
+    one-class sum: no sorting, no tiles), with classes empty, tiny and large; by tiles (k ≤ TILED_CLASSES, and
+    k = 40: 3000 rows, at least 16 a class on average) and by a scatter (k = 200: fewer)."""
     rng = np.random.default_rng(1)
     n, d = 3000, 11
+    assert sensitivity._tiled(n, k) == (k < 200)
     centers = rng.normal(size=(3, d)) * 0.1
     U = offset_rows(rng, n, d, centers[0])
     labels = np.minimum(rng.geometric(0.3, n) - 1, k - 1) if k > 1 else np.zeros(n, int)
@@ -216,3 +217,21 @@ def test_offsets_sum_is_the_weighted_offsets_to_the_grid():
     with sensitivity.x64():
         got = np.asarray(sensitivity.offsets_sum(U, np.ones(n - 4), c, 0.9, 4.0, 0.9, n, Y))
     assert np.allclose(got, want, atol=n * 2.0**-14)
+
+
+@pytest.mark.parametrize("m,k", [(2048, 100), (2048, 10), (256, 33), (1000, 7)])
+def test_class_products_are_the_per_class_sums_of_integers(m, k):
+    """Sorted tiles against NumPy's per-class sums of the same integers, exactly, for several settings vmapped: rows
+    a whole number of tiles (a chunk) or not, classes empty, of one row, cut by tiles or spanning many, the last
+    ones empty (the ends past the last tile)."""
+    rng = np.random.default_rng(m + k)
+    label = np.minimum(rng.geometric(4.0 / k, m) - 1, k - 4)  # the last 3 classes empty, the first ones large
+    label[:5] = k // 2  # a mid class with at least these rows
+    Uq = rng.integers(-2**20, 2**20, (m, 9)).astype(np.float64)
+    Wq = rng.integers(0, 2**20, (3, m)).astype(np.float64) * (rng.random((3, m)) < 0.9)
+    want = np.zeros((3, k, 9))
+    for s in range(3):
+        np.add.at(want[s], label, Wq[s][:, None] * Uq)
+    with sensitivity.x64():
+        got = jax.jit(jax.vmap(lambda w: sensitivity._class_products(jnp.asarray(Uq), w, jnp.asarray(label), k)))(Wq)
+    np.testing.assert_array_equal(np.asarray(got), want)
