@@ -215,8 +215,6 @@ def under_noised_audits() -> dict:
     (:func:`under_noised`): compiled code holding the scaled noise must never meet another test's fits."""
     from conftest import _digits
 
-    from privlin import noise
-
     real = noise.gaussian
     noise.gaussian = lambda key, shape, stddev, dtype=jnp.float32: real(key, shape, stddev * 0.02, dtype)
     X, y = _digits_all(_digits())
