@@ -98,6 +98,11 @@ def make_store(tmp_path):
 @pytest.fixture(scope="session")
 def digits():
     """sklearn digits, rows at unit norm, stratified 80/20 split with seed 0: (Xtr, Xte, ytr, yte)."""
+    return _digits()
+
+
+def _digits():
+    """:func:`digits`, for a test's subprocess too."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 

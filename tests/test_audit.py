@@ -2,7 +2,12 @@
 
 The broken mechanisms live here, in the tests, never in the library.
 """
+import json
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +22,7 @@ from privlin import noise, sensitivity
 from privlin.noise import make_key
 
 DELTA = 1e-5
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # --------------------------------------------------------------------------- statistics
@@ -101,6 +107,10 @@ def test_audit_inputs_are_checked():
 @pytest.fixture(scope="module")
 def digits_all(digits):
     """All of digits (train and test of the shared split), rows at unit norm."""
+    return _digits_all(digits)
+
+
+def _digits_all(digits):
     Xtr, Xte, ytr, yte = digits
     return np.concatenate([Xtr, Xte]).astype(np.float32), np.concatenate([ytr, yte]).astype(np.int32)
 
@@ -199,18 +209,37 @@ def test_one_run_audit_catches_weak_noise():
 
 # --------------------------------------------------------------------------- the shipped estimator, audited
 
-@pytest.fixture
-def under_noised(monkeypatch):
-    """Every noise draw of the shipped code (privlin.noise.gaussian) scaled by 1/50, for one test only."""
-    from privlin import noise
+def under_noised_audits() -> dict:
+    """Both under-noised audits, run with every noise draw of the shipped code (privlin.noise.gaussian) scaled by
+    1/50: {name: (violated, ε lower bound, the result as text)}.  Run only in a fresh process
+    (:func:`under_noised`): compiled code holding the scaled noise must never meet another test's fits."""
+    from conftest import _digits
 
     real = noise.gaussian
-    monkeypatch.setattr(noise, "gaussian", lambda key, shape, stddev, dtype=jnp.float32:
-                        real(key, shape, stddev * 0.02, dtype))
-    jax.clear_caches()  # code compiled before the patch would still hold the real noise ...
-    yield
-    monkeypatch.undo()
-    jax.clear_caches()  # ... and code compiled under it must not outlive the test
+    noise.gaussian = lambda key, shape, stddev, dtype=jnp.float32: real(key, shape, stddev * 0.02, dtype)
+    X, y = _digits_all(_digits())
+    found = {
+        "estimator": A.audit_method("adam1", 1.0, runs=1000, delta=DELTA, seed=1),
+        "one run": A.one_run_estimator_audit({"epsilon": 1.0, "method": "sgd", "steps": 10, "memory_limit": 0}, X,
+                                             y, canaries=1000),
+    }
+    return {name: (bool(res.violated), float(res.epsilon_lb), str(res)) for name, res in found.items()}
+
+
+@pytest.fixture(scope="module")
+def under_noised(tmp_path_factory):
+    """:func:`under_noised_audits` in one fresh process: its own JAX caches, privlin's stored programs off (an alias
+    written there would send later fits of the same form to the scaled noise), its own ledger home."""
+    code = textwrap.dedent("""
+        import json, sys
+        sys.path[:0] = [%r, %r]
+        from test_audit import under_noised_audits
+        print(json.dumps(under_noised_audits()))
+    """ % (ROOT, os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PRIVLIN_COMPILATION_CACHE": "0", "PRIVLIN_LEDGER_HOME": str(tmp_path_factory.mktemp("led"))}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 #: Runs per audit: the trainers run the shipped defaults (sgd 100 steps, minibatch 200), so the default suite audits
@@ -236,8 +265,8 @@ def test_an_under_noised_estimator_is_caught(under_noised):
 
     (At 1/10 the centering noise, which reaches the canary's coordinate through every other centered row,
     still hides a sign-valued adam1 step at ε=1 in 1000 runs.)"""
-    res = A.audit_method("adam1", 1.0, runs=1000, delta=DELTA, seed=1)
-    assert res.violated and res.epsilon_lb > 2.0, str(res)
+    violated, epsilon_lb, text = under_noised["estimator"]
+    assert violated and epsilon_lb > 2.0, text
 
 
 def test_the_estimator_trainer_is_the_estimators_fit(digits_all):
@@ -264,11 +293,9 @@ def test_one_run_audit_through_the_estimator_fit_on_every_path(digits_all, path)
     assert res.details["m"] == 1000
 
 
-def test_one_run_audit_through_the_estimator_catches_weak_noise(digits_all, under_noised):
-    X, y = digits_all
-    res = A.one_run_estimator_audit({"epsilon": 1.0, "method": "sgd", "steps": 10, "memory_limit": 0}, X, y,
-                                    canaries=1000)
-    assert res.violated, str(res)
+def test_one_run_audit_through_the_estimator_catches_weak_noise(under_noised):
+    violated, _, text = under_noised["one run"]
+    assert violated, text
 
 
 def test_cli_reports_claim_bound_and_attack(capsys):

@@ -299,6 +299,7 @@ def test_page_locked_buffers_need_cuda_and_stay_off_without_a_gpu():
 
 
 def test_plan_mismatch_and_key_count_are_refused(rows):
+    """The fit that follows the refusals has the settings of an adam1 store-fit case above: its program is theirs."""
     from privlin import data, runner
     from privlin.plan import make_plan
 
@@ -311,7 +312,7 @@ def test_plan_mismatch_and_key_count_are_refused(rows):
         runner.run([plan], source, [], np.arange(K))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a given class list reads no label before the charge
-        DPLinearClassifier(epsilon=1.0, classes=range(K), steps=2, random_state=0).fit(X, y)
+        DPLinearClassifier(**params("adam1", False, epsilon=2.0, random_state=3, block_rows=128)).fit(X, y)
 
 
 def test_an_epsilon_grid_with_the_same_releases_compiles_one_program(blobs):

@@ -1,8 +1,10 @@
-"""Faults to inject into a store on disk, and what 'the same store' means after a repair or a rerun."""
+"""Faults to inject into a store on disk, what 'the same store' means after a repair or a rerun, and the one error
+line a ``python -m stores`` command prints."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -11,6 +13,20 @@ import stores
 
 N, D, SHARD, CHUNK = 300, 8, 64, 16  # 5 shards, the last one short; 3 classes of 100 rows in row order
 VOLATILE = ("created", "versions", "attrs_sha256")  # differ between any two runs, by design
+
+
+#: The progress lines ``python -m stores verify`` prints through ``cliconv.status`` once it has run a few seconds (a
+#: loaded box): in a log, ``verifying every shard of PATH ...`` when shown and ``verifying every shard of PATH: 2.1 s``
+#: at the end.  No other line of the stores command line is progress.
+PROGRESS = re.compile(r"verifying every shard of .+(?: \.\.\.|: [0-9]+\.[0-9] s)")
+
+
+def error_line(text: str) -> str:
+    """The one error line of a command's stderr, its progress lines (:data:`PROGRESS`) set aside: fails, showing the
+    text, on a traceback or on anything but exactly one other line, so progress never makes a sound error fail."""
+    lines = [line for line in text.strip().splitlines() if not PROGRESS.fullmatch(line)]
+    assert len(lines) == 1 and "Traceback" not in text, text
+    return lines[0]
 
 
 def rows(n=N, d=D):

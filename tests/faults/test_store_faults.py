@@ -1,12 +1,14 @@
 """Store damage of every kind: a named one-line error from reads, ``verify`` and the CLI; ``repair`` + rerun
 gives back the very same store."""
 import contextlib
+import functools
 import io
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 
 import numpy as np
@@ -18,8 +20,8 @@ import stores.anchor
 from stores import location
 from stores.__main__ import main as stores_cli
 
-from .inject import (assert_same_store, copy_over, flip_bit, flip_in_text, rows, swap, truncate,
-                     write_store)
+from .inject import (PROGRESS, assert_same_store, copy_over, error_line, flip_bit, flip_in_text, rows, swap,
+                     truncate, write_store)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -63,15 +65,11 @@ CHUNK_FAULTS = {
 }
 
 
-def one_line(text):
-    return text.strip().count("\n") == 0 and "Traceback" not in text
-
-
 def cli(*args, process=False):
     """``python -m stores ARGS``: in this process (fast), or in a real one."""
     if process:
         return subprocess.run([sys.executable, "-m", "stores", *map(str, args)], capture_output=True, text=True,
-                              cwd=ROOT)
+                              cwd=ROOT, timeout=300)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = stores_cli(list(map(str, args)))
@@ -92,7 +90,8 @@ def test_chunk_damage_is_named_then_repair_and_rerun_restore_the_store(store, re
         sp.to_numpy(), sp.ids[:]  # never zeros, dropped rows, label -1 or empty ids
     assert stores_cli(["verify", str(store)]) == 1
     err = capsys.readouterr().err
-    assert one_line(err) and "CORRUPT" in err and "shard" in err
+    line = error_line(err)
+    assert "CORRUPT" in line and "shard" in line
 
     assert stores_cli(["repair", str(store)]) == 0
     assert f"cleared damaged shard(s) {sorted(shards)}" in capsys.readouterr().out
@@ -101,6 +100,38 @@ def test_chunk_damage_is_named_then_repair_and_rerun_restore_the_store(store, re
     write_store(store)  # the job, rerun: redoes exactly the cleared shards
     assert_same_store(store, reference)
     stores.open(store).verify()
+
+
+def test_progress_of_a_slow_verify_leaves_its_one_error_line(store, monkeypatch):
+    """On a loaded box ``verify`` shows its progress (``cliconv.status``) before the error: here the progress is
+    forced to show at once and the check waits until it is on stderr; the error is still the one line read, and
+    :func:`error_line` refuses a second error line or a traceback."""
+    import cliconv
+    import stores.__main__ as stores_main
+
+    os.unlink(t(store, "train/features/c/2/0"))
+    err = io.StringIO()
+    real_open = stores_main.open_store
+
+    def open_once_progress_is_shown(path):
+        deadline = time.monotonic() + 60
+        while " ..." not in err.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return real_open(path)
+
+    monkeypatch.setattr(cliconv, "status", functools.partial(cliconv.status, after=0.0))
+    monkeypatch.setattr(stores_main, "open_store", open_once_progress_is_shown)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        assert stores_cli(["verify", str(store)]) == 1
+    text = err.getvalue()
+    shown = [line for line in text.splitlines() if PROGRESS.fullmatch(line)]
+    assert shown[0] == f"verifying every shard of {store} ..." and len(shown) == 2, text  # shown, then its time
+    assert text.count("\n") == 3, text
+    line = error_line(text)
+    assert line.startswith("CORRUPT") and "shard 2" in line, text
+    for bad in (text + line + "\n", text + "Traceback (most recent call last):\n"):
+        with pytest.raises(AssertionError):
+            error_line(bad)
 
 
 def test_deleted_done_mark_is_a_shard_to_redo(store, reference):
@@ -125,7 +156,8 @@ def test_a_split_whose_creation_was_cut_short_is_named_and_resumed(tmp_path, ref
     assert "not fully created (arrays ['valid', 'done'] missing" in capsys.readouterr().out
     assert stores_cli(["verify", str(path)]) == 1
     err = capsys.readouterr().err
-    assert one_line(err) and err.startswith("INCOMPLETE") and "rerun the extraction job" in err
+    line = error_line(err)
+    assert line.startswith("INCOMPLETE") and "rerun the extraction job" in line
     write_store(path)
     assert_same_store(path, reference)
 
@@ -136,7 +168,7 @@ def test_n_rows_flipped_in_the_consolidated_copy_is_caught_and_repaired(store, r
     with pytest.raises(stores.CorruptStoreError, match="split 'train'.*checksum"):
         stores.open(store)["train"]
     r = cli("verify", store, process=True)
-    assert r.returncode == 1 and one_line(r.stderr) and "train" in r.stderr
+    assert r.returncode == 1 and "train" in error_line(r.stderr)
     r = cli("repair", store, process=True)
     assert r.returncode == 0 and "consolidated metadata written again" in r.stdout, r.stderr
     X, y = stores.open(store)["train"].to_numpy()
@@ -161,7 +193,7 @@ def test_flipped_split_document_without_a_copy_cannot_be_repaired(tmp_path):
     with pytest.raises(stores.CorruptStoreError, match="split 'train'.*checksum"):
         write_store(tmp_path / "s.zarr")  # the job refuses before writing anything
     r = cli("repair", tmp_path / "s.zarr")
-    assert r.returncode == 1 and one_line(r.stderr) and "train/zarr.json" in r.stderr
+    assert r.returncode == 1 and "train/zarr.json" in error_line(r.stderr)
 
 
 def test_flipped_root_provenance_is_caught(store):
@@ -169,7 +201,7 @@ def test_flipped_root_provenance_is_caught(store):
     with pytest.raises(stores.CorruptStoreError, match="zarr.json.*checksum"):
         stores.open(store)
     r = cli("info", store)
-    assert r.returncode == 1 and one_line(r.stderr)
+    assert r.returncode == 1 and error_line(r.stderr)
 
 
 @pytest.mark.parametrize("damage", ["shape 300 -> 200", "truncated"])
@@ -189,10 +221,9 @@ def test_features_metadata_damage_is_caught_and_rewritten(tmp_path, reference, d
 def test_truncated_metadata_is_one_named_line(store, doc):
     truncate(t(store, doc), 40)
     r = cli("verify", store)
-    assert r.returncode != 0 and one_line(r.stderr), r.stderr
-    assert "zarr.json" in r.stderr, r.stderr
+    assert r.returncode != 0 and "zarr.json" in error_line(r.stderr), r.stderr
     r = cli("info", store)  # info reads the consolidated copy: it may still show the (sound) store
-    assert r.returncode == 0 or one_line(r.stderr), r.stderr
+    assert r.returncode == 0 or error_line(r.stderr), r.stderr
 
 
 def test_truncated_root_document_cannot_be_repaired(store):
@@ -200,7 +231,7 @@ def test_truncated_root_document_cannot_be_repaired(store):
     with pytest.raises(stores.CorruptStoreError, match=r"store .*s.zarr': metadata \(zarr.json\) is unreadable"):
         stores.open(store)
     r = cli("repair", store)
-    assert r.returncode == 1 and one_line(r.stderr) and "zarr.json" in r.stderr
+    assert r.returncode == 1 and "zarr.json" in error_line(r.stderr)
 
 
 def test_old_format_split_is_refused_with_a_reason(store):
@@ -295,5 +326,6 @@ def test_deleted_split_document_without_a_copy_is_an_error_not_a_smaller_store(t
     open(t(tmp_path, "s.zarr/zarr.json"), "w").write(json.dumps(doc))
     os.unlink(t(tmp_path, "s.zarr/train/zarr.json"))
     r = cli("repair", tmp_path / "s.zarr")
-    assert r.returncode == 1 and one_line(r.stderr) and "train/zarr.json" in r.stderr and "missing" in r.stderr
+    line = error_line(r.stderr)
+    assert r.returncode == 1 and "train/zarr.json" in line and "missing" in line
     assert "consolidated_metadata" in open(t(tmp_path, "s.zarr/zarr.json")).read()  # nothing dropped
