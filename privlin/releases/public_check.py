@@ -8,8 +8,9 @@ fresh rows of the public distribution lie within it).  One row moves the count b
 0): sensitivity 1, released with Gaussian noise of std σ from :data:`CHECK_SHARE` of the plan's GDP budget μ², and
 composed in the plan like every other release (:class:`PublicCheck` heads its chain).  The decision
 (:func:`passes`) reads only the noisy count and public facts: the check passes where the noisy count is at least
-N·(``fraction`` − :data:`TOLERANCE`) − :data:`Z` sd, the sd of the count's noise and of the public sample's own
-spread (:func:`threshold`); where it fails, the fit runs the private defaults' plan on the budget the check left.
+N·``fraction`` − :data:`Z` sd, the sd of the count's noise and of a same-distribution count's own spread
+(:func:`threshold`): a test, at a fixed level, of whether the private rows look drawn from the public rows'
+distribution; where it fails, the fit runs the private defaults' plan on the budget the check left.
 
 Why a share of μ² for both outcomes: with full-batch plans (the GDP accountant) both plans spend the same μ, so
 the check followed by either is √(μ_check² + μ_rest²)-GDP whichever runs (GDP composes adaptively, Dong, Roth & Su
@@ -26,7 +27,7 @@ import numpy as np
 
 from .base import Release, planned_sigma
 
-__all__ = ["Reference", "Outcome", "PublicCheck", "CHECK_SHARE", "QUANTILE", "TOLERANCE", "Z", "NAME", "reference",
+__all__ = ["Reference", "Outcome", "PublicCheck", "CHECK_SHARE", "QUANTILE", "Z", "NAME", "reference",
            "threshold", "passes", "applies", "check_sigma", "rest_epsilon"]
 
 NAME = "public_check"
@@ -34,9 +35,7 @@ NAME = "public_check"
 CHECK_SHARE = 0.02
 #: The public radius: this quantile of the public rows' leave-one-out distances to their centre.
 QUANTILE = 0.9
-#: How much smaller a fraction of private rows within the public radius the check accepts than the public one.
-TOLERANCE = 0.1
-#: Standard deviations of the count (its noise and the public sample's spread) below the accepted count that still
+#: Standard deviations of the count (its noise and a same-distribution count's spread) below N·fraction that still
 #: pass: a source of the private rows' distribution fails with probability about 0.1%.
 Z = 3.0
 
@@ -93,11 +92,11 @@ def count_within(blocks, ref: Reference) -> int:
 
 def threshold(ref: Reference, n: int, sigma: float) -> float:
     """The noisy count the check must reach on N = ``n`` private rows with noise std ``sigma`` (public facts
-    only): N·(fraction − :data:`TOLERANCE`) − :data:`Z`·sd, sd² = σ² + N·f(1 − f) + N²·f(1 − f)/m, the noise and the
+    only): N·fraction − :data:`Z`·sd, sd² = σ² + N·f(1 − f) + N²·f(1 − f)/m, the noise and the
     spread of a same-distribution count (the private rows' own binomial spread, and the public quantile's)."""
     f = ref.fraction
     sd = math.sqrt(sigma ** 2 + n * f * (1 - f) + n * n * f * (1 - f) / ref.m)
-    return n * (f - TOLERANCE) - Z * sd
+    return n * f - Z * sd
 
 
 def passes(noisy_count: float, ref: Reference, n: int, sigma: float) -> bool:
