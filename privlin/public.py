@@ -417,10 +417,10 @@ def _audit(source, private, audit, *, budget, ledger):
 
 def exact_plan(plan: Plan, n: int, upto: Optional[str] = None) -> Plan:
     """A non-private copy of ``plan`` for ``n`` public rows: every release it uses (:attr:`Plan.ran`, given ones
-    included; with ``upto``, those up to the release of that name) in its chain at σ = 0 (the centering in one
+    included, but the public check; with ``upto``, those up to the release of that name) in its chain at σ = 0 (the centering in one
     stage: at σ = 0 a refining stage has nothing to refine), then one cheap training step whose model is not
     used."""
-    ran = plan.ran
+    ran = tuple(r for r in plan.ran if r.name != public_check.NAME)  # the check is about the private rows
     if upto is not None:
         ran = ran[:1 + [r.name for r in ran].index(upto)]
     chain = tuple((dataclasses.replace(r, parts=1) if r.name == "center" else r, 0.0) for r in ran)
