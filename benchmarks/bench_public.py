@@ -14,7 +14,8 @@ Stores: scikit-learn's digits featurized with ``pixels`` (3072-d) and ``vip_toy`
   (another distribution: a public centre far from the private one), given as an array.
 
 Every fit is ``DPLinearClassifier(method="sgd")`` with its defaults, δ = 1e-5, each seed its own noise; accuracy
-on ``test``.  Prints a markdown table (mean ± sd over seeds, %) and writes it with the raw rows to ``--out``.
+on ``test``.  Prints a markdown table (mean ± sd over seeds, %; with a public source, ``(k/n)``: the seeds whose
+public check passed, :mod:`privlin.releases.public_check`) and writes it with the raw rows to ``--out``.
 """
 from __future__ import annotations
 

@@ -13,6 +13,10 @@ non-private copy of the plan's chain (every σ = 0) runs on the public rows thro
 (:func:`statistics`), and the released values of the releases the public rows can give (:meth:`Public.given`)
 are then given to the private fit, uncharged and used as released ones.  Public rows are never charged and never
 read as private rows; the report and the ledger entry name them (:meth:`Public.describe`).
+
+Whether they fit the private rows is checked, paid (:mod:`privlin.releases.public_check`): a noisy count of the
+private rows within the public radius, a release at the head of the plan, charged with it; where it fails the fit
+runs the private defaults' plan instead (:meth:`Public.inputs`, :func:`checked`).
 """
 from __future__ import annotations
 
