@@ -14,7 +14,8 @@ Stores: scikit-learn's digits featurized with ``pixels`` (3072-d) and ``vip_toy`
   (another distribution: a public centre far from the private one), given as an array.
 
 Every fit is ``DPLinearClassifier(method="sgd")`` with its defaults, δ = 1e-5, each seed its own noise; accuracy
-on ``test``.  Prints a markdown table (mean ± sd over seeds, %) and writes it with the raw rows to ``--out``.
+on ``test``.  Prints a markdown table (mean ± sd over seeds, %; with a public source, ``(k/n)``: the seeds whose
+public check passed, :mod:`privlin.releases.public_check`) and writes it with the raw rows to ``--out``.
 """
 from __future__ import annotations
 
@@ -121,6 +122,9 @@ def accuracies(path: str, public, seeds: int, epsilons=EPSILONS, **params) -> tu
     out: dict = {}
     for r in res.records:
         out.setdefault(r["epsilon"], []).append(r["accuracy"])
+        check = r["values"].get("public_check")  # the public check's outcome (privlin.releases.public_check)
+        if check is not None:
+            out.setdefault(("passed", r["epsilon"]), []).append(float(check[2]))
     return out, res.records[0]["plan"].model_dim
 
 
@@ -141,7 +145,8 @@ def run(backbones, seeds: int, cache: str, only=None, **params) -> list[dict]:
                 a = 100 * np.asarray(acc[e])
                 rows.append(dict(backbone=backbone, source=name, epsilon=e, mean=float(a.mean()),
                                  sd=float(a.std(ddof=1)) if len(a) > 1 else 0.0, seeds=len(a),
-                                 non_private=100 * exact, seconds=took, model_dim=int(dim)))
+                                 non_private=100 * exact, seconds=took, model_dim=int(dim),
+                                 checks_passed=None if ("passed", e) not in acc else int(sum(acc["passed", e]))))
             print(f"{backbone:8} {name:16} d'={dim:<5} " + " ".join(f"{r['mean']:5.1f}" for r in rows[-len(EPSILONS):])
                   + f"   ({took:.0f} s)", flush=True)
     return rows
@@ -158,9 +163,16 @@ def table(rows: list[dict]) -> str:
     for (backbone, source), cells in by.items():
         dim = next(iter(cells.values())).get("model_dim", "")
         lines.append(f"| {backbone} | {source} | {dim} | " + " | ".join(f"{cells[e]['mean']:.1f} ± {cells[e]['sd']:.1f}"
-                                                           for e in EPSILONS)
+                                                           + _passed(cells[e]) for e in EPSILONS)
                      + f" | {next(iter(cells.values()))['non_private']:.1f} |")
     return "\n".join(lines)
+
+
+def _passed(row: dict) -> str:
+    """`` (k/n)``: of the row's n seeds, k whose public check passed (privlin.releases.public_check); empty
+    where the fits took no check."""
+    k = row.get("checks_passed")
+    return "" if k is None else f" ({k}/{row['seeds']})"
 
 
 def main(argv=None) -> int:

@@ -13,6 +13,10 @@ non-private copy of the plan's chain (every σ = 0) runs on the public rows thro
 (:func:`statistics`), and the released values of the releases the public rows can give (:meth:`Public.given`)
 are then given to the private fit, uncharged and used as released ones.  Public rows are never charged and never
 read as private rows; the report and the ledger entry name them (:meth:`Public.describe`).
+
+Whether they fit the private rows is checked, paid (:mod:`privlin.releases.public_check`): a noisy count of the
+private rows within the public radius, a release at the head of the plan, charged with it; where it fails the fit
+runs the private defaults' plan instead (:meth:`Public.inputs`, :func:`checked`).
 """
 from __future__ import annotations
 
@@ -25,13 +29,14 @@ from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-from . import data, noise, runner
-from .releases import PROJECT, project, scaling
+from . import accounting, data, noise, runner
+from .defaults import PARAMS
+from .releases import PROJECT, project, public_check, scaling
 from .plan import Plan, make_plan
 from .report import PrivacyLeakWarning
 
 __all__ = ["Public", "resolve", "of_settings", "inputs", "statistics", "exact_plan", "PUBLIC_SPLIT", "SECOND_MOMENT",
-           "PRIVATE_ONLY"]
+           "PRIVATE_ONLY", "Given", "Check", "checked"]
 
 #: The split of a store (another one, or a path) that ``public=store`` reads when the store has several.
 PUBLIC_SPLIT = "public"
@@ -175,17 +180,33 @@ class Public:
         return params_list, {name: values[name] for name in names}
 
     def inputs(self, params_list, charge: Callable, *, n: int, dim: int, block_rows: int = 65536,
-               memory_limit: int = 2**30, verbose: bool = False) -> tuple[list, Callable, dict]:
+               memory_limit: int = 2**30, verbose: bool = False, check: bool = True) -> tuple[list, Callable, dict]:
         """What a fit of ``params_list`` takes with this source: ``(params_list, charge, given)`` — the parameters
         and given values of :meth:`prepare`, and ``charge`` naming the source in the ledger entry
-        (:meth:`charging`)."""
+        (:meth:`charging`).  With ``check`` (and ``charge``: the check is a release, charged with its plan), each
+        setting the check applies to (:func:`privlin.releases.public_check.applies`) takes it: its parameters ask
+        for the budget the check leaves, ``charge`` charges the check with the costlier of the two plans that
+        may follow it, and ``given`` (a :class:`Given`) carries what :func:`checked` needs to release the check
+        and choose the plan."""
+        original = list(params_list)
         params_list, given = self.prepare(params_list, n=n, dim=dim, block_rows=block_rows,
                                           memory_limit=memory_limit, verbose=verbose)
-        return params_list, self.charging(charge, tuple(given)), given
+        if check and charge is not None and given:
+            checks = _checks(self, original, params_list, n=n, dim=dim)
+            if any(c is not None for c in checks):
+                params_list = [p if c is None else c.rest_params for p, c in zip(params_list, checks)]
+                given = Given(given, checks=checks)
+                charge = _charging_checked(charge, checks)
+        return params_list, self.charging(charge, tuple(given), checked=bool(getattr(given, "checks", ()))), given
 
-    def charging(self, charge: Callable, given) -> Callable:
-        """``charge(ledger, plans)`` whose ledger entry also names this public source (:meth:`ledger_params`)."""
+    def charging(self, charge: Callable, given, checked: bool = False) -> Callable:
+        """``charge(ledger, plans)`` whose ledger entry also names this public source (:meth:`ledger_params`)
+        and, where its settings take the public check, the check's rule."""
         extra = self.ledger_params(given)
+        if checked:
+            extra["public_check"] = (f"{public_check.CHECK_SHARE:g} of μ²: noisy count of private rows within the "
+                                     f"public radius ({public_check.QUANTILE:g} quantile), private defaults' plan "
+                                     "where it fails")
 
         def charge_naming_the_source(led, plans):
             return charge(_Naming(led, extra), plans)
@@ -196,9 +217,14 @@ class Public:
         return {"public_source": self.describe(), "public_releases": list(given),
                 "public_treated_as": "public: not charged, never read as private rows"}
 
-    def annotate(self, report, given):
+    def annotate(self, report, given, failed: bool = False):
         """``report`` (a :class:`privlin.report.PrivacyReport`) with the public statistics in its notes (``given``:
-        their names, or ``{name: value}``, whose public subspace the note names with its rank)."""
+        their names, or ``{name: value}``, whose public subspace the note names with its rank); ``failed``: the
+        fit's public check failed, its statistics were not used."""
+        if failed:
+            note = (f"public source {self.describe()}: its statistics failed the public check and were not used "
+                    "(the private defaults' plan ran)")
+            return dataclasses.replace(report, notes="; ".join(x for x in (report.notes, note) if x))
         note = (f"public statistics ({', '.join(given)}) computed without noise from {self.describe()}, treated "
                 "as public: not charged, their rows never read as private")
         subspace = given.get(PROJECT.name) if isinstance(given, Mapping) else None
@@ -307,10 +333,12 @@ def of_settings(public, estimators):
 
 def inputs(public: Optional[Public], params_list, charge: Callable, source: data.Source, **run) -> tuple:
     """``(params_list, charge, given)`` of a fit on ``source`` with the public source ``public``
-    (:meth:`Public.inputs`; ``run``: its block_rows, memory_limit and verbose), or as they are without one."""
+    (:meth:`Public.inputs`; ``run``: its block_rows, memory_limit and verbose), or as they are without one.  The
+    public check is made where there is a ``charge`` to compose it in (a caller that charges its own composed
+    event, the grid search, passes None: its fits take none)."""
     if public is None:
         return list(params_list), charge, {}
-    return public.inputs(params_list, charge, n=source.n, dim=source.dim, **run)
+    return public.inputs(params_list, charge, n=source.n, dim=source.dim, check=charge is not None, **run)
 
 
 def _source(public, private: data.Source) -> tuple[data.Source, str]:
@@ -393,10 +421,10 @@ def _audit(source, private, audit, *, budget, ledger):
 
 def exact_plan(plan: Plan, n: int, upto: Optional[str] = None) -> Plan:
     """A non-private copy of ``plan`` for ``n`` public rows: every release it uses (:attr:`Plan.ran`, given ones
-    included; with ``upto``, those up to the release of that name) in its chain at σ = 0 (the centering in one
+    included, but the public check; with ``upto``, those up to the release of that name) in its chain at σ = 0 (the centering in one
     stage: at σ = 0 a refining stage has nothing to refine), then one cheap training step whose model is not
     used."""
-    ran = plan.ran
+    ran = tuple(r for r in plan.ran if r.name != public_check.NAME)  # the check is about the private rows
     if upto is not None:
         ran = ran[:1 + [r.name for r in ran].index(upto)]
     chain = tuple((dataclasses.replace(r, parts=1) if r.name == "center" else r, 0.0) for r in ran)
@@ -417,3 +445,105 @@ def statistics(plan: Plan, public: Public, *, upto: Optional[str] = None, block_
     (released,) = runner.run([exact], _Unlabelled(public.source, public.n), [key],
                              np.arange(2), block_rows=block_rows, memory_limit=memory_limit, verbose=verbose)
     return dict(released.values)
+
+
+# ----------------------------------------------------------------------------- the public check
+
+class Given(dict):
+    """``{release name: value}`` of the public statistics, with ``checks``: per setting, its :class:`Check` (None:
+    the setting takes none), which :func:`checked` releases before the plans run."""
+
+    def __init__(self, values, checks=()):
+        super().__init__(values)
+        self.checks = list(checks)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Check:
+    """One setting's public check (:mod:`privlin.releases.public_check`), from public facts: the ``reference``,
+    the count's ``sigma``, the parameters of the plan with the public statistics (``rest_params``) and of the
+    private defaults' plan (``fallback_params``), both on the budget the check leaves."""
+
+    reference: public_check.Reference
+    sigma: float
+    rest_params: dict
+    fallback_params: dict
+
+    def fallback_plan(self, n: int, dim: int, classes=None) -> Plan:
+        """The private defaults' plan the fit runs where the check fails."""
+        return make_plan(self.fallback_params, n=n, dim=dim, n_classes=None if classes is None else classes.size,
+                         classes=classes)
+
+    def with_check(self, plan: Plan) -> Plan:
+        """``plan`` with the check at the head of its chain (given releases placed one later) and the ε of the
+        whole: what the ledger charges and the report shows."""
+        full = dataclasses.replace(plan, chain=((public_check.PUBLIC_CHECK, self.sigma), *plan.chain),
+                                   given=tuple((g, before + 1) for g, before in plan.given))
+        return dataclasses.replace(full, epsilon=accounting.event_epsilon(
+            full.dp_event(), full.delta, accountant=full.accountant, neighbouring=full.neighbouring))
+
+    def charged(self, plan: Plan) -> Plan:
+        """The plan a ledger charges for ``plan`` (made from :attr:`rest_params`): the check with whichever of
+        ``plan`` and the fallback costs more, so the charge covers the one that runs."""
+        fallback = self.fallback_plan(plan.n, plan.dim)
+        return self.with_check(plan if plan.epsilon >= fallback.epsilon else fallback)
+
+
+def _checks(public: Public, original, prepared, *, n: int, dim: int) -> list:
+    """Per setting, its :class:`Check`, or None where it takes none (:func:`public_check.applies`)."""
+    ref = None
+    out = []
+    for p_orig, p in zip(original, prepared):
+        full = {**PARAMS, **p}
+        if public_check.applies(full) is not None:
+            out.append(None)
+            continue
+        if ref is None:
+            ref = public_check.reference(lambda: ((X, np.ones(len(X)) if valid is None else valid)
+                                                  for X, _, valid in public.source.fit_blocks(65536)))
+        eps, delta = float(full["epsilon"]), float(full["delta"])
+        sigma = public_check.check_sigma(eps, delta, accounting.relation_name(full["neighbouring"]))
+        if full["secure_mode"]:
+            from . import secure_noise
+            secure_noise.check_plan(sigma, float(n))
+        rest = public_check.rest_epsilon(eps, delta)
+        out.append(Check(ref, sigma, {**p, "epsilon": rest}, {**p_orig, "epsilon": rest, "public_rank": 0}))
+    return out
+
+
+def _charging_checked(charge: Callable, checks) -> Callable:
+    """``charge(ledger, plans)`` charging each checked setting's plan with its check (:meth:`Check.charged`)."""
+    def charge_with_checks(led, plans):
+        return charge(led, [p if c is None else c.charged(p) for p, c in zip(plans, checks)])
+    return charge_with_checks
+
+
+def checked(plans, source: data.Source, keys, classes, given, *, block_rows: int, verbose: bool):
+    """Release each checked setting's check on the private rows and choose its plan: ``(plans to run, plans as
+    released, outcomes)`` — the plan with the public statistics where the check passes, else the private defaults'
+    plan (:meth:`Check.fallback_plan`); as released, each with its check (:meth:`Check.with_check`); outcomes
+    ``{i: Outcome}``.  Charged before (:meth:`Public.inputs`); the decision reads the noisy count only."""
+    from .releases.base import release_key
+    from .rows import Rows
+    from .selection import noisy_counts
+
+    checks = getattr(given, "checks", None) or [None] * len(plans)
+    if not any(c is not None for c in checks):
+        return list(plans), list(plans), {}
+    ref = next(c.reference for c in checks if c is not None)
+    exact = public_check.count_within(((X, mask) for X, _, mask in Rows(source, classes, block_rows,
+                                                                          verbose).host_blocks()), ref)
+    run, shown, outcomes = [], [], {}
+    for i, (plan, key, c) in enumerate(zip(plans, keys, checks)):
+        if c is None:
+            run.append(plan), shown.append(plan)
+            continue
+        noisy = float(noisy_counts([exact], c.sigma, release_key(key, public_check.NAME), secure=plan.secure_mode,
+                                   bound=float(source.n))[0])
+        bar = public_check.threshold(c.reference, source.n, c.sigma)
+        ok = public_check.passes(noisy, c.reference, source.n, c.sigma)
+        chosen = plan if ok else c.fallback_plan(source.n, source.dim, classes)
+        run.append(chosen), shown.append(c.with_check(chosen))
+        outcomes[i] = public_check.Outcome(noisy, bar, float(ok))
+    del exact  # the exact count never leaves this function
+    return run, shown, outcomes

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from . import data, releases, runner, secure_noise
+from . import public as _public
 from .plan import Plan, make_plan
 from .report import PrivacyReport, setting_leaks
 
@@ -108,7 +109,7 @@ def fit_plans(source: data.Source, params_list: Sequence[dict], keys: Sequence, 
     if public is not None:
         params_list, charge, more = public.inputs(params_list, charge, n=source.n, dim=source.dim,
                                                   block_rows=block_rows, memory_limit=memory_limit, verbose=verbose)
-        given.update(more)
+        given = _public.Given({**given, **more}, checks=getattr(more, "checks", ()))
     cls_, plans, leaks, led = plans_for(source, params_list, classes=classes, budget=budget, ledger=ledger,
                                         charge=charge, stacklevel=stacklevel, given=tuple(given))
     return run_plans(plans, source, keys, cls_, seeded=seeded, leaks=leaks, ledger=led, names=names,
@@ -135,23 +136,29 @@ def run_plans(plans: Sequence[Plan], source: data.Source, keys: Sequence, classe
     ``public`` the source they come from, which each report names.
     """
     led = ledger
+    plans, shown, outcomes = _public.checked(plans, source, list(keys), classes, given, block_rows=int(block_rows),
+                                             verbose=bool(verbose))
     released = runner.run(plans, source, list(keys), classes, block_rows=int(block_rows),
-                          memory_limit=int(memory_limit), verbose=bool(verbose), given=given or None)
+                          memory_limit=int(memory_limit), verbose=bool(verbose), given=dict(given) if given else None)
     out = []
-    for plan, r in zip(plans, released):
+    for i, (plan, r) in enumerate(zip(shown, released)):
         values = host_values(r.values)
+        if i in outcomes:  # the public check, released before the plan ran (privlin.public.checked)
+            values[_public.public_check.NAME] = host_values({"v": outcomes[i]})["v"]
+        failed = i in outcomes and not outcomes[i].passed
         out.append(Fitted(plan=plan, classes=classes, coef=coef_of(r.W),
                           intercept=np.asarray(r.b, dtype=np.float64).copy(), values=values,
-                          report=_naming(public, given, report_for(
+                          report=_naming(public, given, failed, report_for(
                               plan, seeded=seeded, leaks=leaks, data=source.description,
                               ledger=led if report_ledger else None, values=values)),
                           ledger=led, class_names=names))
     return out
 
 
-def _naming(public, given, report: PrivacyReport) -> PrivacyReport:
-    """The report, naming the public source of its given statistics where it has one."""
-    return report if public is None else public.annotate(report, dict(given or {}))
+def _naming(public, given, failed: bool, report: PrivacyReport) -> PrivacyReport:
+    """The report, naming the public source of its given statistics where it has one (``failed``: the fit's
+    public check failed and it was given none: the report says so)."""
+    return report if public is None else public.annotate(report, dict(given or {}), failed)
 
 
 def unpack(fitted: Fitted, est, *, ledger=True):

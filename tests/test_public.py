@@ -173,18 +173,19 @@ def test_the_training_gets_the_budget_the_public_statistics_no_longer_take(blobs
     with pytest.warns(PrivacyLeakWarning, match="no content identity"):
         model, _ = _fitted(blobs, epsilon=1.0, public=X_pub)
     given = [r.name for r, _ in model.plan_.given]
-    assert given == ["radius", "center", "scale", "whiten"] and not model.plan_.chain
+    (check, sigma_check), = model.plan_.chain  # the public check (privlin.releases.public_check): 2% of μ²
+    assert given == ["radius", "center", "scale", "whiten"] and check.name == "public_check"
     shares = private.plan_.budget_shares()
     assert set(shares) == {*given, "step"}
-    # GDP (full batch): T/σ² = μ² · (share of the steps), the same μ for both plans
-    np.testing.assert_allclose(model.plan_.sigma, private.plan_.sigma * math.sqrt(shares["step"]), rtol=1e-9)
+    # GDP (full batch): T/σ² = μ² · (share of the steps), the same μ for both plans; the check takes 2% of it
+    np.testing.assert_allclose(model.plan_.sigma, private.plan_.sigma * math.sqrt(shares["step"] / 0.98), rtol=1e-6)
     event = model.privacy_.dp_event
-    assert gaussians(event) == [model.plan_.sigma] * model.plan_.steps  # the steps only: nothing else charged
+    assert gaussians(event) == [sigma_check] + [model.plan_.sigma] * model.plan_.steps  # nothing else charged
     assert gdp_epsilon(mu_of(gaussians(event)), 1e-5) == pytest.approx(1.0, abs=1e-6)
     pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
     pld.compose(event)
     assert pld.get_epsilon(1e-5) == pytest.approx(model.privacy_.epsilon, abs=2e-3)
-    assert model.privacy_.noise_multipliers == {"step": model.plan_.sigma}
+    assert model.privacy_.noise_multipliers == {"public_check": sigma_check, "step": model.plan_.sigma}
     released = model.released_
     pub = public.Public(data.ArraySource(X_pub, np.zeros(200)), 200, None, "array")
     public_values = public.statistics(model.plan_, pub)
@@ -365,7 +366,8 @@ def test_the_subspace_is_free_epsilon_recomposed_independently():
     assert projected.plan_.model_dim < unprojected.plan_.model_dim
     for model in (projected, unprojected):
         event = model.privacy_.dp_event
-        assert gaussians(event) == [model.plan_.sigma] * model.plan_.steps  # the steps only
+        check = [model.plan_.sigma_of("public_check")]  # the public check (privlin.releases.public_check)
+        assert gaussians(event) == check + [model.plan_.sigma] * model.plan_.steps  # the check and the steps only
         assert gdp_epsilon(mu_of(gaussians(event)), 1e-5) == pytest.approx(1.0, abs=1e-6)
         pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
         pld.compose(event)
