@@ -11,7 +11,12 @@ Stores: scikit-learn's digits featurized with ``pixels`` (3072-d) and ``vip_toy`
 * ``other digits`` — the public split's rows of digits 0-4 only (another distribution: half the classes);
 * ``synthetic`` — features of 288 synthetic images (smoothed noise, no digit), a store of their own;
 * ``shifted`` — the public split's rows plus a fixed offset of the typical row norm along a random direction
-  (another distribution: a public centre far from the private one), given as an array.
+  (another distribution: a public centre far from the private one), given as an array;
+* ``public split + start``, ``other digits + start`` — the same rows with their labels (the store split; the
+  array as ``(X, y)``) and ``public_start=True``: the DP steps start from a non-private fit on them
+  (:func:`privlin.chain.public_start`);
+* ``start alone`` — the start of ``public split + start`` itself: learning rate 1e-20, so the DP steps move no
+  weight (a non-private fit on the 288 public rows, the same at every ε).
 
 Every fit is ``DPLinearClassifier(method="sgd")`` with its defaults, δ = 1e-5, each seed its own noise; accuracy
 on ``test``.  Prints a markdown table (mean ± sd over seeds, %; with a public source, ``(k/n)``: the seeds whose
@@ -106,7 +111,12 @@ def public_sources(path: str, synthetic: str, seed: int = 0) -> dict:
     norms = np.linalg.norm(X, axis=1)
     u = np.random.default_rng(seed).normal(size=X.shape[1])
     shift = (u / np.linalg.norm(u) * np.median(norms)).astype(np.float32)
-    return {"public split": "public", "other digits": X[y < 5], "synthetic": synthetic, "shifted": X + shift}
+    return {"public split": "public", "other digits": X[y < 5], "synthetic": synthetic, "shifted": X + shift,
+            "public split + start": "public", "other digits + start": (X[y < 5], y[y < 5]), "start alone": "public"}
+
+
+#: The sources whose fits start from the public rows' fit (``public_start=True``), with their own settings.
+STARTED = {"public split + start": {}, "other digits + start": {}, "start alone": {"learning_rate": 1e-20}}
 
 
 def accuracies(path: str, public, seeds: int, epsilons=EPSILONS, **params) -> tuple[dict, int]:
@@ -139,7 +149,8 @@ def run(backbones, seeds: int, cache: str, only=None, **params) -> list[dict]:
         exact = accuracies(path, None, 1, (math.inf,))[0][math.inf][0]
         for name, source in sources.items():
             t = time.perf_counter()
-            acc, dim = accuracies(path, source, seeds, **(params if source is not None else {}))
+            extra = {**params, **({"public_start": True, **STARTED[name]} if name in STARTED else {})}
+            acc, dim = accuracies(path, source, seeds, **(extra if source is not None else {}))
             took = time.perf_counter() - t
             for e in EPSILONS:
                 a = 100 * np.asarray(acc[e])

@@ -16,10 +16,10 @@ import jax
 import jax.numpy as jnp
 
 from . import steps, train
-from .plan import Plan, Static, learning_rates
+from .plan import START, Plan, Static, learning_rates
 from .releases.base import Context, Driver, RowMap, model_rows, rows_and_center, stage_keys
 
-__all__ = ["Released", "fit_chain", "preprocess_rows"]
+__all__ = ["Released", "fit_chain", "preprocess_rows", "public_start"]
 
 
 class Released(NamedTuple):
@@ -61,19 +61,31 @@ def fit_chain(driver: Driver, settings: Static, chain: Sequence, n, dim: int, k:
             ctx = g.use(ctx, given[g.name])
         if release is not None:
             ctx = release.use(ctx, release.compute(driver, ctx, key, release_sigma))
-    params = _train(driver, settings, ctx, k, stage_keys(key)[2], sigma, learning_rate, lr_ceiling)
+    start = None if given is None or START not in given else public_start(settings, ctx, k, given[START])
+    params = _train(driver, settings, ctx, k, stage_keys(key)[2], sigma, learning_rate, lr_ceiling, start)
     return Released(params.W, params.b, ctx.values)
 
 
-def _train(driver, s: Static, ctx: Context, k: int, key, sigma, lr, ceiling) -> train.LinearParams:
+def public_start(s: Static, ctx: Context, k: int, rows) -> train.LinearParams:
+    """The DP steps' start from labelled public rows (``given[START]``: ``(X, class index, mask)``): the rows mapped
+    exactly as the private rows are (the chain's row map: its released and given values) and
+    :func:`privlin.train.public_fit` on them.  A function of the public rows and the released values only."""
+    X, idx, mask = rows
+    Z = model_rows(jnp.asarray(X, jnp.float32), ctx.row_map(), s.clip, s.normalize)
+    return _public_fit(Z, idx, mask, k=k, loss=s.loss, fit_intercept=s.fit_intercept, bias_init=float(s.bias_init))
+
+
+def _train(driver, s: Static, ctx: Context, k: int, key, sigma, lr, ceiling, start=None) -> train.LinearParams:
     """DP training on the rows as the chain left them: ``adam1`` is one class-sum total and
     :func:`privlin.train.adam1_step`; ``sgd``/``minibatch`` the DP steps on the rows as the chain maps them
-    (:func:`privlin.steps.fit_steps`), each step's clipped gradient divided by the public batch size: N, or the
-    expected q·N of a Poisson-sampled step."""
+    (:func:`privlin.steps.fit_steps`, from ``start`` where given), each step's clipped gradient divided by the
+    public batch size: N, or the expected q·N of a Poisson-sampled step."""
     intercept_scale = 1.0
     if ctx.curvature is not None:  # lifts W's rate (sgd optimizer only: never adam1)
         lr, intercept_scale = _lifted_rates(ceiling, ctx.curvature, s.momentum, s.clip, s.fit_intercept)
     if s.method == "adam1":
+        if start is not None:
+            raise ValueError("public_start starts the DP steps of sgd and minibatch; adam1 is one step from zero")
         sums = driver.total("adam1 pass", train.class_sums_init(ctx.model_dim, k), _class_sums, ctx.row_map(), ctx.n,
                             labels=True, clip=s.clip, normalize=s.normalize, loss=s.loss, bias_init=s.bias_init,
                             fit_intercept=s.fit_intercept, class_weight=s.class_weight)
@@ -87,7 +99,7 @@ def _train(driver, s: Static, ctx: Context, k: int, key, sigma, lr, ceiling) -> 
     t = steps.Steps(ctx.n, sigma, lr, ctx.n if q is None else q * ctx.n, intercept_scale, q, s.clip, s.loss,
                     s.optimizer, s.momentum, s.fit_intercept, s.clip if s.normalize else None, s.class_weight)
     rows = driver.mapped(ctx.row_map(), s.clip, s.normalize)  # in memory: the curvature release's, if it read them
-    return steps.fit_steps(rows, t, key, s.steps, ctx.model_dim, k, s.bias_init, f"{s.method} steps")
+    return steps.fit_steps(rows, t, key, s.steps, ctx.model_dim, k, s.bias_init, f"{s.method} steps", start)
 
 
 def _class_sums(acc, X, Y, mask, rows: RowMap, n, *, clip, normalize, loss, bias_init, fit_intercept, class_weight):
@@ -122,3 +134,5 @@ def preprocess_rows(plan: Plan, X, mean=None, scl=None, log_scale=None, *, value
 
 
 _model_rows_jit = jax.jit(model_rows, static_argnames=("norm", "normalize"))
+_public_fit = jax.jit(train.public_fit, static_argnames=("k", "loss", "fit_intercept", "bias_init", "folds",
+                                                         "iterations"), inline=True)

@@ -11,7 +11,7 @@ from types import MappingProxyType
 __all__ = ["METHODS", "DEFAULT_EPSILON", "DEFAULT_DELTA", "DEFAULT_NEIGHBOURING", "DEFAULT_STEPS", "LOGIT_NOISE",
            "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "RADIUS_SHARE", "RECENTER_SHARE",
            "ADAM_LR", "ADAM1_BIAS_INIT", "CURVATURE_GAIN", "CURVATURE_FLATNESS", "MAX_STEPS", "QUICK_COMPILE_ELEMENTS",
-           "PARAMS"]
+           "PUBLIC_START_C", "PUBLIC_START_FOLDS", "PUBLIC_START_ITERATIONS", "PARAMS"]
 
 #: The training methods a plan can run (:mod:`privlin.train`): ``adam1`` one DP-Adam step, ``sgd`` full-batch
 #: DP-SGD, ``minibatch`` Poisson-sampled DP-SGD/Adam/LAMB.
@@ -55,6 +55,13 @@ MAX_STEPS = 10**6
 #: program, a gain only while a run takes a fraction of a second (BENCHMARKS.md, "XLA's quick compile options for
 #: small fits").
 QUICK_COMPILE_ELEMENTS = 2**19
+#: The warm start from labelled public rows (``public_start``, :func:`privlin.train.public_fit`): the inverse L2
+#: strengths C it chooses from (scikit-learn's convention: mean loss + ‖W‖²/(2·C·m) on m rows) by cross-validated
+#: log-loss on the public rows, in that many folds, each fit that many accelerated gradient steps (a fixed count:
+#: one traced program; the CV scores the fits as run, so the choice never assumes a convergence not reached).
+PUBLIC_START_C = (0.01, 0.1, 1.0, 10.0, 100.0)
+PUBLIC_START_FOLDS = 5
+PUBLIC_START_ITERATIONS = 300
 
 #: The estimator's parameters and their defaults (``DPLinearClassifier.__init__`` reads its signature from here).
 PARAMS = MappingProxyType(dict(
@@ -63,4 +70,4 @@ PARAMS = MappingProxyType(dict(
     noise_multiplier=None, center_noise_multiplier=None, classes=None, class_weight=None, loss=None, fit_intercept=None,
     optimizer="sgd", momentum=0.9, batch_size=256, accountant=None, neighbouring=DEFAULT_NEIGHBOURING,
     random_state=None, block_rows=65536, memory_limit=2**30, verbose=False, budget=None, ledger=None,
-    secure_mode=False, public=None, public_audit=False, public_rank=0))
+    secure_mode=False, public=None, public_audit=False, public_rank=0, public_start=False))

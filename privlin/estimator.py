@@ -132,10 +132,10 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
     secure_mode : bool, default=False
         Release every noisy statistic with the discrete Gaussian from ``os.urandom`` (``privlin.secure_noise``),
         on the host, once per step.  Needs ``random_state=None``.
-    public : None, array (m, d), str, store, (store, split), stores.Split or privlin.data.Source, default=None
-        Rows you may publish, of the same features (labels not needed): the plan's preprocessing statistics are
-        computed from them without noise or charge and its budget goes to training (:mod:`privlin.public`).  A
-        string names another split of the training store, else a store path.  Refused where it shares an item
+    public : None, array (m, d), (X_pub, y_pub), str, store, (store, split), stores.Split or privlin.data.Source, default=None
+        Rows you may publish, of the same features (labels needed only for ``public_start``): the plan's
+        preprocessing statistics are computed from them without noise or charge and its budget goes to training
+        (:mod:`privlin.public`).  A string names another split of the training store, else a store path.  Refused where it shares an item
         with the training rows; arrays carry no content identity (warned).
     public_audit : bool or float, default=False
         With ``public``: run the near-duplicate audit (:func:`privlin.knn.overlap_audit`, at this cosine
@@ -146,6 +146,11 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         in that many dimensions; given, not charged.  None: the smallest rank whose directions hold 99.5% of the
         public rows' energy, at most their count; 0: no projection (it cost accuracy on digits, BENCHMARKS.md,
         "Public statistics").
+    public_start : bool, default=False
+        With labelled public rows (``public=(X_pub, y_pub)``, or a store split: its labels are read): start the DP
+        steps (``sgd``, ``minibatch``) from a non-private L2 logistic regression fitted on the public rows only, in
+        the model's coordinates (:func:`privlin.chain.public_start`), instead of zero; not charged, σ and ε
+        unchanged.  Needs a public class list (``classes``, or the store's).
 
     Attributes
     ----------
@@ -233,6 +238,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         "public": "no_validation",
         "public_audit": ["boolean", Interval(Real, -1, 1, closed="right")],
         "public_rank": [None, Interval(Integral, 0, None, closed="left")],
+        "public_start": ["boolean"],
     }
 
     def __init__(self, *, epsilon=PARAMS["epsilon"], delta=PARAMS["delta"], method=PARAMS["method"],
@@ -247,7 +253,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
                  neighbouring=PARAMS["neighbouring"], random_state=PARAMS["random_state"],
                  block_rows=PARAMS["block_rows"], memory_limit=PARAMS["memory_limit"], verbose=PARAMS["verbose"],
                  budget=PARAMS["budget"], ledger=PARAMS["ledger"], secure_mode=PARAMS["secure_mode"],
-                 public=PARAMS["public"], public_audit=PARAMS["public_audit"], public_rank=PARAMS["public_rank"]):
+                 public=PARAMS["public"], public_audit=PARAMS["public_audit"], public_rank=PARAMS["public_rank"],
+                 public_start=PARAMS["public_start"]):
         self.epsilon = epsilon
         self.delta = delta
         self.method = method
@@ -282,6 +289,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         self.public = public
         self.public_audit = public_audit
         self.public_rank = public_rank
+        self.public_start = public_start
 
     # ------------------------------------------------------------------ sklearn surface
 

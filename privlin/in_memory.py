@@ -120,27 +120,29 @@ def train_many(static, X, idx, mask, n, keys, sigmas, sigmas_ref, lrs, ceilings,
 def fit_full_batch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, clip: float = 1.0,
                    loss: str = "softmax", optimizer: str = "sgd", momentum: float = 0.9, fit_intercept: bool = False,
                    bias_init: float = 0.0, row_norm: float | None = None, intercept_scale=1.0,
-                   class_weight=None) -> train.LinearParams:
+                   class_weight=None, start: train.LinearParams | None = None) -> train.LinearParams:
     """Full-batch DP-SGD (DP-RandP) for ``steps`` steps on in-memory rows; pure, jittable, vmappable.
 
     X : (m, d) preprocessed rows; Y : (m, k) one-hot; mask : (m,) 1 for real rows, 0 for padding and null rows;
     n : the public N (never Σ mask: which rows are null is private); key : split into one key per step.
     Every step adds fresh noise N(0, (σC)²) to the clipped gradient sum and divides by N
-    (:func:`privlin.steps.dp_step`).
+    (:func:`privlin.steps.dp_step`).  ``start``: weights to start from, computed without these rows
+    (:func:`privlin.steps.fit_steps`); None: zero weights and the constant intercept ``bias_init``.
     """
     t = Steps(n, sigma, learning_rate, n, intercept_scale, None, clip, loss, optimizer, momentum, fit_intercept,
               row_norm, class_weight)
-    return fit_steps(InMemory(X, Y, mask), t, key, steps, X.shape[1], Y.shape[1], bias_init, "sgd steps")
+    return fit_steps(InMemory(X, Y, mask), t, key, steps, X.shape[1], Y.shape[1], bias_init, "sgd steps", start)
 
 
 def fit_minibatch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, sample_rate: float, clip: float = 1.0,
                   loss: str = "softmax", optimizer: str = "sgd", momentum: float = 0.9, fit_intercept: bool = False,
                   bias_init: float = 0.0, row_norm: float | None = None, intercept_scale=1.0,
-                  class_weight=None) -> train.LinearParams:
+                  class_weight=None, start: train.LinearParams | None = None) -> train.LinearParams:
     """Poisson-subsampled DP-SGD / DP-Adam / DP-LAMB on in-memory rows; pure, jittable, vmappable: each step
     includes every row independently with probability ``sample_rate`` (the sampling the accountant assumes), adds
     fresh noise to the clipped sum and divides by the expected batch size q·N (N public), as in Opacus
-    (:func:`privlin.steps.dp_step`)."""
+    (:func:`privlin.steps.dp_step`); ``start`` as in :func:`fit_full_batch`."""
     t = Steps(n, sigma, learning_rate, sample_rate * n, intercept_scale, sample_rate, clip, loss, optimizer, momentum,
               fit_intercept, row_norm, class_weight)
-    return fit_steps(InMemory(X, Y, mask), t, key, steps, X.shape[1], Y.shape[1], bias_init, "minibatch steps")
+    return fit_steps(InMemory(X, Y, mask), t, key, steps, X.shape[1], Y.shape[1], bias_init, "minibatch steps",
+                     start)

@@ -34,6 +34,10 @@ __all__ = ["Plan", "Static", "make_plan", "validate", "resolve", "choose", "cali
            "RADIUS_SHARE", "RECENTER_SHARE", "ADAM_LR", "stability_caps", "learning_rates"]
 
 
+#: The name in ``make_plan``'s ``given`` (and the key of the values given to a fit) of labelled public rows whose fit
+#: starts the DP steps (:attr:`Plan.public_start`, :func:`privlin.chain.public_start`): not a release.
+START = "public start"
+
 #: The training settings a compiled fit specializes on (with the chain's σ ratios: :class:`Static`).
 STATIC_SETTINGS = ("method", "steps", "sample_rate", "clip", "normalize", "loss", "bias_init", "fit_intercept",
                    "optimizer", "momentum", "class_weight")
@@ -97,6 +101,9 @@ class Plan:
     given : tuple of (Release, int)
         Releases whose values the fit is given (public statistics: no share, no σ, no event, not charged), each
         with the number of the chain's releases that run before it.
+    public_start : bool
+        The DP steps start from a non-private fit on labelled public rows (:func:`privlin.chain.public_start`)
+        rather than from zero: no share, no σ, no event (the steps' noise does not depend on where they start).
     """
 
     method: str
@@ -123,6 +130,7 @@ class Plan:
     chain: tuple = ()
     class_weight: tuple | None = None
     given: tuple = ()
+    public_start: bool = False
 
     # ---- the chain, read by name
     def release(self, name: str) -> Release | None:
@@ -227,6 +235,8 @@ class Plan:
         sig.update({r.ledger_key: s for r, s in self.chain})
         if self.given:  # their values were given (public statistics), not released: no σ
             sig["given"] = [r.name for r, _ in self.given]
+        if self.public_start:
+            sig["public_start"] = True
         return {"steps": self.steps, "sample_rate": self.sample_rate, "sigma": self.sigma, **sig,
                 "accountant": self.accountant, "n": self.n, "seeded": bool(seeded)}
 
@@ -322,7 +332,8 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
     charge); the noise, and so the event charged, never depend on it.  ``given``: names of registered releases
     whose values are given to the fit rather than released (public statistics computed elsewhere): they take no
     share, no σ and no event, are not charged, and the fit uses the values it is given for them exactly as if
-    released (:attr:`Plan.given`).
+    released (:attr:`Plan.given`); and :data:`START` where labelled public rows are given to start the DP steps
+    (``public_start``, :attr:`Plan.public_start`).
 
     The defaults (every ``None`` parameter), all from public facts:
 
@@ -353,8 +364,16 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
     """
     settings = validate(params, n, dim, n_classes, classes)
     resolved = resolve(settings)
-    choice = choose(resolved, tuple(given))
-    return build(resolved, choice, calibrate(resolved, choice))
+    choice = choose(resolved, tuple(g for g in given if g != START))
+    plan = build(resolved, choice, calibrate(resolved, choice))
+    if not settings.p["public_start"]:
+        return plan
+    if settings.method == "adam1":
+        raise ValueError("public_start starts the DP steps of sgd and minibatch; adam1 is one step from zero")
+    if START not in given and n_classes is not None:
+        raise ValueError("public_start=True needs labelled public rows: public=(X_pub, y_pub), or a store split "
+                         "(its labels are read)")
+    return dataclasses.replace(plan, public_start=True)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,7 +32,7 @@ import numpy as np
 from . import accounting, data, noise, runner
 from .defaults import PARAMS
 from .releases import PROJECT, project, public_check, scaling
-from .plan import Plan, make_plan
+from .plan import START, Plan, make_plan
 from .report import PrivacyLeakWarning
 
 __all__ = ["Public", "resolve", "of_settings", "inputs", "statistics", "exact_plan", "PUBLIC_SPLIT", "SECOND_MOMENT",
@@ -98,6 +98,10 @@ class Public:
         What it is: ``"store PATH, split 'public'"`` or ``"array"``.
     audit : privlin.knn.OverlapReport or None
         The near-duplicate audit against the private rows, where asked for (``public_audit``).
+    labelled : bool
+        Whether its labels may be read (``public=(X_pub, y_pub)``, or a store split): for ``public_start``.
+    private_classes : tuple or None
+        The class names the private rows' store publishes (public), which a store's public labels must share.
     """
 
     source: data.Source
@@ -105,6 +109,8 @@ class Public:
     identity: Optional[str]
     where: str
     audit: Any = None
+    labelled: bool = False
+    private_classes: Optional[tuple] = None
 
     def describe(self) -> str:
         """The public source as the report and the ledger entry name it."""
@@ -177,7 +183,7 @@ class Public:
             params_list = [{**p, "recenter": False} for p in params_list]
         plan = make_plan(params_list[0], n=n, dim=dim, n_classes=None, given=names)
         values = statistics(plan, self, **run)
-        return params_list, {name: values[name] for name in names}
+        return params_list, {**{name: values[name] for name in names}, **start_rows(self, params_list, **run)}
 
     def inputs(self, params_list, charge: Callable, *, n: int, dim: int, block_rows: int = 65536,
                memory_limit: int = 2**30, verbose: bool = False, check: bool = True) -> tuple[list, Callable, dict]:
@@ -202,7 +208,7 @@ class Public:
     def charging(self, charge: Callable, given, checked: bool = False) -> Callable:
         """``charge(ledger, plans)`` whose ledger entry also names this public source (:meth:`ledger_params`)
         and, where its settings take the public check, the check's rule."""
-        extra = self.ledger_params(given)
+        extra = self.ledger_params(tuple(given))
         if checked:
             extra["public_check"] = (f"{public_check.CHECK_SHARE:g} of μ²: noisy count of private rows within the "
                                      f"public radius ({public_check.QUANTILE:g} quantile), private defaults' plan "
@@ -214,8 +220,16 @@ class Public:
 
     def ledger_params(self, given) -> dict:
         """What the ledger entry of a fit keeps about its public source (public facts only)."""
-        return {"public_source": self.describe(), "public_releases": list(given),
-                "public_treated_as": "public: not charged, never read as private rows"}
+        out = {"public_source": self.describe(), "public_releases": [g for g in given if g != START],
+               "public_treated_as": "public: not charged, never read as private rows"}
+        if START in given:
+            out["public_start"] = self.start_note()
+        return out
+
+    def start_note(self) -> str:
+        """What the report and the ledger entry say of the DP steps' start (``public_start``)."""
+        return (f"training started from a fit on the public rows {self.describe()} (non-private L2 logistic "
+                "regression in the model's coordinates, regularisation by cross-validation on them; not charged)")
 
     def annotate(self, report, given, failed: bool = False):
         """``report`` (a :class:`privlin.report.PrivacyReport`) with the public statistics in its notes (``given``:
@@ -224,12 +238,17 @@ class Public:
         if failed:
             note = (f"public source {self.describe()}: its statistics failed the public check and were not used "
                     "(the private defaults' plan ran)")
+            if START in given:
+                note += "; " + self.start_note()
             return dataclasses.replace(report, notes="; ".join(x for x in (report.notes, note) if x))
-        note = (f"public statistics ({', '.join(given)}) computed without noise from {self.describe()}, treated "
+        names = [g for g in given if g != START]
+        note = (f"public statistics ({', '.join(names)}) computed without noise from {self.describe()}, treated "
                 "as public: not charged, their rows never read as private")
         subspace = given.get(PROJECT.name) if isinstance(given, Mapping) else None
         if subspace is not None:
             note += "; " + project.describe(subspace)
+        if START in given:
+            note += "; " + self.start_note()
         return dataclasses.replace(report, notes="; ".join(x for x in (report.notes, note) if x))
 
 
@@ -317,7 +336,9 @@ def resolve(public, private: data.Source, *, audit=False, budget=None, ledger=No
     report = None
     if audit is not False and audit is not None:
         report = _audit(source, private, audit, budget=budget, ledger=ledger)
-    return Public(source, n, None if items is None else _content_identity(items), where, report)
+    published = private.published_classes()
+    return Public(source, n, None if items is None else _content_identity(items), where, report,
+                  labelled=where != "array", private_classes=None if published is None else tuple(published))
 
 
 def of_settings(public, estimators):
@@ -355,6 +376,8 @@ def _source(public, private: data.Source) -> tuple[data.Source, str]:
     if isinstance(public, (str, os.PathLike)) or data.is_store_like(public):
         src = _store_source(public)
         return src, src.description
+    if isinstance(public, tuple) and len(public) == 2:
+        return _labelled_arrays(*public), "labelled array"
     X = np.asarray(public)
     if X.ndim != 2 or not np.issubdtype(X.dtype, np.number):
         raise TypeError(f"public must be rows (m, d), a split name, a store or (store, split); got "
@@ -365,6 +388,54 @@ def _source(public, private: data.Source) -> tuple[data.Source, str]:
         raise ValueError(f"the public rows hold a NaN or inf value (row {bad}): public rows are not null rows, fix "
                          "or drop it")
     return data.ArraySource(X, np.zeros(X.shape[0], np.int64)), "array"
+
+
+def _labelled_arrays(X, y) -> data.Source:
+    """``public=(X_pub, y_pub)``: public rows with their labels (read only for ``public_start``)."""
+    src, _ = _source(X, None)
+    y = data.row_labels(y)
+    if y.shape != (src.n,):
+        raise ValueError(f"public=(X_pub, y_pub): {src.n} rows but labels of shape {y.shape}")
+    return data.ArraySource(np.asarray(src.X), y)
+
+
+def start_rows(public: Public, params_list, *, block_rows: int = 65536, memory_limit: int = 2**30,
+               verbose: bool = False) -> dict:
+    """``{START: (X, class index, mask)}``: the labelled public rows whose fit starts the DP steps where the settings
+    ask for it (``public_start``; :func:`privlin.chain.public_start`), else ``{}``.  The class list is public: the
+    settings' ``classes``, else the one the private rows' store publishes (public labels are indices into it; a
+    public store must publish the same); never read from private rows.  Public facts only."""
+    wants = {bool(p.get("public_start")) for p in params_list}
+    if wants == {False}:
+        return {}
+    if len(wants) > 1:
+        raise ValueError("some settings start from the public rows' fit and some do not: fit them apart")
+    if not public.labelled:
+        raise ValueError("public_start=True reads the public rows' labels: pass public=(X_pub, y_pub) or a store "
+                         "split (unlabelled rows give statistics only)")
+    given = {None if p.get("classes") is None else tuple(np.unique(np.asarray(p["classes"]))) for p in params_list}
+    if len(given) > 1:
+        raise ValueError("the settings name different class lists: fit them apart")
+    (classes,) = given
+    if classes is not None:
+        classes = np.asarray(classes)
+    elif public.private_classes is not None:
+        theirs = public.source.published_classes()
+        if theirs is not None and tuple(theirs) != public.private_classes:
+            raise ValueError(f"the public store's classes {list(theirs)} are not the private store's "
+                             f"{list(public.private_classes)}: public_start needs one class list")
+        classes = np.arange(len(public.private_classes))
+    else:
+        raise ValueError("public_start=True needs a public class list: pass classes=... (the start never reads the "
+                         "class list from the private rows)")
+    from .rows import Rows
+
+    X, idx, mask = Rows(public.source, classes, block_rows, verbose).load()
+    unknown = public.n - int(np.asarray(mask).sum())
+    if unknown:
+        raise ValueError(f"{unknown} of the {public.n} public rows have a label outside the class list "
+                         f"{classes.tolist()}: fix or drop them (public rows are never null rows)")
+    return {START: (X, idx, mask)}
 
 
 def _store_source(public) -> data.Source:
@@ -430,6 +501,7 @@ def exact_plan(plan: Plan, n: int, upto: Optional[str] = None) -> Plan:
     chain = tuple((dataclasses.replace(r, parts=1) if r.name == "center" else r, 0.0) for r in ran)
     ceiling = plan.learning_rate_ceiling if math.isfinite(plan.learning_rate_ceiling) else plan.learning_rate
     return dataclasses.replace(plan, learning_rate_ceiling=ceiling, n=int(n), n_classes=2, epsilon=math.inf,
+                               public_start=False,
                                accountant="none", sigma=0.0,
                                method="adam1", steps=1, sample_rate=1.0, optimizer="adam", loss="sigmoid",
                                secure_mode=False, chain=chain, given=(), class_weight=None)
@@ -470,9 +542,11 @@ class Check:
     fallback_params: dict
 
     def fallback_plan(self, n: int, dim: int, classes=None) -> Plan:
-        """The private defaults' plan the fit runs where the check fails."""
+        """The private defaults' plan the fit runs where the check fails: every statistic released privately, the
+        DP steps still started from the public rows where the setting asks (``public_start``: not a statistic)."""
+        given = (START,) if self.fallback_params.get("public_start") else ()
         return make_plan(self.fallback_params, n=n, dim=dim, n_classes=None if classes is None else classes.size,
-                         classes=classes)
+                         classes=classes, given=given)
 
     def with_check(self, plan: Plan) -> Plan:
         """``plan`` with the check at the head of its chain (given releases placed one later) and the ε of the

@@ -98,11 +98,17 @@ def dp_step(rows: Driver, t: Steps, state: train.TrainState, key) -> train.Train
 
 
 def fit_steps(rows: StepDriver, t: Steps, key, steps: int, model_dim: int, k: int, bias_init: float,
-              what: str) -> train.LinearParams:
-    """``steps`` DP steps from zero weights and a constant intercept, one key per step from ``key``, run by the
-    driver (:meth:`StepDriver.steps`)."""
+              what: str, start: Optional[train.LinearParams] = None) -> train.LinearParams:
+    """``steps`` DP steps, one key per step from ``key``, run by the driver (:meth:`StepDriver.steps`), from
+    ``start`` (weights (model_dim, k) and intercept (k,) computed without private rows, e.g. a fit on public rows:
+    the steps' noise and so ε do not depend on it) or, when None, from zero weights and a constant intercept."""
     opt = train.make_optimizer(t.optimizer, t.learning_rate, momentum=t.momentum)
-    state = train.init_state(model_dim, k, opt, bias_init)
+    if start is None:
+        state = train.init_state(model_dim, k, opt, bias_init)
+    else:
+        params = train.LinearParams(jnp.asarray(start.W, jnp.float32).reshape(model_dim, k),
+                                    jnp.asarray(start.b, jnp.float32).reshape(k))
+        state = train.TrainState(params, opt.init(params))
     return rows.steps(functools.partial(dp_step, rows, t), state, noise.split(key, steps), what).params
 
 

@@ -51,7 +51,7 @@ __all__ = [
     "privatize", "init_params", "make_optimizer", "init_state", "noisy_update",
     "grad_clip", "grad_block", "grad_params", "zero_init_residual_norm", "poisson_mask", "SAMPLE_CHUNK",
     "class_sums_init", "class_sums_update", "adam1_gradient", "adam1_step",
-    "decision_function", "LOSSES", "OPTIMIZERS",
+    "decision_function", "LOSSES", "OPTIMIZERS", "public_fit",
 ]
 
 LOSSES = ("sigmoid", "softmax")
@@ -342,3 +342,82 @@ def adam1_update(noisy_grad_sum: LinearParams, n, learning_rate, *, bias_init: f
     state = init_state(d, k, opt, bias_init)
     updates, _ = opt.update(g, state.opt_state, state.params)
     return optax.apply_updates(state.params, updates)
+
+
+# ----------------------------------------------------------------------------- the warm start from public rows
+
+def public_fit(Z, idx, mask, k: int, *, loss: str, fit_intercept: bool, bias_init: float, grid=None,
+               folds: int | None = None, iterations: int | None = None) -> LinearParams:
+    """A non-private L2 logistic regression on labelled PUBLIC rows, the DP steps' start (``public_start``).
+
+    ``Z`` (m, d') public rows in the model's coordinates, ``idx`` (m,) class indices, ``mask`` (m,) 1 for real rows;
+    the model's ``loss`` (softmax, or one-vs-rest sigmoid), with the intercept trained where ``fit_intercept`` (else
+    held at ``bias_init``).  The L2 strength is chosen from ``grid`` (inverse strengths C, scikit-learn's scale) by
+    the mean held-out log-loss over ``folds`` folds of the public rows (row i of the real rows in fold i mod folds),
+    then refitted on all of them.  Classes absent from the public rows keep weight 0 and intercept ``bias_init``
+    (nothing is known of them).  Each fit is ``iterations`` accelerated gradient steps at the step size of a bound on
+    the loss's curvature; where the rows are fewer than d' the fit runs in their span (the optimum lies in it), so
+    the cost is set by min(m, d').  Pure, jittable; reads only its arguments.
+    """
+    from . import defaults
+
+    grid = jnp.asarray(defaults.PUBLIC_START_C if grid is None else grid, jnp.float32)
+    folds = defaults.PUBLIC_START_FOLDS if folds is None else int(folds)
+    iterations = defaults.PUBLIC_START_ITERATIONS if iterations is None else int(iterations)
+    Z = jnp.asarray(Z, jnp.float32)
+    mask = jnp.asarray(mask, jnp.float32)
+    m, d = Z.shape
+    Y = jax.nn.one_hot(idx, k, dtype=jnp.float32) * mask[:, None]
+    present = Y.sum(0) > 0
+    Z = Z * mask[:, None]
+    basis = None
+    if m < d:  # the span of the rows: W = Q W', ‖W‖ = ‖W'‖
+        basis, _ = jnp.linalg.qr(Z.T)  # (d, m)
+        Z = Z @ basis
+    F = jnp.concatenate([Z, jnp.ones((m, 1), jnp.float32)], axis=1) if fit_intercept else Z
+    fold = jnp.mod(jnp.cumsum(mask) - 1, folds) * mask - (1 - mask)  # -1: padding
+    train = jnp.stack([mask * (fold != f) for f in range(folds)] + [mask])  # (folds + 1, m)
+    count = jnp.maximum(train.sum(1), 1.0)
+    curv = 0.5 if loss == "softmax" else 0.25
+    top = jnp.linalg.eigvalsh((F.T * mask) @ F / jnp.maximum(mask.sum(), 1.0))[-1]  # a fold's ≤ (m/m_f)·this
+
+    def row_loss(logits, Y):
+        if loss == "softmax":
+            z = jnp.where(present, logits, -jnp.inf)
+            return jax.nn.logsumexp(z, axis=-1) - jnp.sum(Y * jnp.where(present, logits, 0.0), axis=-1)
+        per = jnp.logaddexp(0.0, logits) - Y * logits
+        return jnp.sum(jnp.where(present, per, 0.0), axis=-1)
+
+    def logits_of(theta):
+        W = theta[:Z.shape[1]]
+        b = theta[Z.shape[1]] if fit_intercept else jnp.full((k,), bias_init, jnp.float32)
+        return Z @ W + b
+
+    def fit(weights, n_w, c):
+        lam = 1.0 / (c * n_w)
+
+        def objective(theta):
+            W = theta[:Z.shape[1]]
+            return jnp.sum(weights * row_loss(logits_of(theta), Y)) / n_w + 0.5 * lam * jnp.sum(W * W)
+
+        grad = jax.grad(objective)
+        step = 1.0 / (curv * top * jnp.maximum(mask.sum(), 1.0) / n_w * 1.05 + lam)
+        theta0 = jnp.zeros((F.shape[1], k), jnp.float32)
+
+        def body(i, state):
+            theta, prev = state
+            y = theta + (i / (i + 3.0)) * (theta - prev)
+            return y - step * grad(y), theta
+
+        theta = jax.lax.fori_loop(0, iterations, body, (theta0, theta0))[0]
+        return jnp.where(present, theta, 0.0)
+
+    thetas = jax.vmap(lambda c: jax.vmap(fit, in_axes=(0, 0, None))(train, count, c))(grid)  # (C, folds+1, ., k)
+    held = [jnp.sum(mask * (fold == f) * row_loss(jax.vmap(logits_of)(thetas[:, f]), Y), axis=1)
+            for f in range(folds)]
+    score = sum(held)  # (C,): the held-out log-loss summed over every public row once
+    theta = thetas[jnp.argmin(score), folds]
+    W = theta[:Z.shape[1]]
+    W = W if basis is None else basis @ W
+    b = jnp.where(present, theta[Z.shape[1]], bias_init) if fit_intercept else jnp.full((k,), bias_init)
+    return LinearParams(W.astype(jnp.float32), b.astype(jnp.float32))

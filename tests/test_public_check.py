@@ -147,3 +147,16 @@ def test_settings_without_a_common_bound_take_no_check(blobs):
         assert "public_check" not in model.released_ and model.plan_.release("public_check") is None
         assert model.plan_.given  # the public statistics, unchecked, as before
     assert public_check.applies({"method": "minibatch", "epsilon": 1.0})
+
+
+def test_a_failed_check_with_a_public_start_still_fits_from_the_start(blobs):
+    """The fallback keeps the DP steps' start (``public_start``): once the check is charged, its outcome (a function
+    of the private rows) must not turn into an error, and the report names both what failed and the start."""
+    X, y, X_pub = _data(blobs)
+    _, y_pub, _ = _data(blobs, seed=13)
+    y_pub = y_pub[:len(X_pub)]
+    model = _fit(X, y, (_shifted(X_pub), y_pub), epsilon=1.0, method="sgd", public_start=True, random_state=0)
+    assert model.released_["public_check"].passed == 0.0
+    assert model.plan_.given == () and model.plan_.public_start
+    assert "statistics failed the public check" in model.privacy_.notes
+    assert "training started from a fit on the public rows" in model.privacy_.notes
