@@ -26,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["KeyInfo", "KEY_BITS", "make_key", "split", "split_named", "fold_in", "bits", "normal",
-           "gaussian", "bernoulli", "bernoulli_threshold", "key_data", "sigma_float32"]
+           "gaussian", "bernoulli", "bernoulli_threshold", "key_data", "sigma_float32",
+           "noisy_counts"]
 
 #: Entropy of an unseeded key, drawn from ``os.urandom``.
 KEY_BITS = 128
@@ -182,3 +183,23 @@ def sigma_float32(sigma: float) -> np.float32:
     if float(out) < want:
         out = np.nextafter(out, np.float32(np.inf))
     return out
+
+
+def noisy_counts(counts, std: float, key, *, secure: bool = False, l2_sensitivity: float = 1.0,
+                 bound: float | None = None) -> np.ndarray:
+    """``counts`` (S,) each plus fresh N(0, std²) noise, float64 (S,), the counts exact (float32 has no odd integers
+    past 2²⁴).
+
+    ``secure=False``: privlin's float64 normal from ``key`` (:func:`privlin.noise.gaussian`): floating-point noise,
+    whose output set can depend on the count (PRIVACY.md).  ``secure=True``: secure mode's exact release
+    (:func:`privlin.secure_noise.secure_gaussian_release`: the discrete Gaussian from ``os.urandom`` on a
+    power-of-two grid, ``key`` unused) of the integer counts, whose ``l2_sensitivity`` and public ``bound`` (the
+    rows counted) choose the grid."""
+    if secure:
+        from . import secure_noise
+
+        return secure_noise.secure_gaussian_release(np.asarray(counts, np.int64), std, l2_sensitivity, bound=bound)
+    from .sensitivity import x64
+
+    with x64():
+        return np.asarray(jnp.asarray(counts, jnp.float64) + gaussian(key, (len(counts),), std, jnp.float64))

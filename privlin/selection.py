@@ -22,12 +22,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import jax.numpy as jnp
 import numpy as np
 from dp_accounting import dp_event as _ev
 
-from . import accounting, data, secure_noise, sensitivity
-from .noise import gaussian, make_key
+from . import accounting, data
+from .noise import make_key, noisy_counts
 from .sweep import SweepResult, correct_counts
 
 __all__ = ["select_private", "Selection", "holdout", "noisy_counts"]
@@ -62,22 +61,6 @@ class Selection:
 
     def dp_event(self) -> _ev.DpEvent:
         return _ev.GaussianDpEvent(self.noise_multiplier)
-
-
-def noisy_counts(counts, std: float, key, *, secure: bool = False, l2_sensitivity: float = 1.0,
-                 bound: float | None = None) -> np.ndarray:
-    """``counts`` (S,) each plus fresh N(0, std²) noise, float64 (S,), the counts exact (float32 has no odd integers
-    past 2²⁴).
-
-    ``secure=False``: privlin's float64 normal from ``key`` (:func:`privlin.noise.gaussian`): floating-point noise,
-    whose output set can depend on the count (PRIVACY.md).  ``secure=True``: secure mode's exact release
-    (:func:`privlin.secure_noise.secure_gaussian_release`: the discrete Gaussian from ``os.urandom`` on a
-    power-of-two grid, ``key`` unused) of the integer counts, whose ``l2_sensitivity`` and public ``bound`` (the
-    rows counted) choose the grid."""
-    if secure:
-        return secure_noise.secure_gaussian_release(np.asarray(counts, np.int64), std, l2_sensitivity, bound=bound)
-    with sensitivity.x64():
-        return np.asarray(jnp.asarray(counts, jnp.float64) + gaussian(key, (len(counts),), std, jnp.float64))
 
 
 def holdout(X, y, fraction: float = 0.1, *, seed: int = 0):

@@ -14,8 +14,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import jax
 import numpy as np
 
-from . import data, releases, runner, secure_noise
-from . import public as _public
+from . import data, public_fallback, releases, runner, secure_noise
 from .plan import Plan, make_plan
 from .report import PrivacyReport, setting_leaks
 
@@ -109,7 +108,7 @@ def fit_plans(source: data.Source, params_list: Sequence[dict], keys: Sequence, 
     if public is not None:
         params_list, charge, more = public.inputs(params_list, charge, n=source.n, dim=source.dim,
                                                   block_rows=block_rows, memory_limit=memory_limit, verbose=verbose)
-        given = _public.Given({**given, **more}, checks=getattr(more, "checks", ()))
+        given = public_fallback.Given({**given, **more}, checks=getattr(more, "checks", ()))
     cls_, plans, leaks, led = plans_for(source, params_list, classes=classes, budget=budget, ledger=ledger,
                                         charge=charge, stacklevel=stacklevel, given=tuple(given))
     return run_plans(plans, source, keys, cls_, seeded=seeded, leaks=leaks, ledger=led, names=names,
@@ -136,15 +135,15 @@ def run_plans(plans: Sequence[Plan], source: data.Source, keys: Sequence, classe
     ``public`` the source they come from, which each report names.
     """
     led = ledger
-    plans, shown, outcomes = _public.checked(plans, source, list(keys), classes, given, block_rows=int(block_rows),
+    plans, shown, outcomes = public_fallback.checked(plans, source, list(keys), classes, given, block_rows=int(block_rows),
                                              verbose=bool(verbose))
     released = runner.run(plans, source, list(keys), classes, block_rows=int(block_rows),
                           memory_limit=int(memory_limit), verbose=bool(verbose), given=dict(given) if given else None)
     out = []
     for i, (plan, r) in enumerate(zip(shown, released)):
         values = host_values(r.values)
-        if i in outcomes:  # the public check, released before the plan ran (privlin.public.checked)
-            values[_public.public_check.NAME] = host_values({"v": outcomes[i]})["v"]
+        if i in outcomes:  # the public check, released before the plan ran (privlin.public_fallback.checked)
+            values[public_fallback.public_check.NAME] = host_values({"v": outcomes[i]})["v"]
         failed = i in outcomes and not outcomes[i].passed
         out.append(Fitted(plan=plan, classes=classes, coef=coef_of(r.W),
                           intercept=np.asarray(r.b, dtype=np.float64).copy(), values=values,

@@ -26,7 +26,7 @@ LAYERS = (
     ("releases", ("releases", "train")),
     ("policy", ("plan",)),
     ("execution", ("data", "report", "ledger", "evaluation", "steps", "chain", "in_memory", "rows", "streamed",
-                   "fit_groups", "runner", "workflow", "prediction")),
+                   "fit_groups", "runner", "public_fallback", "workflow", "prediction")),
     ("surfaces", ("estimator", "sweep", "model_selection", "selection", "knn", "audit", "public")),
 )
 

@@ -187,7 +187,7 @@ def test_the_refit_charged_dominates_every_candidates_refit():
 def test_secure_mode_scores_go_through_the_exact_sampler(monkeypatch):
     """With secure_mode candidates the counts are released by secure_noise (the discrete Gaussian from os.urandom on
     an exact grid), never by the float64 normal; every noisy count is a multiple of that grid."""
-    from privlin import secure_noise, selection
+    from privlin import model_selection, noise, secure_noise
 
     calls = []
     real = secure_noise.secure_gaussian_release
@@ -197,7 +197,14 @@ def test_secure_mode_scores_go_through_the_exact_sampler(monkeypatch):
         return real(value, std, sens, rng, **kw)
 
     monkeypatch.setattr(secure_noise, "secure_gaussian_release", spy)
-    monkeypatch.setattr(selection, "gaussian", lambda *a, **k: pytest.fail("float noise on a secure search's scores"))
+    real_counts = noise.noisy_counts
+
+    def counts_spy(counts, std, key, *, secure=False, **kw):
+        if not secure:
+            pytest.fail("float noise on a secure search's scores")
+        return real_counts(counts, std, key, secure=secure, **kw)
+
+    monkeypatch.setattr(model_selection, "noisy_counts", counts_spy)
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 4)).astype(np.float32)
     y = np.full(40, 7)  # every row null: every exact count is 0
@@ -223,7 +230,7 @@ def test_secure_mode_scores_go_through_the_exact_sampler(monkeypatch):
 
 
 def test_the_secure_score_release_has_the_stated_std():
-    """The release the search makes (selection.noisy_counts, secure) on integer counts, over 200 000 draws: its mean
+    """The release the search makes (privlin.noise.noisy_counts, secure) on integer counts, over 200 000 draws: its mean
     is the count and its variance (σ·inflation)² within 5 standard errors (var of a sample variance: 2σ⁴/(n−1))."""
     from privlin import secure_noise
     from privlin.selection import noisy_counts

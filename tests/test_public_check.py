@@ -123,7 +123,7 @@ def test_a_same_distribution_source_passes_and_its_statistics_are_used(blobs):
 
 
 def test_the_decision_reads_the_noisy_count_only(blobs, monkeypatch):
-    import privlin.selection
+    import privlin.noise
 
     X, y, X_pub = _data(blobs)
     far = X + 50.0  # private rows far from the public centre: their exact count is 0
@@ -131,7 +131,7 @@ def test_the_decision_reads_the_noisy_count_only(blobs, monkeypatch):
     sigma = public_check.check_sigma(1.0, 1e-5, "replace_special")
     bar = public_check.threshold(ref, len(X), sigma)
     for noisy, passed in ((bar + 0.5, 1.0), (bar - 0.5, 0.0)):
-        monkeypatch.setattr(privlin.selection, "noisy_counts", lambda counts, std, key, **kw: np.array([noisy]))
+        monkeypatch.setattr(privlin.noise, "noisy_counts", lambda counts, std, key, **kw: np.array([noisy]))
         for rows in (X, far):  # the same noisy count, the same decision, whatever the rows
             model = _fit(rows, y, X_pub, epsilon=1.0, random_state=0)
             assert model.released_["public_check"].passed == passed

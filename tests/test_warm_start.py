@@ -192,7 +192,10 @@ def test_the_start_is_free_epsilon_recomposed_independently(blobs):
     assert warm.plan_.public_start and not cold.plan_.public_start
     assert warm.plan_.sigma == cold.plan_.sigma and warm.plan_.steps == cold.plan_.steps
     event = warm.privacy_.dp_event
-    assert gaussians(event) == [warm.plan_.sigma] * warm.plan_.steps  # the steps only: the start is not charged
+    # the public check and the steps, as without the start: the start is not charged
+    checks = [sigma for release, sigma in warm.plan_.chain]
+    assert [release.name for release, _ in warm.plan_.chain] == ["public_check"]
+    assert gaussians(event) == checks + [warm.plan_.sigma] * warm.plan_.steps == gaussians(cold.privacy_.dp_event)
     assert gdp_epsilon(mu_of(gaussians(event)), 1e-5) == pytest.approx(1.0, abs=1e-6)
     pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
     pld.compose(event)
@@ -208,7 +211,9 @@ def test_the_start_is_a_function_of_the_public_rows_only(blobs):
 
     a = _fit(blobs, public_start=True, learning_rate=1e-20)
     b = _fit(blobs, public_start=True, learning_rate=1e-20, change_row=True)
-    assert not a.plan_.chain  # nothing released from the private rows before training
+    # nothing released from the private rows before training but the public check's noisy count (it passed)
+    assert [release.name for release, _ in a.plan_.chain] == ["public_check"]
+    assert a.released_["public_check"].passed == b.released_["public_check"].passed == 1.0
     assert np.array_equal(a.coef_transformed_, b.coef_transformed_)
     assert np.array_equal(a.intercept_transformed_, b.intercept_transformed_)
     X_pub, y_pub = blobs(200, d=8, k=3, seed=13)
