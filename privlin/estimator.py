@@ -151,6 +151,12 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         steps (``sgd``, ``minibatch``) from a non-private L2 logistic regression fitted on the public rows only, in
         the model's coordinates (:func:`privlin.chain.public_start`), instead of zero; not charged, σ and ε
         unchanged.  Needs a public class list (``classes``, or the store's).
+    public_check : bool, default=True
+        With ``public``, on full-batch fits: first pay 2% of the budget (μ²) for a noisy count of the training rows
+        within the public rows' radius (:mod:`privlin.releases.public_check`), and use the public statistics only
+        where it says the rows look drawn like the public ones, else the private defaults' plan.  False: use the
+        public statistics unchecked (the whole budget trains; a public source of another distribution can then
+        ruin the fit, BENCHMARKS.md "The public check").
 
     Attributes
     ----------
@@ -239,6 +245,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         "public_audit": ["boolean", Interval(Real, -1, 1, closed="right")],
         "public_rank": [None, Interval(Integral, 0, None, closed="left")],
         "public_start": ["boolean"],
+        "public_check": ["boolean"],
     }
 
     def __init__(self, *, epsilon=PARAMS["epsilon"], delta=PARAMS["delta"], method=PARAMS["method"],
@@ -254,7 +261,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
                  block_rows=PARAMS["block_rows"], memory_limit=PARAMS["memory_limit"], verbose=PARAMS["verbose"],
                  budget=PARAMS["budget"], ledger=PARAMS["ledger"], secure_mode=PARAMS["secure_mode"],
                  public=PARAMS["public"], public_audit=PARAMS["public_audit"], public_rank=PARAMS["public_rank"],
-                 public_start=PARAMS["public_start"]):
+                 public_start=PARAMS["public_start"], public_check=PARAMS["public_check"]):
         self.epsilon = epsilon
         self.delta = delta
         self.method = method
@@ -290,6 +297,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         self.public_audit = public_audit
         self.public_rank = public_rank
         self.public_start = public_start
+        self.public_check = public_check
 
     # ------------------------------------------------------------------ sklearn surface
 

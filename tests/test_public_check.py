@@ -160,3 +160,20 @@ def test_a_failed_check_with_a_public_start_still_fits_from_the_start(blobs):
     assert model.plan_.given == () and model.plan_.public_start
     assert "statistics failed the public check" in model.privacy_.notes
     assert "training started from a fit on the public rows" in model.privacy_.notes
+
+
+def test_public_check_false_uses_the_public_statistics_unchecked_and_trains_on_the_whole_budget(blobs):
+    import dp_accounting
+
+    X, y, X_pub = _data(blobs)
+    on = _fit(X, y, X_pub, epsilon=1.0, random_state=0)
+    off = _fit(X, y, X_pub, epsilon=1.0, random_state=0, public_check=False)
+    assert "public_check" not in off.released_ and off.plan_.release("public_check") is None
+    assert [r.name for r, _ in off.plan_.given] == [r.name for r, _ in on.plan_.given]  # the same public statistics
+    assert off.plan_.sigma < on.plan_.sigma  # the check's 2% of μ² goes to training
+    pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+    pld.compose(off.privacy_.dp_event)
+    assert pld.get_epsilon(1e-5) == pytest.approx(1.0, abs=5e-3)
+    # the shifted source is not caught without the check: its statistics are used as given
+    shifted = _fit(X, y, _shifted(X_pub), epsilon=1.0, random_state=0, public_check=False)
+    assert shifted.plan_.given and "public_check" not in shifted.released_
