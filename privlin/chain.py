@@ -83,9 +83,7 @@ def _train(driver, s: Static, ctx: Context, k: int, key, sigma, lr, ceiling, sta
     intercept_scale = 1.0
     if ctx.curvature is not None:  # lifts W's rate (sgd optimizer only: never adam1)
         lr, intercept_scale = _lifted_rates(ceiling, ctx.curvature, s.momentum, s.clip, s.fit_intercept)
-    if s.method == "adam1":
-        if start is not None:
-            raise ValueError("public_start starts the DP steps of sgd and minibatch; adam1 is one step from zero")
+    if s.method == "adam1":  # never with a start: make_plan refuses public_start for adam1, before any charge
         sums = driver.total("adam1 pass", train.class_sums_init(ctx.model_dim, k), _class_sums, ctx.row_map(), ctx.n,
                             labels=True, clip=s.clip, normalize=s.normalize, loss=s.loss, bias_init=s.bias_init,
                             fit_intercept=s.fit_intercept, class_weight=s.class_weight)

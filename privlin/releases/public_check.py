@@ -136,14 +136,14 @@ def rest_epsilon(epsilon: float, delta: float, share: float = CHECK_SHARE) -> fl
 @dataclasses.dataclass(frozen=True)
 class PublicCheck(Release):
     """The check as its plan's first release (σ, event, ledger key, note); its count is released before the plan
-    runs (:mod:`privlin.public`), so the runner never computes it (:meth:`compute` refuses)."""
+    runs (:func:`privlin.public_fallback.checked`), so the runner never computes it (:meth:`compute` refuses)."""
 
     name = NAME
     after = None
 
     def compute(self, driver, ctx, key, sigma):
-        raise RuntimeError("the public check is released before its plan runs (privlin.public), never in the "
-                           "chain: a plan holding it is not run again")
+        raise RuntimeError("the public check is released before its plan runs (privlin.public_fallback.checked), "
+                           "never in the chain: a plan holding it is not run again")
 
     def share(self, facts):
         """0: made only with a public source (:mod:`privlin.public`)."""
