@@ -9,8 +9,9 @@ a fresh subprocess whose persistent compilation cache (:mod:`privlin.compilation
 (cold) or the one the cold process filled (warm); every time is against the same process's scikit-learn
 ``LogisticRegression().fit`` (the unit). Rows: ``import privlin`` + JAX; the first ``DPLinearClassifier`` fit; a
 refit at another ε that makes the same releases (2 → 4) and one that makes another (2 → 1: ε=1 adds a
-re-centering, run by the same program on rows this few, :func:`privlin.fit_groups.with_rounds`); ``PrivateGridSearchCV`` over 2 ε × 2 methods × 3 folds (+ the refit); and where a
-warm first fit's time goes (JAX's monitoring: tracing, lowering, loading the executable).
+re-centering, run by the same program on rows this few, :func:`privlin.fit_groups.with_rounds`);
+``PrivateGridSearchCV`` over 2 ε × 2 methods × 3 folds (+ the refit); and where a warm first fit's time goes
+(JAX's monitoring: tracing, lowering, loading the executable).
 
 Part ``options`` (benchmarks/results/privlin.md, section ``bench_first_fit_options``): the default fit's program
 compiled with XLA's defaults and with :data:`privlin.compilation.QUICK_OPTIONS`, compile and run time per size

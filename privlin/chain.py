@@ -52,7 +52,7 @@ def fit_chain(driver: Driver, settings: Static, chain: Sequence, n, dim: int, k:
     center_stages : this plan's centering stages where one program runs plans of one and two (traced), else None
     given : ``{name: value}`` of the releases ``settings.given`` names (:attr:`Plan.given`): used where they run,
         exactly as if released
-    recenter : this plan's re-centering σ ratio (0: no rounds) where one program runs plans with and without
+    recenter : this plan's re-centering σ ratio (−1: no rounds) where one program runs plans with and without
         them (traced; :func:`privlin.fit_groups.shared_form`), else None
     """
     at = [[g for g, before in settings.given if before == i] for i in range(len(chain) + 1)]

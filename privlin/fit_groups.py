@@ -36,7 +36,7 @@ def shared_form(static: Static, rounds: bool = False) -> Static:
 def with_rounds(static: Static) -> Static:
     """``static`` as a program that runs plans with and without the re-centering rounds (ε = 1 and ε = 2 of one
     shape: a refit at another ε is then no new program): its rounds' ratio is None, each plan's an argument of the
-    program (:func:`recenter_ratios`, 0: none), and a centered, scaled chain without them gets them (each plan
+    program (:func:`recenter_ratios`, −1: none), and a centered, scaled chain without them gets them (each plan
     computes them; one without passes over their means, bitwise as without them: :class:`.preprocess.RowMap`).
     Other chains are returned as they are."""
     if static.release("recenter") is not None:
@@ -59,8 +59,9 @@ def shares_rounds(source: Source) -> bool:
 
 
 def recenter_ratios(plans) -> list:
-    """Each plan's re-centering σ ratio as :meth:`privlin.plan.Plan.static` rounds it (0: it makes no rounds)."""
-    return [(p.static().release("recenter") or (None, 0.0))[1] for p in plans]
+    """Each plan's re-centering σ ratio as :meth:`privlin.plan.Plan.static` rounds it; −1 where it makes no rounds
+    (0 is a ratio: a non-private run's, as public statistics make them)."""
+    return [(p.static().release("recenter") or (None, -1.0))[1] for p in plans]
 
 
 #: Estimated floating-point operations one call of the in-memory program may take (a few seconds on a 2-core

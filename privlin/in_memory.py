@@ -102,7 +102,7 @@ def train_rows(static: Static, X, Y, mask, n, key, sigma, sigma_ref, learning_ra
         The plan's centering stages (1 or 2) where ``static`` is a program shared by plans of both
         (:func:`privlin.fit_groups.shared_form`: its centering has the most of them); None: the centering's own.
     recenter : scalar, optional
-        The plan's re-centering σ ratio (0: it makes no rounds) where ``static``'s re-centering has ratio None, a
+        The plan's re-centering σ ratio (−1: it makes no rounds) where ``static``'s re-centering has ratio None, a
         program shared by plans with and without the rounds (:func:`privlin.fit_groups.shared_form`).
     """
     X = jnp.asarray(X, jnp.float32)

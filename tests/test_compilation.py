@@ -175,6 +175,7 @@ def test_fits_at_epsilon_1_and_2_of_one_small_shape_compile_once(monkeypatch):
     shared = {eps: fit(eps) for eps in (2.0, 4.0)}
     assert programs() == before
     assert first.released_["center"].shape[0] == 3  # the rounds' means, then the centering's
+    assert fit_groups.recenter_ratios([first.plan_, shared[2.0].plan_]) == [first.plan_.static().chain[1][1], -1.0]
     monkeypatch.setattr(fit_groups, "shares_rounds", lambda source: False)
     for eps, m in shared.items():
         own = fit(eps)
