@@ -9,8 +9,9 @@ a fresh subprocess whose persistent compilation cache (:mod:`privlin.compilation
 (cold) or the one the cold process filled (warm); every time is against the same process's scikit-learn
 ``LogisticRegression().fit`` (the unit). Rows: ``import privlin`` + JAX; the first ``DPLinearClassifier`` fit; a
 refit at another ε that makes the same releases (2 → 4) and one that makes another (2 → 1: ε=1 adds a
-re-centering, another program); ``PrivateGridSearchCV`` over 2 ε × 2 methods × 3 folds (+ the refit); and where a
-warm first fit's time goes (JAX's monitoring: tracing, lowering, loading the executable).
+re-centering, run by the same program on rows this few, :func:`privlin.fit_groups.with_rounds`);
+``PrivateGridSearchCV`` over 2 ε × 2 methods × 3 folds (+ the refit); and where a warm first fit's time goes
+(JAX's monitoring: tracing, lowering, loading the executable).
 
 Part ``options`` (benchmarks/results/privlin.md, section ``bench_first_fit_options``): the default fit's program
 compiled with XLA's defaults and with :data:`privlin.compilation.QUICK_OPTIONS`, compile and run time per size
@@ -121,7 +122,7 @@ def run_child(cache_home: str, data: str, first: float, other: float, grid: bool
 DESCRIBED = {"breast_cancer": "breast_cancer: 569 × 30, k = 2",
              "digits": "digits: README's estimator example, the `pixels` store's train split (1437 × 3072, k = 10) "
                        "fitted with its ledger"}
-#: (rows' name, ε of the first fit, ε of the refit at another program): ε ≤ 1 adds re-centering rounds
+#: (ε of the first fit, ε of the refit that makes other releases): ε ≤ 1 adds re-centering rounds
 FIRST_CASES = [(1.0, 2.0), (2.0, 1.0)]
 
 
@@ -168,8 +169,8 @@ def _first_rows(name, first, other, runs) -> list:
     if first == 1.0:
         row("`import privlin` + JAX", "import", "–")
     row(f"first `DPLinearClassifier(epsilon={first:g}).fit` in the process", "first", "≤ 3 s cold, ≤ 1 s warm")
-    row(f"refit at ε={other:g} ({'drops' if first < other else 'adds'} the re-centering: another program)",
-        "refit_other", "≤ 0.3 s warm")
+    row(f"refit at ε={other:g} ({'drops' if first < other else 'adds'} the re-centering: one program where "
+        "`fit_groups.shares_rounds`)", "refit_other", "≤ 0.3 s warm")
     row(f"refit at ε={first:g} again (the first fit's program)", "refit_same", "≤ 0.3 s warm")
     if "grid" in runs[0][0]:
         row("`PrivateGridSearchCV`, 2 ε × 2 methods × 3 folds + refit", "grid", "–")

@@ -32,7 +32,7 @@ class Released(NamedTuple):
 
 
 def fit_chain(driver: Driver, settings: Static, chain: Sequence, n, dim: int, k: int, key, sigma, learning_rate,
-              lr_ceiling, center_stages=None, given=None) -> Released:
+              lr_ceiling, center_stages=None, given=None, recenter=None) -> Released:
     """What runs when one model is trained: the plan's chain of releases in order, then DP training.
 
     Each release computes its value from the rows through ``driver`` (:class:`privlin.releases.base.Driver`: its
@@ -52,10 +52,12 @@ def fit_chain(driver: Driver, settings: Static, chain: Sequence, n, dim: int, k:
     center_stages : this plan's centering stages where one program runs plans of one and two (traced), else None
     given : ``{name: value}`` of the releases ``settings.given`` names (:attr:`Plan.given`): used where they run,
         exactly as if released
+    recenter : this plan's re-centering σ ratio (−1: no rounds) where one program runs plans with and without
+        them (traced; :func:`privlin.fit_groups.shared_form`), else None
     """
     at = [[g for g, before in settings.given if before == i] for i in range(len(chain) + 1)]
     ctx = Context(n, dim, dim + sum(r.adds_dims for r, _ in chain) + sum(g.adds_dims for g, _ in settings.given),
-                  settings.clip, settings.normalize, center_stages=center_stages)
+                  settings.clip, settings.normalize, center_stages=center_stages, recenter=recenter)
     for i, (release, release_sigma) in enumerate((*chain, (None, None))):
         for g in at[i]:
             ctx = g.use(ctx, given[g.name])
@@ -123,7 +125,7 @@ def preprocess_rows(plan: Plan, X, mean=None, scl=None, log_scale=None, *, value
     plan: its rows gain their radial coordinate first)."""
     project = None
     if values is not None:
-        mean, scl, log_scale, project = plan.row_map(values)
+        mean, scl, log_scale, project = plan.row_map(values)[:4]
     if plan.radial and log_scale is None:
         raise ValueError("this plan's rows carry a radial coordinate: pass the released log2 row norm")
     rows = RowMap(None if mean is None else jnp.asarray(mean), scl,

@@ -11,23 +11,57 @@ import time
 import jax
 import jax.numpy as jnp
 
-from . import compilation, noise, progress
+from . import compilation, defaults, noise, progress
 from .chain import Released
 from .data import Source
 from .in_memory import train_many
 from .plan import Static
+from .releases.recenter import Recentering
 from .rows import loaded_len, padded_len
 
-__all__ = ["shared_form", "run_groups", "in_memory_bytes", "setting_work", "setting_bytes", "max_settings",
-           "dynamic_arguments", "CALL_WORK"]
+__all__ = ["shared_form", "with_rounds", "shares_rounds", "recenter_ratios", "run_groups", "in_memory_bytes",
+           "setting_work", "setting_bytes", "max_settings", "dynamic_arguments", "CALL_WORK"]
 
 
-def shared_form(static: Static) -> Static:
+def shared_form(static: Static, rounds: bool = False) -> Static:
     """What plans that run in one program have in common: plans whose chains differ only in how many stages the
     centering takes share a program whose centering has the most stages among them and keeps each plan's own
-    (:meth:`privlin.releases.Centering.compute`): one pass over the rows per sum for all of them."""
-    return static._replace(chain=tuple((dataclasses.replace(r, parts=0) if r.name == "center" else r, x)
+    (:meth:`privlin.releases.Centering.compute`): one pass over the rows per sum for all of them.  With ``rounds``
+    (:func:`shares_rounds`), plans with and without the re-centering rounds share one too (:func:`with_rounds`)."""
+    form = static._replace(chain=tuple((dataclasses.replace(r, parts=0) if r.name == "center" else r, x)
                                        for r, x in static.chain))
+    return with_rounds(form) if rounds else form
+
+
+def with_rounds(static: Static) -> Static:
+    """``static`` as a program that runs plans with and without the re-centering rounds (ε = 1 and ε = 2 of one
+    shape: a refit at another ε is then no new program): its rounds' ratio is None, each plan's an argument of the
+    program (:func:`recenter_ratios`, −1: none), and a centered, scaled chain without them gets them (each plan
+    computes them; one without passes over their means, bitwise as without them: :class:`.preprocess.RowMap`).
+    Other chains are returned as they are."""
+    if static.release("recenter") is not None:
+        return static._replace(chain=tuple((r, None if r.name == "recenter" else x) for r, x in static.chain))
+    if static.release("center") is None or static.release("scale") is None:
+        return static
+    chain = []
+    for r, x in static.chain:
+        if r.name == "center":
+            chain.append((Recentering(), None))
+        chain.append((r, x))
+    return static._replace(chain=tuple(chain))
+
+
+def shares_rounds(source: Source) -> bool:
+    """Whether plans with and without the re-centering rounds share a program (:func:`with_rounds`): where the
+    rows are few enough for XLA's quick compile (:data:`privlin.defaults.QUICK_COMPILE_ELEMENTS`, public shapes),
+    so that compiling dominates a fit and the rounds' passes cost little; on more rows every plan would pay them."""
+    return padded_len(loaded_len(source.n_local_max)) * source.dim <= defaults.QUICK_COMPILE_ELEMENTS
+
+
+def recenter_ratios(plans) -> list:
+    """Each plan's re-centering σ ratio as :meth:`privlin.plan.Plan.static` rounds it; −1 where it makes no rounds
+    (0 is a ratio: a non-private run's, as public statistics make them)."""
+    return [(p.static().release("recenter") or (None, -1.0))[1] for p in plans]
 
 
 #: Estimated floating-point operations one call of the in-memory program may take (a few seconds on a 2-core
@@ -82,6 +116,8 @@ def run_groups(plans, keys, groups: dict, rows: tuple, n: float, k: int, spare: 
     X, labels, mask = rows
     statics = {form: plans[max(idx, key=lambda i: plans[i].center_stages)].static()  # the most centering stages
                for form, idx in groups.items()}
+    shared = {form for form in groups if any(r.name == "recenter" and x is None for r, x in form.chain)}
+    statics = {form: with_rounds(s) if form in shared else s for form, s in statics.items()}
     work = {form: setting_work(statics[form], *X.shape, k) for form in groups}
     began: dict = {}
     with progress.Fits(sum(map(len, groups.values())), X.shape[0], verbose,
@@ -95,14 +131,18 @@ def run_groups(plans, keys, groups: dict, rows: tuple, n: float, k: int, spare: 
             for sel in _calls(idx, per_call):
                 # the stored program (privlin.compilation); its outputs on the host, sliced there per setting
                 # (slicing on the device compiles, or loads, a small program per shape)
+                recenter = (jnp.asarray([recenter_ratios([plans[i]])[0] for i in sel], jnp.float32)
+                            if form in shared else None)
                 got = jax.device_get(compilation.call(
                     train_many, (statics[form],), X, labels, mask, n, jnp.stack([keys[i] for i in sel]),
                     *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in dynamic_arguments(plans)), given,
-                    k=k, on_phase=phase))
+                    recenter, k=k, on_phase=phase))
                 new = list(dict.fromkeys(sel))  # the last call repeats its last setting to keep one shape
                 line.done(len(new), time.perf_counter() - began["running"], work[form] * len(new))
                 for j, i in enumerate(new):
                     out[i] = Released(*(None if v is None else jax.tree.map(lambda a: a[j], v) for v in got))
+                    if form in shared and plans[i].recenter_rounds == 0:  # the centering's mean alone, as released
+                        out[i] = out[i]._replace(values={**out[i].values, "center": out[i].values["center"][-1]})
 
 
 def in_memory_bytes(source: Source, k: int) -> int:

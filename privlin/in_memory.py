@@ -81,7 +81,7 @@ class InMemory(NamedTuple):
 # ----------------------------------------------------------------------------- the pure core
 
 def train_rows(static: Static, X, Y, mask, n, key, sigma, sigma_ref, learning_rate,
-               lr_ceiling=float("nan"), center_stages=None, given=None) -> Released:
+               lr_ceiling=float("nan"), center_stages=None, given=None, recenter=None) -> Released:
     """Run one plan on in-memory rows (:func:`fit_chain` with the in-memory driver); pure, jittable, vmappable
     over (key, σ, σ_ref, lr, lr ceiling).
 
@@ -101,20 +101,25 @@ def train_rows(static: Static, X, Y, mask, n, key, sigma, sigma_ref, learning_ra
     center_stages : scalar, optional
         The plan's centering stages (1 or 2) where ``static`` is a program shared by plans of both
         (:func:`privlin.fit_groups.shared_form`: its centering has the most of them); None: the centering's own.
+    recenter : scalar, optional
+        The plan's re-centering σ ratio (−1: it makes no rounds) where ``static``'s re-centering has ratio None, a
+        program shared by plans with and without the rounds (:func:`privlin.fit_groups.shared_form`).
     """
     X = jnp.asarray(X, jnp.float32)
-    chain = [(r, sigma_ref * ratio) for r, ratio in static.chain]
+    chain = [(r, sigma_ref * (recenter if ratio is None else ratio)) for r, ratio in static.chain]
     return fit_chain(InMemory(X, Y, mask, {}), static, chain, n, X.shape[1], Y.shape[1], key, sigma, learning_rate,
-                     lr_ceiling, center_stages, given)
+                     lr_ceiling, center_stages, given, recenter)
 
 
 @functools.partial(jax.jit, static_argnames=("static", "k"))
-def train_many(static, X, idx, mask, n, keys, sigmas, sigmas_ref, lrs, ceilings, stages, given=None, *, k):
-    """:func:`train_rows` for S plans of one static form at once (``stages``: each plan's centering stages, see
-    :func:`privlin.fit_groups.shared_form`); the rows are shared (not batched)."""
+def train_many(static, X, idx, mask, n, keys, sigmas, sigmas_ref, lrs, ceilings, stages, given=None, recenter=None,
+               *, k):
+    """:func:`train_rows` for S plans of one static form at once (``stages``: each plan's centering stages,
+    ``recenter``: each plan's re-centering ratio or None, see :func:`privlin.fit_groups.shared_form`); the rows are
+    shared (not batched)."""
     Y = jax.nn.one_hot(idx, k, dtype=jnp.float32)
-    return jax.vmap(train_rows, in_axes=(None, None, None, None, None, 0, 0, 0, 0, 0, 0, None))(
-        static, X, Y, mask, n, keys, sigmas, sigmas_ref, lrs, ceilings, stages, given)
+    return jax.vmap(train_rows, in_axes=(None, None, None, None, None, 0, 0, 0, 0, 0, 0, None, 0))(
+        static, X, Y, mask, n, keys, sigmas, sigmas_ref, lrs, ceilings, stages, given, recenter)
 
 
 def fit_full_batch(X, Y, mask, n, key, sigma, learning_rate, *, steps: int, clip: float = 1.0,

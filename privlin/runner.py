@@ -74,10 +74,11 @@ def _run(plans, source, keys, classes, block_rows, memory_limit, verbose, given=
     out: list[Optional[Released]] = [None] * len(plans)
     fits = fit_groups.in_memory_bytes(source, len(classes)) <= memory_limit
     groups: dict[tuple, list[int]] = {}
+    rounds = fit_groups.shares_rounds(source)
     for i, p in enumerate(plans):
         if p.secure_mode or not fits:
             continue
-        groups.setdefault(fit_groups.shared_form(p.static()), []).append(i)
+        groups.setdefault(fit_groups.shared_form(p.static(), rounds), []).append(i)
     if groups:
         with progress.stage(f"reading {source.n} rows into memory", verbose):
             X, labels, mask = rows.load()

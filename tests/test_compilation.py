@@ -139,15 +139,50 @@ def test_estimator_epsilon_grid_and_cross_validation_compile_the_fit_once(blobs)
 
 
 def test_where_a_refit_at_another_epsilon_compiles_again():
-    """The default chain at ε=1 adds a re-centering release that ε=2 does not make on breast_cancer-size data: a
-    different program, by the rule that a program depends on which releases are made (BENCHMARKS.md reports
-    both refits)."""
+    """The default chain at ε=1 adds a re-centering release that ε=2 does not make on breast_cancer-size data: two
+    plans' statics; on rows too many for the quick compile they are two programs (BENCHMARKS.md reports both
+    refits), on fewer one (:func:`privlin.fit_groups.with_rounds`, next test)."""
+    from privlin import fit_groups
     from privlin.plan import make_plan
 
     a, b = (make_plan({"epsilon": e}, n=569, dim=30, n_classes=2).static() for e in (1.0, 2.0))
     names = lambda s: [r.name for r, _ in s.chain]  # noqa: E731
     assert "recenter" in names(a) and "recenter" not in names(b)
     assert a._replace(chain=()) == b._replace(chain=())  # everything else static is the same
+    assert fit_groups.shared_form(a) != fit_groups.shared_form(b)
+    assert fit_groups.shared_form(a, True) == fit_groups.shared_form(b, True)
+
+
+def test_fits_at_epsilon_1_and_2_of_one_small_shape_compile_once(monkeypatch):
+    """On breast_cancer (569 × 30), ε = 1 (re-centering rounds) and ε = 2, 4 (none) run one fit program: the refits
+    build and load nothing.  In it, the ε = 2 plan passes over the rounds: its released centering is bitwise the one
+    of its own program (exact sums of the same rows, the same noise), its weights equal up to float32 rounding (XLA
+    fuses the float32 row normalizations of another program differently: last bits)."""
+    from sklearn.datasets import load_breast_cancer
+
+    from privlin import DPLinearClassifier, compilation, fit_groups
+
+    X, y = load_breast_cancer(return_X_y=True)
+    programs = lambda: compilation.STATS["built"] + compilation.STATS["loaded"]  # noqa: E731
+
+    def fit(eps):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return DPLinearClassifier(epsilon=eps, classes=[0, 1], random_state=11).fit(X, y)
+
+    first = fit(1.0)
+    before = programs()
+    shared = {eps: fit(eps) for eps in (2.0, 4.0)}
+    assert programs() == before
+    assert first.released_["center"].shape[0] == 3  # the rounds' means, then the centering's
+    assert fit_groups.recenter_ratios([first.plan_, shared[2.0].plan_]) == [first.plan_.static().chain[1][1], -1.0]
+    monkeypatch.setattr(fit_groups, "shares_rounds", lambda source: False)
+    for eps, m in shared.items():
+        own = fit(eps)
+        assert "recenter" not in m.released_ and m.released_["center"].shape == own.released_["center"].shape
+        assert np.array_equal(m.released_["center"], own.released_["center"])
+        np.testing.assert_allclose(m.coef_transformed_, own.coef_transformed_, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(m.intercept_transformed_, own.intercept_transformed_, rtol=1e-5, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- the stored programs, in this process

@@ -89,6 +89,7 @@ class RowMap(NamedTuple):
     scaling: Optional[scaling.Scaling] = None
     log_scale: Optional[jax.Array] = None
     project: Optional[jax.Array] = None  # (d', r) orthonormal basis of a public subspace (:mod:`.project`)
+    skip: Optional[jax.Array] = None  # leading means of ``mean`` passed over (:class:`.preprocess.RowMap`)
 
 
 def model_rows(X, rows: RowMap, norm: float, normalize: bool):
@@ -99,11 +100,13 @@ def model_rows(X, rows: RowMap, norm: float, normalize: bool):
     if not normalize:
         return projected(jnp.asarray(X, jnp.float32), rows.project, None)
     if rows.project is not None:
-        Z = projected(preprocess.apply(X, preprocess.RowMap(1.0, rows.mean, rows.log_scale)), rows.project, 1.0)
+        Z = projected(preprocess.apply(X, preprocess.RowMap(1.0, rows.mean, rows.log_scale, rows.skip)),
+                      rows.project, 1.0)
         return Z * norm if rows.scaling is None else scaling.apply(Z, rows.scaling, norm)
     if rows.scaling is None:
-        return preprocess.apply(X, preprocess.RowMap(norm, rows.mean, rows.log_scale))
-    return scaling.apply(preprocess.apply(X, preprocess.RowMap(1.0, rows.mean, rows.log_scale)), rows.scaling, norm)
+        return preprocess.apply(X, preprocess.RowMap(norm, rows.mean, rows.log_scale, rows.skip))
+    return scaling.apply(preprocess.apply(X, preprocess.RowMap(1.0, rows.mean, rows.log_scale, rows.skip)),
+                         rows.scaling, norm)
 
 
 def projected(X, basis, norm):
@@ -124,7 +127,7 @@ def rows_and_center(X, rows: RowMap, norm: float, normalize: bool):
         return model_rows(X, rows, norm, normalize), None
     if rows.mean.ndim == 1:
         return preprocess.apply(X, preprocess.RowMap(norm, None, rows.log_scale)), rows.mean
-    return preprocess.apply(X, preprocess.RowMap(norm, rows.mean[:-1], rows.log_scale)), rows.mean[-1]
+    return preprocess.apply(X, preprocess.RowMap(norm, rows.mean[:-1], rows.log_scale, rows.skip)), rows.mean[-1]
 
 
 class Context(NamedTuple):
@@ -141,6 +144,7 @@ class Context(NamedTuple):
     values: dict = {}
     rows: RowMap = RowMap()
     center_stages: Any = None  # this plan's centering stages where one program runs plans of 1 and 2 (traced)
+    recenter: Any = None  # this plan's re-centering σ ratio where one program runs plans with and without (traced)
 
     def row_map(self) -> RowMap:
         """How later rows use what was released so far (:func:`model_rows`)."""

@@ -13,21 +13,21 @@ from .base import Release, release_key, stage_keys
 __all__ = ["StagedMean", "Centering", "row_sum"]
 
 
-def row_sum(total, X, mask, n, log_scale, rounds, *, clip):
+def row_sum(total, X, mask, n, log_scale, rounds, skip, *, clip):
     """``total`` + :func:`.preprocess.row_sum` of a chunk: the rows at norm ``clip`` (with their radial
-    coordinate under ``log_scale``, re-centered by the ``rounds`` released so far)."""
-    return total + preprocess.row_sum(X, mask, clip, n, log_scale, rounds)
+    coordinate under ``log_scale``, re-centered by the ``rounds`` released so far, less the ``skip`` first)."""
+    return total + preprocess.row_sum(X, mask, clip, n, log_scale, rounds, skip)
 
 
-def offset_sum(total, X, mask, first, radius, n, log_scale, rounds, *, clip):
+def offset_sum(total, X, mask, first, radius, n, log_scale, rounds, skip, *, clip):
     """``total`` + :func:`.preprocess.offset_sum` of a chunk: the refining stage's clipped offsets."""
-    return total + preprocess.offset_sum(X, mask, first, radius, n, clip, log_scale, rounds)
+    return total + preprocess.offset_sum(X, mask, first, radius, n, clip, log_scale, rounds, skip)
 
 
 def rows_total(driver, ctx, what, rounds):
     """The exact sum of the rows at norm C, as the re-centering ``rounds`` (None: none yet) leave them."""
     return driver.total(what, jnp.zeros(ctx.model_dim, jnp.float64), row_sum, ctx.n, ctx.rows.log_scale, rounds,
-                        clip=ctx.clip)
+                        None if rounds is None else ctx.rows.skip, clip=ctx.clip)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +78,7 @@ class Centering(StagedMean):
 
         def offsets_of(first, r):
             return driver.total("centering, refined", jnp.zeros(ctx.model_dim, jnp.float64), offset_sum, first, r,
-                                ctx.n, ctx.rows.log_scale, rounds, clip=ctx.clip)
+                                ctx.n, ctx.rows.log_scale, rounds, ctx.rows.skip, clip=ctx.clip)
 
         stages = self.stages if ctx.center_stages is None else ctx.center_stages  # traced: plans of 1 and 2 at once
         return preprocess.staged_mean(total, offsets_of, ctx.n, (stage_keys(key)[0], release_key(key, "center-refine")),

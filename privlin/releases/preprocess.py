@@ -75,10 +75,11 @@ def normalize_rows(X, norm: float = 1.0):
     return sensitivity.directions(X)[0] * norm
 
 
-def row_sum(X, mask, norm: float, n, log_scale=None, rounds=None):
+def row_sum(X, mask, norm: float, n, log_scale=None, rounds=None, skip=None):
     """Σ_i mask_i · (row i at norm ``norm``), exact (float64; :mod:`privlin.sensitivity`); with ``log_scale``,
     each row with its radial coordinate (:func:`.norms.embed`), and with ``rounds`` (the released means
-    (R, d') of earlier re-centering rounds) re-centered by them, as :func:`apply` gives it.
+    (R, d') of earlier re-centering rounds) re-centered by them, as :func:`apply` gives it (``skip``: see
+    :class:`RowMap`; where every round is skipped, bitwise the sum without ``rounds``).
 
     Each row enters at norm ``norm·(1 − η)`` (the margin that makes its snapped form ≤ ``norm``), so the sum
     moves by at most ``norm`` when one row is replaced by a null row (``replace_special``).  ``n``: the public
@@ -88,10 +89,14 @@ def row_sum(X, mask, norm: float, n, log_scale=None, rounds=None):
     -------
     array (d,) or (d + 1,) float64
     """
-    if rounds is not None:
-        X = apply(X, RowMap(1.0, rounds, log_scale))
-    elif log_scale is not None:
-        X = radius.embed(X, log_scale)
+    if rounds is None or skip is not None:
+        unrounded = X if log_scale is None else radius.embed(X, log_scale)
+    if rounds is None:
+        X = unrounded
+    else:
+        X = apply(X, RowMap(1.0, rounds, log_scale, skip))
+        if skip is not None:
+            X = jnp.where(skip >= rounds.shape[0], unrounded, X)
     A, _ = sensitivity.directions(X)
     eta = sensitivity.margin(n, A.shape[1])
     return sensitivity.vector_sum(A * (norm * (1.0 - eta)), mask, norm)
@@ -181,7 +186,7 @@ def refine_radius(sigma_center, n, dim: int, norm: float = 1.0):
     return jnp.minimum(norm, REFINE_RADIUS * _error_norm(stage_sigma(sigma_center, 2), n, dim, norm))
 
 
-def offset_sum(X, mask, first, radius_, n, norm: float, log_scale=None, rounds=None):
+def offset_sum(X, mask, first, radius_, n, norm: float, log_scale=None, rounds=None, skip=None):
     """Σ_i mask_i · clip_R(row_i − ``first``) / ``norm`` exactly (float64; in units of the row norm, so that every
     chunk's sum is exact and so is their total), rows as :func:`apply` makes them before centering (at norm
     ``norm``, with their radial coordinate under ``log_scale``, re-centered by ``rounds``): the refining stage's sum.
@@ -189,7 +194,7 @@ def offset_sum(X, mask, first, radius_, n, norm: float, log_scale=None, rounds=N
     Each offset as summed has norm ≤ R (:func:`privlin.sensitivity.offsets_sum`), so the sum moves by at most
     R / ``norm`` when one row is replaced by a null row.  ``first``: the first stage's released mean (public).
     """
-    U = apply(X, RowMap(norm, rounds, log_scale)) * jnp.float32(1.0 / norm)
+    U = apply(X, RowMap(norm, rounds, log_scale, skip)) * jnp.float32(1.0 / norm)
     r = radius_ / norm
     return sensitivity.offsets_sum(U, mask, jnp.asarray(first, jnp.float64) / norm, r, 1.0, r, n)
 
@@ -223,11 +228,15 @@ def staged_mean(total, offsets_of, n, keys, sigma_center, stages, norm: float, d
 class RowMap(NamedTuple):
     """What :func:`apply` needs: the row norm, the (noisy, public) mean or None, and the released log₂ of a typical
     row norm (:mod:`.norms`) or None.  ``mean`` may be a chain (R, d'): the re-centering rounds' means,
-    then the centering's, each subtracted in turn and followed by a re-normalization."""
+    then the centering's, each subtracted in turn and followed by a re-normalization.  ``skip`` (traced; None:
+    0): how many leading means of the chain are passed over, the rows left bitwise as without them (the
+    re-centering rounds of a plan that makes none, in a program shared with plans that make them:
+    :func:`privlin.fit_groups.shared_form`)."""
 
     norm: float = 1.0
     mean: Optional[jax.Array] = None  # (d',) or (R, d'); d' = d, or d + 1 with the radial coordinate
     log_scale: Optional[jax.Array] = None
+    skip: Optional[jax.Array] = None
 
 
 def apply(X, prep: RowMap):
@@ -247,6 +256,7 @@ def apply(X, prep: RowMap):
     if prep.mean is None:
         return Xn
     means = jnp.asarray(prep.mean, Xn.dtype)
-    for m in (means[None] if means.ndim == 1 else means):  # a chain: the rounds' means, then the centering's
-        Xn = normalize_rows(Xn - m, prep.norm)
+    for j, m in enumerate(means[None] if means.ndim == 1 else means):  # the rounds' means, then the centering's
+        moved = normalize_rows(Xn - m, prep.norm)
+        Xn = moved if prep.skip is None else jnp.where(j < prep.skip, Xn, moved)
     return Xn

@@ -7,6 +7,8 @@ import dataclasses
 
 import math
 
+import jax.numpy as jnp
+
 from . import preprocess
 from ..defaults import RECENTER_SHARE
 from .base import planned_sigma, recenter_keys
@@ -46,9 +48,19 @@ class Recentering(StagedMean):
 
     def compute(self, driver, ctx, key, sigma):
         """:func:`.preprocess.round_means`: one exact row sum per round, of the rows as the earlier rounds
-        left them.  (Not made in secure mode: make_plan.)"""
-        return preprocess.round_means(lambda rounds: rows_total(driver, ctx, "re-centering", rounds), ctx.n,
-                                      recenter_keys(key, self.rounds), sigma, self.rounds, ctx.clip)
+        left them.  (Not made in secure mode: make_plan.)  In a program shared with plans that make no rounds
+        (``ctx.recenter``, traced: their ratio −1), theirs are zeros, which later rows pass over (:meth:`use`)."""
+        means = preprocess.round_means(lambda rounds: rows_total(driver, ctx, "re-centering", rounds), ctx.n,
+                                       recenter_keys(key, self.rounds), sigma, self.rounds, ctx.clip)
+        return means if ctx.recenter is None else jnp.where(ctx.recenter >= 0, means, 0.0)
+
+    def use(self, ctx, value):
+        """As :meth:`Release.use`; where ``ctx.recenter`` is traced, later rows skip the means of a plan without
+        rounds (:class:`.preprocess.RowMap`)."""
+        ctx = super().use(ctx, value)
+        if ctx.recenter is None:
+            return ctx
+        return ctx._replace(rows=ctx.rows._replace(skip=jnp.where(ctx.recenter >= 0, 0, self.rounds)))
 
     def map_rows(self, rows, value):
         """Later rows are re-centered by the rounds' means (R, d'), each followed by a normalization."""
