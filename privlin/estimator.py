@@ -152,7 +152,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         the model's coordinates (:func:`privlin.chain.public_start`), instead of zero; not charged, σ and ε
         unchanged.  Needs a public class list (``classes``, or the store's).
     public_check : bool, default=True
-        With ``public``, on full-batch fits: first pay 2% of the budget (μ²) for a noisy count of the training rows
+        With ``public``, on full-batch fits: first pay 0.5% of the budget (μ²) for a noisy count of the training rows
         within the public rows' radius (:mod:`privlin.releases.public_check`), and use the public statistics only
         where it says the rows look drawn like the public ones, else the private defaults' plan.  False: use the
         public statistics unchecked (the whole budget trains; a public source of another distribution can then

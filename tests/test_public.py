@@ -10,7 +10,7 @@ import pytest
 from privlin import data, public
 from privlin import plan as plans
 from privlin.releases import norms as _radius
-from privlin.releases import scaling
+from privlin.releases import public_check, scaling
 from privlin.report import PrivacyLeakWarning
 
 #: Exact sums snap every row to a grid and shrink it by a margin (privlin.sensitivity), and the rows are float32:
@@ -173,12 +173,12 @@ def test_the_training_gets_the_budget_the_public_statistics_no_longer_take(blobs
     with pytest.warns(PrivacyLeakWarning, match="no content identity"):
         model, _ = _fitted(blobs, epsilon=1.0, public=X_pub)
     given = [r.name for r, _ in model.plan_.given]
-    (check, sigma_check), = model.plan_.chain  # the public check (privlin.releases.public_check): 2% of μ²
+    (check, sigma_check), = model.plan_.chain  # the public check (privlin.releases.public_check): CHECK_SHARE of μ²
     assert given == ["radius", "center", "scale", "whiten"] and check.name == "public_check"
     shares = private.plan_.budget_shares()
     assert set(shares) == {*given, "step"}
-    # GDP (full batch): T/σ² = μ² · (share of the steps), the same μ for both plans; the check takes 2% of it
-    np.testing.assert_allclose(model.plan_.sigma, private.plan_.sigma * math.sqrt(shares["step"] / 0.98), rtol=1e-6)
+    # GDP (full batch): T/σ² = μ² · (share of the steps), the same μ for both plans; the check takes CHECK_SHARE of it
+    np.testing.assert_allclose(model.plan_.sigma, private.plan_.sigma * math.sqrt(shares["step"] / (1 - public_check.CHECK_SHARE)), rtol=1e-6)
     event = model.privacy_.dp_event
     assert gaussians(event) == [sigma_check] + [model.plan_.sigma] * model.plan_.steps  # nothing else charged
     assert gdp_epsilon(mu_of(gaussians(event)), 1e-5) == pytest.approx(1.0, abs=1e-6)

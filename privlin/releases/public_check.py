@@ -32,7 +32,7 @@ __all__ = ["Reference", "Outcome", "PublicCheck", "CHECK_SHARE", "QUANTILE", "Z"
 
 NAME = "public_check"
 #: The check's share of the plan's GDP budget μ² (the rest goes to the plan that runs after it).
-CHECK_SHARE = 0.02
+CHECK_SHARE = 0.005
 #: The public radius: this quantile of the public rows' leave-one-out distances to their centre.
 QUANTILE = 0.9
 #: Standard deviations of the count (its noise and a same-distribution count's spread) below N·fraction that still
