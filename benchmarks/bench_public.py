@@ -16,7 +16,10 @@ Stores: scikit-learn's digits featurized with ``pixels`` (3072-d) and ``vip_toy`
   array as ``(X, y)``) and ``public_start=True``: the DP steps start from a non-private fit on them
   (:func:`privlin.chain.public_start`);
 * ``start alone`` — the start of ``public split + start`` itself: learning rate 1e-20, so the DP steps move no
-  weight (a non-private fit on the 288 public rows, the same at every ε).
+  weight (a non-private fit on the 288 public rows, the same at every ε);
+* ``public split + start + clip``, ``other digits + start + clip`` — as the ``+ start`` rows with ``public_clip``
+  (the default since it was measured; the ``+ start`` rows set it False): every private gradient multiplied before
+  the clip by C over the public rows' held-out gradient norm at the start (:func:`privlin.chain.clip_gain`).
 
 Every fit is ``DPLinearClassifier(method="sgd")`` with its defaults, δ = 1e-5, each seed its own noise; accuracy
 on ``test``.  Prints a markdown table (mean ± sd over seeds, %; with a public source, ``(k/n)``: the seeds whose
@@ -112,11 +115,14 @@ def public_sources(path: str, synthetic: str, seed: int = 0) -> dict:
     u = np.random.default_rng(seed).normal(size=X.shape[1])
     shift = (u / np.linalg.norm(u) * np.median(norms)).astype(np.float32)
     return {"public split": "public", "other digits": X[y < 5], "synthetic": synthetic, "shifted": X + shift,
-            "public split + start": "public", "other digits + start": (X[y < 5], y[y < 5]), "start alone": "public"}
+            "public split + start": "public", "other digits + start": (X[y < 5], y[y < 5]), "start alone": "public",
+            "public split + start + clip": "public", "other digits + start + clip": (X[y < 5], y[y < 5])}
 
 
 #: The sources whose fits start from the public rows' fit (``public_start=True``), with their own settings.
-STARTED = {"public split + start": {}, "other digits + start": {}, "start alone": {"learning_rate": 1e-20}}
+STARTED = {"public split + start": {"public_clip": False}, "other digits + start": {"public_clip": False},
+           "start alone": {"learning_rate": 1e-20, "public_clip": False},
+           "public split + start + clip": {"public_clip": True}, "other digits + start + clip": {"public_clip": True}}
 
 
 def accuracies(path: str, public, seeds: int, epsilons=EPSILONS, **params) -> tuple[dict, int]:

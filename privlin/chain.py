@@ -64,11 +64,12 @@ def fit_chain(driver: Driver, settings: Static, chain: Sequence, n, dim: int, k:
         if release is not None:
             ctx = release.use(ctx, release.compute(driver, ctx, key, release_sigma))
     start = None if given is None or START not in given else public_start(settings, ctx, k, given[START])
-    params = _train(driver, settings, ctx, k, stage_keys(key)[2], sigma, learning_rate, lr_ceiling, start)
+    gain = None if start is None or not settings.public_clip else clip_gain(start, settings.clip)
+    params = _train(driver, settings, ctx, k, stage_keys(key)[2], sigma, learning_rate, lr_ceiling, start, gain)
     return Released(params.W, params.b, ctx.values)
 
 
-def public_start(s: Static, ctx: Context, k: int, rows) -> train.LinearParams:
+def public_start(s: Static, ctx: Context, k: int, rows) -> train.PublicFit:
     """The DP steps' start from labelled public rows (``given[START]``: ``(X, class index, mask)``): the rows mapped
     exactly as the private rows are (the chain's row map: its released and given values) and
     :func:`privlin.train.public_fit` on them.  A function of the public rows and the released values only."""
@@ -77,14 +78,35 @@ def public_start(s: Static, ctx: Context, k: int, rows) -> train.LinearParams:
     return _public_fit(Z, idx, mask, k=k, loss=s.loss, fit_intercept=s.fit_intercept, bias_init=float(s.bias_init))
 
 
-def _train(driver, s: Static, ctx: Context, k: int, key, sigma, lr, ceiling, start=None) -> train.LinearParams:
+def clip_gain(start: train.PublicFit, clip: float):
+    """``public_clip``: the factor every private gradient is multiplied by before the clip at C, C over the public
+    rows' mean held-out gradient norm at the start (:class:`privlin.train.PublicFit`), within [1,
+    :data:`privlin.defaults.PUBLIC_CLIP_MAX_GAIN`].
+
+    Why: from a start that already classifies most rows, a fresh row's gradient is far shorter than C, so a clip at
+    C leaves nearly every gradient alone while the noise is calibrated to C; clipping at the typical norm (a gain
+    on the gradients, the same σ and clip) keeps the signal of the rows the start gets wrong and the noise's
+    share falls by the gain.  The norm is estimated on public rows held out of the folds' fits (the start has seen
+    every public row: its own norms there are too short).  Public: a function of the public rows and released
+    values only; σ, the clip and so ε are unchanged."""
+    from .defaults import PUBLIC_CLIP_MAX_GAIN
+
+    return jnp.clip(clip / jnp.maximum(start.held_out_norm, 1e-30), 1.0, PUBLIC_CLIP_MAX_GAIN).astype(jnp.float32)
+
+
+def _train(driver, s: Static, ctx: Context, k: int, key, sigma, lr, ceiling, start=None,
+           gain=None) -> train.LinearParams:
     """DP training on the rows as the chain left them: ``adam1`` is one class-sum total and
     :func:`privlin.train.adam1_step`; ``sgd``/``minibatch`` the DP steps on the rows as the chain maps them
-    (:func:`privlin.steps.fit_steps`, from ``start`` where given), each step's clipped gradient divided by the
-    public batch size: N, or the expected q·N of a Poisson-sampled step."""
+    (:func:`privlin.steps.fit_steps`, from ``start`` where given, each gradient times ``gain`` before the clip
+    where given, the rates then at most :func:`privlin.train.gained_cap`), each step's clipped gradient divided by
+    the public batch size: N, or the expected q·N of a Poisson-sampled step."""
     intercept_scale = 1.0
     if ctx.curvature is not None:  # lifts W's rate (sgd optimizer only: never adam1)
         lr, intercept_scale = _lifted_rates(ceiling, ctx.curvature, s.momentum, s.clip, s.fit_intercept)
+    if gain is not None:  # the gained gradients' stability cap, on W's rate and the intercept's
+        cap = train.gained_cap(gain, momentum=s.momentum, clip=s.clip, fit_intercept=s.fit_intercept)
+        lr, intercept_scale = jnp.minimum(lr, cap), jnp.minimum(lr * intercept_scale, cap) / jnp.minimum(lr, cap)
     if s.method == "adam1":  # never with a start: make_plan refuses public_start for adam1, before any charge
         sums = driver.total("adam1 pass", train.class_sums_init(ctx.model_dim, k), _class_sums, ctx.row_map(), ctx.n,
                             labels=True, clip=s.clip, normalize=s.normalize, loss=s.loss, bias_init=s.bias_init,
@@ -97,7 +119,7 @@ def _train(driver, s: Static, ctx: Context, k: int, key, sigma, lr, ceiling, sta
                                 fit_intercept=s.fit_intercept)
     q = s.sample_rate if s.method == "minibatch" else None  # a minibatch step samples even where q is 1
     t = steps.Steps(ctx.n, sigma, lr, ctx.n if q is None else q * ctx.n, intercept_scale, q, s.clip, s.loss,
-                    s.optimizer, s.momentum, s.fit_intercept, s.clip if s.normalize else None, s.class_weight)
+                    s.optimizer, s.momentum, s.fit_intercept, s.clip if s.normalize else None, s.class_weight, gain)
     rows = driver.mapped(ctx.row_map(), s.clip, s.normalize)  # in memory: the curvature release's, if it read them
     return steps.fit_steps(rows, t, key, s.steps, ctx.model_dim, k, s.bias_init, f"{s.method} steps", start)
 

@@ -11,7 +11,8 @@ from types import MappingProxyType
 __all__ = ["METHODS", "DEFAULT_EPSILON", "DEFAULT_DELTA", "DEFAULT_NEIGHBOURING", "DEFAULT_STEPS", "LOGIT_NOISE",
            "DEFAULT_CENTER_SHARE", "DEFAULT_SCALE_SHARE", "CURVATURE_SHARE", "RADIUS_SHARE", "RECENTER_SHARE",
            "ADAM_LR", "ADAM1_BIAS_INIT", "CURVATURE_GAIN", "CURVATURE_FLATNESS", "MAX_STEPS", "QUICK_COMPILE_ELEMENTS",
-           "PUBLIC_START_C", "PUBLIC_START_FOLDS", "PUBLIC_START_ITERATIONS", "PARAMS"]
+           "PUBLIC_START_C", "PUBLIC_START_FOLDS", "PUBLIC_START_ITERATIONS", "PUBLIC_CLIP_MAX_GAIN",
+           "PARAMS"]
 
 #: The training methods a plan can run (:mod:`privlin.train`): ``adam1`` one DP-Adam step, ``sgd`` full-batch
 #: DP-SGD, ``minibatch`` Poisson-sampled DP-SGD/Adam/LAMB.
@@ -62,6 +63,10 @@ QUICK_COMPILE_ELEMENTS = 2**19
 PUBLIC_START_C = (0.01, 0.1, 1.0, 10.0, 100.0)
 PUBLIC_START_FOLDS = 5
 PUBLIC_START_ITERATIONS = 300
+#: ``public_clip``: the most the DP steps' gradients are multiplied by before the clip (:func:`privlin.chain.clip_gain`:
+#: C over the public rows' mean held-out gradient norm at the start): a public set the start separates with room to
+#: spare would otherwise give a gain without bound (every row clipped: normalized gradients already at 100).
+PUBLIC_CLIP_MAX_GAIN = 100.0
 
 #: The estimator's parameters and their defaults (``DPLinearClassifier.__init__`` reads its signature from here).
 PARAMS = MappingProxyType(dict(
@@ -71,4 +76,4 @@ PARAMS = MappingProxyType(dict(
     optimizer="sgd", momentum=0.9, batch_size=256, accountant=None, neighbouring=DEFAULT_NEIGHBOURING,
     random_state=None, block_rows=65536, memory_limit=2**30, verbose=False, budget=None, ledger=None,
     secure_mode=False, public=None, public_audit=False, public_rank=0, public_start=False,
-    public_check=True))
+    public_check=True, public_clip=True))

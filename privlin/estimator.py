@@ -157,6 +157,12 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         where it says the rows look drawn like the public ones, else the private defaults' plan.  False: use the
         public statistics unchecked (the whole budget trains; a public source of another distribution can then
         ruin the fit, BENCHMARKS.md "The public check").
+    public_clip : bool, default=True
+        With ``public_start``: multiply every training row's gradient, before the clip at ``clip``, by ``clip``
+        over the public rows' mean held-out gradient norm at the start (:func:`privlin.chain.clip_gain`): from a
+        start that gets most rows right, the clip then binds at a fresh row's typical gradient norm instead of far
+        above it, and the same noise weighs less; σ, the clip and ε unchanged (BENCHMARKS.md, "Clipping at the
+        start's gradient norm").  False: the start alone.
 
     Attributes
     ----------
@@ -246,6 +252,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         "public_rank": [None, Interval(Integral, 0, None, closed="left")],
         "public_start": ["boolean"],
         "public_check": ["boolean"],
+        "public_clip": ["boolean"],
     }
 
     def __init__(self, *, epsilon=PARAMS["epsilon"], delta=PARAMS["delta"], method=PARAMS["method"],
@@ -261,7 +268,8 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
                  block_rows=PARAMS["block_rows"], memory_limit=PARAMS["memory_limit"], verbose=PARAMS["verbose"],
                  budget=PARAMS["budget"], ledger=PARAMS["ledger"], secure_mode=PARAMS["secure_mode"],
                  public=PARAMS["public"], public_audit=PARAMS["public_audit"], public_rank=PARAMS["public_rank"],
-                 public_start=PARAMS["public_start"], public_check=PARAMS["public_check"]):
+                 public_start=PARAMS["public_start"], public_check=PARAMS["public_check"],
+                 public_clip=PARAMS["public_clip"]):
         self.epsilon = epsilon
         self.delta = delta
         self.method = method
@@ -298,6 +306,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         self.public_rank = public_rank
         self.public_start = public_start
         self.public_check = public_check
+        self.public_clip = public_clip
 
     # ------------------------------------------------------------------ sklearn surface
 

@@ -40,7 +40,7 @@ START = "public start"
 
 #: The training settings a compiled fit specializes on (with the chain's σ ratios: :class:`Static`).
 STATIC_SETTINGS = ("method", "steps", "sample_rate", "clip", "normalize", "loss", "bias_init", "fit_intercept",
-                   "optimizer", "momentum", "class_weight")
+                   "optimizer", "momentum", "class_weight", "public_clip")
 
 
 class Static(collections.namedtuple("Static", (*STATIC_SETTINGS, "chain", "given"), defaults=((),))):
@@ -104,6 +104,9 @@ class Plan:
     public_start : bool
         The DP steps start from a non-private fit on labelled public rows (:func:`privlin.chain.public_start`)
         rather than from zero: no share, no σ, no event (the steps' noise does not depend on where they start).
+    public_clip : bool
+        With ``public_start``: every private gradient is multiplied, before the clip at C, by C over the public
+        rows' held-out gradient norm at the start (:func:`privlin.chain.clip_gain`); σ, C and the event unchanged.
     """
 
     method: str
@@ -131,6 +134,7 @@ class Plan:
     class_weight: tuple | None = None
     given: tuple = ()
     public_start: bool = False
+    public_clip: bool = False
 
     # ---- the chain, read by name
     def release(self, name: str) -> Release | None:
@@ -237,6 +241,7 @@ class Plan:
             sig["given"] = [r.name for r, _ in self.given]
         if self.public_start:
             sig["public_start"] = True
+            sig["public_clip"] = self.public_clip
         return {"steps": self.steps, "sample_rate": self.sample_rate, "sigma": self.sigma, **sig,
                 "accountant": self.accountant, "n": self.n, "seeded": bool(seeded)}
 
@@ -365,15 +370,20 @@ def make_plan(params: Mapping[str, Any], *, n: int, dim: int, n_classes: int | N
     settings = validate(params, n, dim, n_classes, classes)
     resolved = resolve(settings)
     choice = choose(resolved, tuple(g for g in given if g != START))
-    plan = build(resolved, choice, calibrate(resolved, choice))
+    return _public_start(build(resolved, choice, calibrate(resolved, choice)), settings, given)
+
+
+def _public_start(plan: Plan, settings: Settings, given) -> Plan:
+    """``plan`` with the DP steps' start from labelled public rows (``public_start``) and, with it, ``public_clip``;
+    refused where it cannot run.  Neither changes σ or the event."""
     if not settings.p["public_start"]:
         return plan
     if settings.method == "adam1":
         raise ValueError("public_start starts the DP steps of sgd and minibatch; adam1 is one step from zero")
-    if START not in given and n_classes is not None:
+    if START not in given and settings.k:
         raise ValueError("public_start=True needs labelled public rows: public=(X_pub, y_pub), or a store split "
                          "(its labels are read)")
-    return dataclasses.replace(plan, public_start=True)
+    return dataclasses.replace(plan, public_start=True, public_clip=bool(settings.p["public_clip"]))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -227,20 +227,25 @@ class Public:
             out["public_start"] = self.start_note()
         return out
 
-    def start_note(self) -> str:
-        """What the report and the ledger entry say of the DP steps' start (``public_start``)."""
-        return (f"training started from a fit on the public rows {self.describe()} (non-private L2 logistic "
+    def start_note(self, clip: bool = False) -> str:
+        """What the report and the ledger entry say of the DP steps' start (``public_start``; ``clip``: with
+        ``public_clip``)."""
+        note = (f"training started from a fit on the public rows {self.describe()} (non-private L2 logistic "
                 "regression in the model's coordinates, regularisation by cross-validation on them; not charged)")
+        if clip:
+            note += (", each training gradient multiplied before the clip by the clip over the public rows' held-out "
+                     "gradient norm at the start (public_clip; σ and the clip unchanged)")
+        return note
 
-    def annotate(self, report, given, failed: bool = False):
+    def annotate(self, report, given, failed: bool = False, clip: bool = False):
         """``report`` (a :class:`privlin.report.PrivacyReport`) with the public statistics in its notes (``given``:
         their names, or ``{name: value}``, whose public subspace the note names with its rank); ``failed``: the
-        fit's public check failed, its statistics were not used."""
+        fit's public check failed, its statistics were not used; ``clip``: the plan's ``public_clip``."""
         if failed:
             note = (f"public source {self.describe()}: its statistics failed the public check and were not used "
                     "(the private defaults' plan ran)")
             if START in given:
-                note += "; " + self.start_note()
+                note += "; " + self.start_note(clip)
             return dataclasses.replace(report, notes="; ".join(x for x in (report.notes, note) if x))
         names = [g for g in given if g != START]
         note = (f"public statistics ({', '.join(names)}) computed without noise from {self.describe()}, treated "
@@ -249,7 +254,7 @@ class Public:
         if subspace is not None:
             note += "; " + project.describe(subspace)
         if START in given:
-            note += "; " + self.start_note()
+            note += "; " + self.start_note(clip)
         return dataclasses.replace(report, notes="; ".join(x for x in (report.notes, note) if x))
 
 
@@ -502,7 +507,7 @@ def exact_plan(plan: Plan, n: int, upto: Optional[str] = None) -> Plan:
     chain = tuple((dataclasses.replace(r, parts=1) if r.name == "center" else r, 0.0) for r in ran)
     ceiling = plan.learning_rate_ceiling if math.isfinite(plan.learning_rate_ceiling) else plan.learning_rate
     return dataclasses.replace(plan, learning_rate_ceiling=ceiling, n=int(n), n_classes=2, epsilon=math.inf,
-                               public_start=False,
+                               public_start=False, public_clip=False,
                                accountant="none", sigma=0.0,
                                method="adam1", steps=1, sample_rate=1.0, optimizer="adam", loss="sigmoid",
                                secure_mode=False, chain=chain, given=(), class_weight=None)

@@ -27,7 +27,8 @@ __all__ = ["Steps", "StepDriver", "step_keys", "gradient_total", "released_gradi
 class Steps(NamedTuple):
     """What every step of one fit shares: the public N, the steps' σ, the learning rate, the public denominator
     (N, or q·N), the intercept's rate relative to W's (:func:`privlin.train.noisy_update`), and the public
-    settings; ``sample_rate`` None: full batch."""
+    settings; ``sample_rate`` None: full batch; ``gain``: a public factor on every row's gradient before the clip
+    (``public_clip``, :func:`privlin.chain.public_start`), None: none."""
 
     n: object
     sigma: object
@@ -42,6 +43,7 @@ class Steps(NamedTuple):
     fit_intercept: bool
     row_norm: Optional[float]
     class_weight: object
+    gain: object = None
 
 
 class StepDriver(Driver, Protocol):
@@ -60,10 +62,12 @@ def step_keys(key, sample_rate: Optional[float]):
 
 def gradient_total(rows: Driver, params: train.LinearParams, t: Steps, sample_key=None) -> train.LinearParams:
     """The exact clipped gradient sum at ``params`` over the driver's rows (those of the Poisson sample of
-    ``sample_key`` in a sampled step): :func:`privlin.train.grad_block` summed by the driver."""
+    ``sample_key`` in a sampled step): :func:`privlin.train.grad_block` summed by the driver (each gradient times
+    ``t.gain`` before the clip, where given)."""
     d1, k = params.W.shape[0] + (1 if t.fit_intercept else 0), params.W.shape[1]
     c_eff = _grad_clip(t.clip, t.n, d1, k)
-    G = rows.total(None, jnp.zeros((d1, k), jnp.float64), train.grad_block, params, c_eff, t.n, labels=True,
+    gain = () if t.gain is None else (t.gain,)
+    G = rows.total(None, jnp.zeros((d1, k), jnp.float64), train.grad_block, params, c_eff, t.n, *gain, labels=True,
                    sample=None if sample_key is None else (sample_key, t.sample_rate), clip=t.clip, loss=t.loss,
                    fit_intercept=t.fit_intercept, row_norm=t.row_norm, class_weight=t.class_weight)
     return train.grad_params(G, t.fit_intercept)

@@ -51,7 +51,7 @@ __all__ = [
     "privatize", "init_params", "make_optimizer", "init_state", "noisy_update",
     "grad_clip", "grad_block", "grad_params", "zero_init_residual_norm", "poisson_mask", "SAMPLE_CHUNK",
     "class_sums_init", "class_sums_update", "adam1_gradient", "adam1_step",
-    "decision_function", "LOSSES", "OPTIMIZERS", "public_fit",
+    "decision_function", "LOSSES", "OPTIMIZERS", "public_fit", "PublicFit", "gained_cap",
 ]
 
 LOSSES = ("sigmoid", "softmax")
@@ -138,12 +138,16 @@ def grad_clip(clip, n, d1: int, k: int):
     return clip * (1.0 - sensitivity.margin(n, d1, outer_dims=k))
 
 
-def grad_block(G, X, Y, mask, params: LinearParams, c_eff, n, *, clip, loss: str, fit_intercept: bool,
+def grad_block(G, X, Y, mask, params: LinearParams, c_eff, n, gain=None, *, clip, loss: str, fit_intercept: bool,
                row_norm, class_weight):
     """``G`` + the clipped gradient sum of one chunk of rows, each gradient clipped to ``c_eff``
-    (:func:`grad_clip`): the block function of :func:`clipped_grad_sum` and of a driver's gradient total."""
+    (:func:`grad_clip`): the block function of :func:`clipped_grad_sum` and of a driver's gradient total.
+    ``gain``: a public factor each gradient is multiplied by before the clip (``public_clip``: the clip then binds
+    at ``c_eff / gain``); None: none."""
     A, norms = sensitivity.directions(X, fit_intercept, norm=row_norm)
     R = residuals(logits_of(params, A, norms, fit_intercept), Y, loss)
+    if gain is not None:
+        R = R * gain
     r_norm = jnp.sqrt(jnp.sum(R * R, axis=1))
     magnitude = jnp.minimum(norms, c_eff / jnp.maximum(r_norm, _TINY))  # c_i ||x_i||, the clipped norm
     if class_weight is not None:
@@ -346,8 +350,30 @@ def adam1_update(noisy_grad_sum: LinearParams, n, learning_rate, *, bias_init: f
 
 # ----------------------------------------------------------------------------- the warm start from public rows
 
+class PublicFit(NamedTuple):
+    """:func:`public_fit`'s model, ``W`` (d', k) and ``b`` (k,), and ``held_out_norm``: the typical gradient norm
+    of a fresh row at the start (``public_clip``): a public row's gradient norm (as the DP steps compute it, before
+    any clip) under the fold's model that did not see it, averaged within each class, then over the k classes
+    alike (no class frequency is assumed); a class with no public row counts at the public rows' mean ‖(z, 1)‖,
+    the least a row of a class the start gives no weight has (its residual norm is about 1 or more)."""
+
+    W: jax.Array
+    b: jax.Array
+    held_out_norm: jax.Array
+
+
+def gained_cap(gain, *, momentum: float, clip: float, fit_intercept: bool):
+    """The largest stable heavy-ball rate for gradients multiplied by ``gain`` ≥ 1 before the clip at C
+    (``public_clip``).  A row's loss Hessian is ‖(x, 1)‖²·H_z with λ_max(H_z) ≤ min(½, 2‖r‖) (softmax or
+    sigmoid: ≤ its trace ≤ 2‖r‖), and a row the clip leaves alone has gain·‖r‖·‖(x, 1)‖ ≤ C; so the gained
+    gradient's Lipschitz constant is at most min(gain·‖(x, 1)‖²/2, 2·C·‖(x, 1)‖) (a clipped row's is no larger),
+    and heavy ball is stable below 2(1+β) over it (Polyak 1964).  At gain 1 it is the plan's joint cap or above."""
+    norm2 = clip * clip + (1.0 if fit_intercept else 0.0)
+    return 2.0 * (1.0 + momentum) / jnp.minimum(gain * norm2 / 2.0, 2.0 * clip * math.sqrt(norm2))
+
+
 def public_fit(Z, idx, mask, k: int, *, loss: str, fit_intercept: bool, bias_init: float, grid=None,
-               folds: int | None = None, iterations: int | None = None) -> LinearParams:
+               folds: int | None = None, iterations: int | None = None) -> PublicFit:
     """A non-private L2 logistic regression on labelled PUBLIC rows, the DP steps' start (``public_start``).
 
     ``Z`` (m, d') public rows in the model's coordinates, ``idx`` (m,) class indices, ``mask`` (m,) 1 for real rows;
@@ -355,7 +381,8 @@ def public_fit(Z, idx, mask, k: int, *, loss: str, fit_intercept: bool, bias_ini
     held at ``bias_init``).  The L2 strength is chosen from ``grid`` (inverse strengths C, scikit-learn's scale) by
     the mean held-out log-loss over ``folds`` folds of the public rows (row i of the real rows in fold i mod folds),
     then refitted on all of them.  Classes absent from the public rows keep weight 0 and intercept ``bias_init``
-    (nothing is known of them).  Each fit is ``iterations`` accelerated gradient steps at the step size of a bound on
+    (nothing is known of them).  ``held_out_norm`` (:class:`PublicFit`): at the chosen strength, each row's gradient
+    norm ‖r‖·‖(z, 1)‖ under the model of the fold that left it out, averaged per class, then over the classes.  Each fit is ``iterations`` accelerated gradient steps at the step size of a bound on
     the loss's curvature; where the rows are fewer than d' the fit runs in their span (the optimum lies in it), so
     the cost is set by min(m, d').  Pure, jittable; reads only its arguments.
     """
@@ -416,8 +443,21 @@ def public_fit(Z, idx, mask, k: int, *, loss: str, fit_intercept: bool, bias_ini
     held = [jnp.sum(mask * (fold == f) * row_loss(jax.vmap(logits_of)(thetas[:, f]), Y), axis=1)
             for f in range(folds)]
     score = sum(held)  # (C,): the held-out log-loss summed over every public row once
-    theta = thetas[jnp.argmin(score), folds]
+    best = jnp.argmin(score)
+    theta = thetas[best, folds]
+
+    def model_logits(theta):  # as the returned model computes them: absent classes at bias_init
+        b = jnp.where(present, theta[Z.shape[1]], bias_init) if fit_intercept else jnp.full((k,), bias_init)
+        return Z @ theta[:Z.shape[1]] + b
+
+    norms = jnp.sqrt(jnp.sum(Z * Z, axis=1) + (1.0 if fit_intercept else 0.0))
+    grad_norm = sum(jnp.where(fold == f, jnp.linalg.norm(residuals(model_logits(thetas[best, f]), Y, loss), axis=1),
+                              0.0) for f in range(folds)) * norms
+    counts = Y.sum(0)  # (k,): Y is masked
+    absent = jnp.sum(mask * norms) / jnp.maximum(mask.sum(), 1.0)  # a row of a class the start cannot predict: ‖r‖ ≥ ~1
+    per_class = jnp.where(present, (Y * grad_norm[:, None]).sum(0) / jnp.maximum(counts, 1.0), absent)
+    held_out_norm = jnp.mean(per_class)
     W = theta[:Z.shape[1]]
     W = W if basis is None else basis @ W
     b = jnp.where(present, theta[Z.shape[1]], bias_init) if fit_intercept else jnp.full((k,), bias_init)
-    return LinearParams(W.astype(jnp.float32), b.astype(jnp.float32))
+    return PublicFit(W.astype(jnp.float32), b.astype(jnp.float32), held_out_norm.astype(jnp.float32))

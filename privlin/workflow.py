@@ -149,15 +149,15 @@ def run_plans(plans: Sequence[Plan], source: data.Source, keys: Sequence, classe
                           intercept=np.asarray(r.b, dtype=np.float64).copy(), values=values,
                           report=_naming(public, given, failed, report_for(
                               plan, seeded=seeded, leaks=leaks, data=source.description,
-                              ledger=led if report_ledger else None, values=values)),
+                              ledger=led if report_ledger else None, values=values), plan.public_clip),
                           ledger=led, class_names=names))
     return out
 
 
-def _naming(public, given, failed: bool, report: PrivacyReport) -> PrivacyReport:
+def _naming(public, given, failed: bool, report: PrivacyReport, clip: bool = False) -> PrivacyReport:
     """The report, naming the public source of its given statistics where it has one (``failed``: the fit's
-    public check failed and it was given none: the report says so)."""
-    return report if public is None else public.annotate(report, dict(given or {}), failed)
+    public check failed and it was given none: the report says so; ``clip``: the plan's ``public_clip``)."""
+    return report if public is None else public.annotate(report, dict(given or {}), failed, clip)
 
 
 def unpack(fitted: Fitted, est, *, ledger=True):
