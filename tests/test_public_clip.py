@@ -141,51 +141,26 @@ def _fit(blobs, *, memory_limit=2**30, block_rows=65536, **params):
         return DPLinearClassifier(memory_limit=memory_limit, block_rows=block_rows, **params).fit(X + 3, y)
 
 
-def test_sigma_and_epsilon_unchanged_and_the_public_rows_never_charged(blobs):
-    import dp_accounting
-    from closed_forms import gaussians, gdp_epsilon, mu_of
-
+def test_the_clip_moves_the_fit_not_sigma(blobs):
+    """σ, C and the event are those without the clip (ε recomposed with dp-accounting:
+    tests/test_warm_start.py's test_the_start_is_free_epsilon_recomposed_independently, run with and without it)."""
     plain = _fit(blobs, public_start=True, public_clip=False)
     clipped = _fit(blobs, public_start=True)
     assert clipped.plan_.public_clip and not plain.plan_.public_clip
     assert clipped.plan_.sigma == plain.plan_.sigma and clipped.plan_.clip == plain.plan_.clip == 1.0
-    event = clipped.privacy_.dp_event
-    assert gaussians(event) == gaussians(plain.privacy_.dp_event)
-    assert [r.name for r, _ in clipped.plan_.chain] == ["public_check"]  # the check, then the steps: nothing else
-    assert gdp_epsilon(mu_of(gaussians(event)), 1e-5) == pytest.approx(1.0, abs=1e-6)
-    pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
-    pld.compose(event)
-    assert pld.get_epsilon(1e-5) == pytest.approx(clipped.privacy_.epsilon, abs=2e-3)
     assert not np.allclose(clipped.coef_transformed_, plain.coef_transformed_)
 
 
 def test_without_a_start_the_fit_is_bitwise_unchanged(blobs):
-    """public_clip acts only with public_start: without it (public statistics only) the fit is bitwise the one
-    public_clip=False makes."""
-    a = _fit(blobs)
-    b = _fit(blobs, public_clip=False)
-    assert not a.plan_.public_clip
-    assert np.array_equal(a.coef_transformed_, b.coef_transformed_)
-    assert np.array_equal(a.intercept_transformed_, b.intercept_transformed_)
-
-
-def test_streamed_equals_in_memory(blobs):
-    a = _fit(blobs, public_start=True, epsilon=2.0)
-    b = _fit(blobs, public_start=True, epsilon=2.0, memory_limit=1, block_rows=64)
-    np.testing.assert_allclose(a.coef_transformed_, b.coef_transformed_, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(a.intercept_transformed_, b.intercept_transformed_, rtol=1e-4, atol=1e-5)
-
-
-def test_report_and_ledger_name_the_clip(make_store, blobs):
-    import privlin
-    from privlin.ledger import PrivacyLedger
-
-    st = make_store({"train": blobs(256, d=8, k=3, seed=14), "public": blobs(128, d=8, k=3, seed=15)},
-                    own_items=False)
-    model = privlin.fit(st, epsilon=1.0, classes=[0, 1, 2], public="public", public_start=True, progress=False)
-    assert "public_clip" in model.privacy_.notes
-    (entry,) = [e for e in PrivacyLedger.for_split(st.url, "train").entries if e.mechanism.startswith("DPLinear")]
-    assert entry.params["public_clip"] is True and "training started" in entry.params["public_start"]
+    """public_clip acts only with public_start: without it (public statistics only, or no public rows) the fit is
+    bitwise the one public_clip=False makes."""
+    for public in ("default", None):
+        kw = {} if public == "default" else {"public": None}
+        a = _fit(blobs, **kw)
+        b = _fit(blobs, public_clip=False, **kw)
+        assert not a.plan_.public_clip
+        assert np.array_equal(a.coef_transformed_, b.coef_transformed_)
+        assert np.array_equal(a.intercept_transformed_, b.intercept_transformed_)
 
 
 def test_a_public_clip_that_is_not_a_bool_is_refused(blobs):

@@ -183,13 +183,14 @@ def _fit(blobs, *, private_seed=12, change_row=False, **params):
         return DPLinearClassifier(**params).fit(X + 3, y)
 
 
-def test_the_start_is_free_epsilon_recomposed_independently(blobs):
+@pytest.mark.parametrize("clip", [False, True])  # public_clip (tests/test_public_clip.py): σ and ε unchanged too
+def test_the_start_is_free_epsilon_recomposed_independently(blobs, clip):
     import dp_accounting
     from closed_forms import gaussians, gdp_epsilon, mu_of
 
     cold = _fit(blobs)
-    warm = _fit(blobs, public_start=True)
-    assert warm.plan_.public_start and not cold.plan_.public_start
+    warm = _fit(blobs, public_start=True, public_clip=clip)
+    assert warm.plan_.public_start and not cold.plan_.public_start and warm.plan_.public_clip == clip
     assert warm.plan_.sigma == cold.plan_.sigma and warm.plan_.steps == cold.plan_.steps
     event = warm.privacy_.dp_event
     # the public check and the steps, as without the start: the start is not charged
@@ -223,9 +224,10 @@ def test_the_start_is_a_function_of_the_public_rows_only(blobs):
     np.testing.assert_allclose(a.intercept_transformed_, np.asarray(p.b), atol=1e-4)
 
 
-def test_streamed_equals_in_memory(blobs):
-    a = _fit(blobs, public_start=True, epsilon=2.0)
-    b = _fit(blobs, public_start=True, epsilon=2.0, memory_limit=1, block_rows=64)
+@pytest.mark.parametrize("clip", [False, True])  # public_clip (tests/test_public_clip.py)
+def test_streamed_equals_in_memory(blobs, clip):
+    a = _fit(blobs, public_start=True, epsilon=2.0, public_clip=clip)
+    b = _fit(blobs, public_start=True, epsilon=2.0, public_clip=clip, memory_limit=1, block_rows=64)
     np.testing.assert_allclose(a.coef_transformed_, b.coef_transformed_, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(a.intercept_transformed_, b.intercept_transformed_, rtol=1e-4, atol=1e-5)
 
@@ -243,6 +245,7 @@ def test_report_and_ledger_name_the_start_and_its_public_rows(make_store, blobs)
     assert said in model.privacy_.notes and pub.identity in said
     (entry,) = [e for e in PrivacyLedger.for_split(st.url, "train").entries if e.mechanism.startswith("DPLinear")]
     assert said in entry.params["public_start"]
+    assert entry.params["public_clip"] is True and "public_clip" in model.privacy_.notes  # the default with a start
     assert entry.params["public_releases"] == ["radius", "center", "scale", "whiten"]
 
 
