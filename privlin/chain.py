@@ -80,7 +80,7 @@ def public_start(s: Static, ctx: Context, k: int, rows) -> train.PublicFit:
 
 def clip_gain(start: train.PublicFit, clip: float):
     """``public_clip``: the factor every private gradient is multiplied by before the clip at C, C over the public
-    rows' mean held-out gradient norm at the start (:class:`privlin.train.PublicFit`), within [1,
+    rows' class-balanced held-out gradient norm at the start (:class:`privlin.train.PublicFit`), within [1,
     :data:`privlin.defaults.PUBLIC_CLIP_MAX_GAIN`].
 
     Why: from a start that already classifies most rows, a fresh row's gradient is far shorter than C, so a clip at

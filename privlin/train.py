@@ -366,8 +366,9 @@ def gained_cap(gain, *, momentum: float, clip: float, fit_intercept: bool):
     """The largest stable heavy-ball rate for gradients multiplied by ``gain`` ≥ 1 before the clip at C
     (``public_clip``).  A row's loss Hessian is ‖(x, 1)‖²·H_z with λ_max(H_z) ≤ min(½, 2‖r‖) (softmax or
     sigmoid: ≤ its trace ≤ 2‖r‖), and a row the clip leaves alone has gain·‖r‖·‖(x, 1)‖ ≤ C; so the gained
-    gradient's Lipschitz constant is at most min(gain·‖(x, 1)‖²/2, 2·C·‖(x, 1)‖) (a clipped row's is no larger),
-    and heavy ball is stable below 2(1+β) over it (Polyak 1964).  At gain 1 it is the plan's joint cap or above."""
+    gradient's Lipschitz constant is at most min(gain·‖(x, 1)‖²/2, 2·C·‖(x, 1)‖) (a clipped row's is taken as no
+    larger; tests/test_public_clip.py checks the bound by finite differences), and heavy ball is stable below
+    2(1+β) over it (Polyak 1964).  At gain 1 it is the plan's joint cap or above."""
     norm2 = clip * clip + (1.0 if fit_intercept else 0.0)
     return 2.0 * (1.0 + momentum) / jnp.minimum(gain * norm2 / 2.0, 2.0 * clip * math.sqrt(norm2))
 
