@@ -447,9 +447,11 @@ def public_fit(Z, idx, mask, k: int, *, loss: str, fit_intercept: bool, bias_ini
     best = jnp.argmin(score)
     theta = thetas[best, folds]
 
-    def model_logits(theta):  # as the returned model computes them: absent classes at bias_init
-        b = jnp.where(present, theta[Z.shape[1]], bias_init) if fit_intercept else jnp.full((k,), bias_init)
-        return Z @ theta[:Z.shape[1]] + b
+    def intercept(theta):  # as the returned model has it: absent classes at bias_init
+        return jnp.where(present, theta[Z.shape[1]], bias_init) if fit_intercept else jnp.full((k,), bias_init)
+
+    def model_logits(theta):
+        return Z @ theta[:Z.shape[1]] + intercept(theta)
 
     norms = jnp.sqrt(jnp.sum(Z * Z, axis=1) + (1.0 if fit_intercept else 0.0))
     grad_norm = sum(jnp.where(fold == f, jnp.linalg.norm(residuals(model_logits(thetas[best, f]), Y, loss), axis=1),
@@ -460,5 +462,5 @@ def public_fit(Z, idx, mask, k: int, *, loss: str, fit_intercept: bool, bias_ini
     held_out_norm = jnp.mean(per_class)
     W = theta[:Z.shape[1]]
     W = W if basis is None else basis @ W
-    b = jnp.where(present, theta[Z.shape[1]], bias_init) if fit_intercept else jnp.full((k,), bias_init)
+    b = intercept(theta)
     return PublicFit(W.astype(jnp.float32), b.astype(jnp.float32), held_out_norm.astype(jnp.float32))
