@@ -157,3 +157,12 @@ def test_a_bad_average_is_refused_in_one_line(blobs):
         with pytest.raises(ValueError, match="average") as e:
             _fit(blobs, average=bad)
         assert "\n" not in str(e.value)
+
+
+def test_secure_mode_averages_its_host_released_steps(blobs):
+    """Secure mode's steps (released on the host, streamed) go through the same loop: averaged, σ unchanged."""
+    last = _fit(blobs, secure_mode=True, memory_limit=1, random_state=None)
+    mean = _fit(blobs, secure_mode=True, memory_limit=1, random_state=None, average=0.5)
+    assert mean.plan_.averaged and mean.plan_.sigma == last.plan_.sigma
+    assert mean.privacy_.epsilon == last.privacy_.epsilon
+    assert "mean of the iterates of the last 50% of the steps" in mean.privacy_.notes
