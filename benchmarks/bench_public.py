@@ -22,7 +22,9 @@ Stores: scikit-learn's digits featurized with ``pixels`` (3072-d) and ``vip_toy`
   the clip by C over the public rows' held-out gradient norm at the start (:func:`privlin.chain.clip_gain`).
 
 Every fit is ``DPLinearClassifier(method="sgd")`` with its defaults, δ = 1e-5, each seed its own noise; accuracy
-on ``test``.  Prints a markdown table (mean ± sd over seeds, %; with a public source, ``(k/n)``: the seeds whose
+on ``test``.  ``--average`` sets every fit's ``average`` (iterate averaging, private defaults included);
+``--rate-scale`` multiplies the rate rule's ρ (:data:`privlin.defaults.LOGIT_NOISE`, so every default rate) for a
+scan; ``--steps`` sets every fit's step count.  Prints a markdown table (mean ± sd over seeds, %; with a public source, ``(k/n)``: the seeds whose
 public check passed, :mod:`privlin.releases.public_check`) and writes it with the raw rows to ``--out``.
 """
 from __future__ import annotations
@@ -144,9 +146,11 @@ def accuracies(path: str, public, seeds: int, epsilons=EPSILONS, **params) -> tu
     return out, res.records[0]["plan"].model_dim
 
 
-def run(backbones, seeds: int, cache: str, only=None, **params) -> list[dict]:
+def run(backbones, seeds: int, cache: str, only=None, every=None, **params) -> list[dict]:
     """One row per (backbone, ε, source): accuracy mean and sd over seeds (%), the model's inputs d' and the
-    seconds it took; ``params``: settings every fit takes (e.g. ``public_rank``)."""
+    seconds it took; ``params``: settings every fit with a public source takes (e.g. ``public_rank``), ``every``:
+    settings every fit takes (e.g. ``average``)."""
+    every = dict(every or {})
     rows = []
     for backbone in backbones:
         path = with_public_split(featurized(backbone, cache), os.path.join(cache, f"{backbone}_public_split.zarr"))
@@ -156,7 +160,7 @@ def run(backbones, seeds: int, cache: str, only=None, **params) -> list[dict]:
         for name, source in sources.items():
             t = time.perf_counter()
             extra = {**params, **({"public_start": True, **STARTED[name]} if name in STARTED else {})}
-            acc, dim = accuracies(path, source, seeds, **(extra if source is not None else {}))
+            acc, dim = accuracies(path, source, seeds, **every, **(extra if source is not None else {}))
             took = time.perf_counter() - t
             for e in EPSILONS:
                 a = 100 * np.asarray(acc[e])
@@ -202,12 +206,23 @@ def main(argv=None) -> int:
     p.add_argument("--public-rank", default=None,
                    help="public_rank of every fit with a public source: a rank, or 'rule' (privlin.releases.project's "
                         "rule); default: the estimator's (no subspace)")
+    p.add_argument("--average", default=None, help="every fit's average: a share of the steps, or 'ema'")
+    p.add_argument("--rate-scale", type=float, default=None, help="the rate rule's ρ times this (a scan)")
+    p.add_argument("--steps", type=int, default=None, help="every fit's steps (default: the method's)")
     args = p.parse_args(argv)
+    if args.rate_scale is not None:
+        from privlin.releases import rates
+
+        rates.LOGIT_NOISE *= args.rate_scale
+    every = {} if args.average is None else {"average": args.average if args.average == "ema" else
+                                             float(args.average)}
+    if args.steps is not None:
+        every["steps"] = args.steps
     os.makedirs(args.cache, exist_ok=True)
     os.environ.setdefault("PRIVLIN_LEDGER_HOME", os.path.join(args.cache, "ledger-home"))  # not the user's home
     t = time.perf_counter()
     rows = run(args.backbones.split(","), args.seeds, args.cache,
-               None if args.sources is None else args.sources.split(","),
+               None if args.sources is None else args.sources.split(","), every,
                **({} if args.public_rank is None else
                   {"public_rank": None if args.public_rank == "rule" else int(args.public_rank)}))
     text = table(rows)

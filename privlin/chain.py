@@ -121,7 +121,8 @@ def _train(driver, s: Static, ctx: Context, k: int, key, sigma, lr, ceiling, sta
     t = steps.Steps(ctx.n, sigma, lr, ctx.n if q is None else q * ctx.n, intercept_scale, q, s.clip, s.loss,
                     s.optimizer, s.momentum, s.fit_intercept, s.clip if s.normalize else None, s.class_weight, gain)
     rows = driver.mapped(ctx.row_map(), s.clip, s.normalize)  # in memory: the curvature release's, if it read them
-    return steps.fit_steps(rows, t, key, s.steps, ctx.model_dim, k, s.bias_init, f"{s.method} steps", start)
+    return steps.fit_steps(rows, t, key, s.steps, ctx.model_dim, k, s.bias_init, f"{s.method} steps", start,
+                           s.average)
 
 
 def _class_sums(acc, X, Y, mask, rows: RowMap, n, *, clip, normalize, loss, bias_init, fit_intercept, class_weight):

@@ -76,4 +76,4 @@ PARAMS = MappingProxyType(dict(
     optimizer="sgd", momentum=0.9, batch_size=256, accountant=None, neighbouring=DEFAULT_NEIGHBOURING,
     random_state=None, block_rows=65536, memory_limit=2**30, verbose=False, budget=None, ledger=None,
     secure_mode=False, public=None, public_audit=False, public_rank=0, public_start=False,
-    public_check=True, public_clip=True))
+    public_check=True, public_clip=True, average=0.0))

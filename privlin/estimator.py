@@ -163,6 +163,12 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         start that gets most rows right, the clip then binds at a fresh row's typical gradient norm instead of far
         above it, and the same noise weighs less; σ, the clip and ε unchanged (BENCHMARKS.md, "Clipping at the
         start's gradient norm").  False: the start alone.
+    average : float in [0, 1] or "ema", default=0.0
+        ``sgd`` and ``minibatch``: return the mean of the DP steps' iterates over the last ``average`` share of the
+        steps, or ``"ema"`` an exponential moving average of them (:func:`privlin.train.average_weights`), instead
+        of the last iterate: post-processing of the noisy steps, σ and ε unchanged; the report says so.  0: the
+        last iterate (measured: a little better with ``public_start``, worse from zero at small ε; BENCHMARKS.md,
+        "Averaging the DP steps' iterates").
 
     Attributes
     ----------
@@ -253,6 +259,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         "public_start": ["boolean"],
         "public_check": ["boolean"],
         "public_clip": ["boolean"],
+        "average": [Interval(Real, 0, 1, closed="both"), StrOptions({"ema"})],
     }
 
     def __init__(self, *, epsilon=PARAMS["epsilon"], delta=PARAMS["delta"], method=PARAMS["method"],
@@ -269,7 +276,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
                  budget=PARAMS["budget"], ledger=PARAMS["ledger"], secure_mode=PARAMS["secure_mode"],
                  public=PARAMS["public"], public_audit=PARAMS["public_audit"], public_rank=PARAMS["public_rank"],
                  public_start=PARAMS["public_start"], public_check=PARAMS["public_check"],
-                 public_clip=PARAMS["public_clip"]):
+                 public_clip=PARAMS["public_clip"], average=PARAMS["average"]):
         self.epsilon = epsilon
         self.delta = delta
         self.method = method
@@ -307,6 +314,7 @@ class DPLinearClassifier(ClassifierMixin, BaseEstimator):
         self.public_start = public_start
         self.public_check = public_check
         self.public_clip = public_clip
+        self.average = average
 
     # ------------------------------------------------------------------ sklearn surface
 

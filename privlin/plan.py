@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from dp_accounting import dp_event as _ev
 
-from . import accounting, noise, releases, sensitivity
+from . import accounting, noise, releases, sensitivity, train
 from .defaults import (ADAM1_BIAS_INIT, ADAM_LR, CURVATURE_SHARE, DEFAULT_CENTER_SHARE, DEFAULT_EPSILON,
                        DEFAULT_SCALE_SHARE, DEFAULT_STEPS, LOGIT_NOISE, MAX_STEPS, METHODS, PARAMS, RADIUS_SHARE,
                        RECENTER_SHARE)
@@ -40,7 +40,7 @@ START = "public start"
 
 #: The training settings a compiled fit specializes on (with the chain's σ ratios: :class:`Static`).
 STATIC_SETTINGS = ("method", "steps", "sample_rate", "clip", "normalize", "loss", "bias_init", "fit_intercept",
-                   "optimizer", "momentum", "class_weight", "public_clip")
+                   "optimizer", "momentum", "class_weight", "public_clip", "average")
 
 
 class Static(collections.namedtuple("Static", (*STATIC_SETTINGS, "chain", "given"), defaults=((),))):
@@ -107,6 +107,9 @@ class Plan:
     public_clip : bool
         With ``public_start``: every private gradient is multiplied, before the clip at C, by C over the public
         rows' held-out gradient norm at the start (:func:`privlin.chain.clip_gain`); σ, C and the event unchanged.
+    average : float or "ema"
+        The DP steps return the mean of their iterates (:func:`privlin.steps.average_weights`; 0: the last
+        iterate): post-processing of released iterates, σ and the event unchanged; 0 for ``adam1`` (one step).
     """
 
     method: str
@@ -135,6 +138,7 @@ class Plan:
     given: tuple = ()
     public_start: bool = False
     public_clip: bool = False
+    average: object = 0.0
 
     # ---- the chain, read by name
     def release(self, name: str) -> Release | None:
@@ -242,12 +246,25 @@ class Plan:
         if self.public_start:
             sig["public_start"] = True
             sig["public_clip"] = self.public_clip
+        if self.averaged:
+            sig["average"] = self.average
         return {"steps": self.steps, "sample_rate": self.sample_rate, "sigma": self.sigma, **sig,
                 "accountant": self.accountant, "n": self.n, "seeded": bool(seeded)}
 
     def notes(self, values: Mapping[str, Any]) -> list[str]:
-        """The releases' report notes, in chain order, given their released ``values`` by name."""
-        return [note for r, s in self.chain if (note := r.note(self, s, values.get(r.name)))]
+        """The releases' report notes, in chain order, given their released ``values`` by name, then the
+        iterate averaging's where the steps average."""
+        notes = [note for r, s in self.chain if (note := r.note(self, s, values.get(r.name)))]
+        if self.averaged:
+            how = ("an exponential moving average of the iterates" if self.average == "ema" else
+                   f"the mean of the iterates of the last {100 * float(self.average):.3g}% of the steps")
+            notes.append(f"weights returned: {how} (post-processing of the noisy steps: σ and ε unchanged)")
+        return notes
+
+    @property
+    def averaged(self) -> bool:
+        """Whether the returned weights are a mean of the DP steps' iterates (:attr:`average`)."""
+        return train.average_weights(self.steps, self.average) is not None
 
     @property
     def center_share(self) -> float:
@@ -472,6 +489,7 @@ def validate(params, n, dim, n_classes, classes=None) -> Settings:
     if center and not p["normalize"]:
         raise ValueError("private centering needs normalize=True (rows of norm `clip` bound the mean's sensitivity; "
                          "center=True is the default): for input-space coef_ pass normalize=False, center=False")
+    train.average_weights(steps, p["average"])  # refused here, before any charge, where it is no averaging rule
     sigma_given, epsilon = p["noise_multiplier"], p["epsilon"]
     if (epsilon is None) == (sigma_given is None):
         raise ValueError("give epsilon (the noise is calibrated to it) or noise_multiplier (the ε it achieves is "
@@ -591,7 +609,8 @@ def build(r: Resolved, choice: Choice, cal: Calibration) -> Plan:
                 normalize=bool(s.p["normalize"]), loss=r.loss,
                 bias_init=ADAM1_BIAS_INIT if r.loss == "sigmoid" else 0.0, fit_intercept=r.fit_intercept,
                 optimizer=r.optimizer, momentum=r.momentum, secure_mode=r.secure,
-                learning_rate_ceiling=float(ceiling), chain=chain, class_weight=s.class_weight, given=choice.given)
+                learning_rate_ceiling=float(ceiling), chain=chain, class_weight=s.class_weight, given=choice.given,
+                average=0.0 if s.method == "adam1" else s.p["average"])
     if plan.private:
         eps = accounting.event_epsilon(plan.dp_event(), plan.delta, accountant=r.accountant, neighbouring=s.relation)
         plan = dataclasses.replace(plan, epsilon=eps)

@@ -507,7 +507,7 @@ def exact_plan(plan: Plan, n: int, upto: Optional[str] = None) -> Plan:
     chain = tuple((dataclasses.replace(r, parts=1) if r.name == "center" else r, 0.0) for r in ran)
     ceiling = plan.learning_rate_ceiling if math.isfinite(plan.learning_rate_ceiling) else plan.learning_rate
     return dataclasses.replace(plan, learning_rate_ceiling=ceiling, n=int(n), n_classes=2, epsilon=math.inf,
-                               public_start=False, public_clip=False,
+                               public_start=False, public_clip=False, average=0.0,
                                accountant="none", sigma=0.0,
                                method="adam1", steps=1, sample_rate=1.0, optimizer="adam", loss="sigmoid",
                                secure_mode=False, chain=chain, given=(), class_weight=None)

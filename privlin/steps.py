@@ -7,7 +7,8 @@ driver (:func:`gradient_total`), secure mode's host release of that sum or Gauss
 the division by the public denominator (N, or the expected batch q·N) and one optimizer step
 (:func:`privlin.train.noisy_update`).  Which loop runs the steps is the driver's (:class:`StepDriver`): in memory
 one ``lax.scan`` (traced, vmappable), streamed a host loop with one pass over the rows per step; both call this
-step with the same keys, so both draw the same sample and the same noise.
+step with the same keys, so both draw the same sample and the same noise.  Iterate averaging
+(:func:`privlin.train.average_weights`) rides in the same loop: post-processing of the released iterates, free of privacy cost.
 """
 from __future__ import annotations
 
@@ -48,9 +49,10 @@ class Steps(NamedTuple):
 
 class StepDriver(Driver, Protocol):
     """A :class:`~privlin.releases.base.Driver` that runs training steps: ``steps(step, state, keys, what)`` is
-    ``state = step(state, key)`` for every key in order (``what``: a progress label), however the driver loops."""
+    ``state = step(state, key)`` for every key in order (``what``: a progress label), however the driver loops;
+    ``state`` is any pytree (a :class:`privlin.train.TrainState`, or one with the iterates' running mean)."""
 
-    def steps(self, step: Callable, state: train.TrainState, keys, what: str) -> train.TrainState:
+    def steps(self, step: Callable, state, keys, what: str):
         """The state after every step."""
 
 
@@ -102,10 +104,11 @@ def dp_step(rows: Driver, t: Steps, state: train.TrainState, key) -> train.Train
 
 
 def fit_steps(rows: StepDriver, t: Steps, key, steps: int, model_dim: int, k: int, bias_init: float,
-              what: str, start: Optional[train.LinearParams] = None) -> train.LinearParams:
+              what: str, start: Optional[train.LinearParams] = None, average=0.0) -> train.LinearParams:
     """``steps`` DP steps, one key per step from ``key``, run by the driver (:meth:`StepDriver.steps`), from
     ``start`` (weights (model_dim, k) and intercept (k,) computed without private rows, e.g. a fit on public rows:
-    the steps' noise and so ε do not depend on it) or, when None, from zero weights and a constant intercept."""
+    the steps' noise and so ε do not depend on it) or, when None, from zero weights and a constant intercept.
+    ``average``: the weights returned are the mean of the iterates :func:`privlin.train.average_weights` weighs (0: the last)."""
     opt = train.make_optimizer(t.optimizer, t.learning_rate, momentum=t.momentum)
     if start is None:
         state = train.init_state(model_dim, k, opt, bias_init)
@@ -113,7 +116,19 @@ def fit_steps(rows: StepDriver, t: Steps, key, steps: int, model_dim: int, k: in
         params = train.LinearParams(jnp.asarray(start.W, jnp.float32).reshape(model_dim, k),
                                     jnp.asarray(start.b, jnp.float32).reshape(k))
         state = train.TrainState(params, opt.init(params))
-    return rows.steps(functools.partial(dp_step, rows, t), state, noise.split(key, steps), what).params
+    keys, step = noise.split(key, steps), functools.partial(dp_step, rows, t)
+    weights = train.average_weights(steps, average)
+    if weights is None:
+        return rows.steps(step, state, keys, what).params
+    w = jnp.asarray(weights, jnp.float32)
+
+    def averaged(carry, key):  # (state, running weighted sum of the iterates, step index)
+        state, total, i = carry
+        state = step(state, key)
+        return state, _accumulate(total, state.params, w[i]), i + 1
+
+    zero = jax.tree.map(jnp.zeros_like, state.params)
+    return rows.steps(averaged, (state, zero, jnp.int32(0)), keys, what)[1]
 
 
 # Jitted for the host loop, inlined into a traced one (the in-memory scan): one program for both.
@@ -125,3 +140,8 @@ def _update(state, grad_sum, key, sigma, denom, lr, intercept_scale, *, optimize
     opt = train.make_optimizer(optimizer, lr, momentum=momentum)
     return train.noisy_update(state, grad_sum, key, sigma, denom, opt, clip=clip, fit_intercept=fit_intercept,
                               intercept_scale=intercept_scale)
+
+
+@functools.partial(jax.jit, inline=True)
+def _accumulate(total, params, weight):
+    return jax.tree.map(lambda a, p: a + weight * p, total, params)

@@ -42,6 +42,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from . import noise, sensitivity
@@ -52,6 +53,7 @@ __all__ = [
     "grad_clip", "grad_block", "grad_params", "zero_init_residual_norm", "poisson_mask", "SAMPLE_CHUNK",
     "class_sums_init", "class_sums_update", "adam1_gradient", "adam1_step",
     "decision_function", "LOSSES", "OPTIMIZERS", "public_fit", "PublicFit", "gained_cap",
+    "average_weights",
 ]
 
 LOSSES = ("sigmoid", "softmax")
@@ -464,3 +466,27 @@ def public_fit(Z, idx, mask, k: int, *, loss: str, fit_intercept: bool, bias_ini
     W = W if basis is None else basis @ W
     b = intercept(theta)
     return PublicFit(W.astype(jnp.float32), b.astype(jnp.float32), held_out_norm.astype(jnp.float32))
+
+
+def average_weights(steps: int, average) -> np.ndarray | None:
+    """The weight of each of ``steps`` iterates in the returned model (summing to 1), or None (the last iterate).
+
+    ``average`` (public, so the weights are): 0, the last iterate; a share a in (0, 1], the uniform mean of the
+    last ⌈a·steps⌉ iterates (tail / Polyak averaging); ``"ema"``, an exponential moving average with span half the
+    steps (β = 1 − 2/(steps/2 + 1), bias-corrected as De et al. 2022).  Why: near an optimum each full-batch
+    step's noise stays in the last iterate; a mean over steps cuts its variance, at no privacy cost."""
+    if isinstance(average, str):
+        if average != "ema":
+            raise ValueError(f"average={average!r}: give a share of the steps in [0, 1] or 'ema'")
+        beta = 1.0 - 2.0 / (steps / 2.0 + 1.0)
+        w = (1.0 - beta) * beta ** np.arange(steps - 1, -1, -1, dtype=np.float64)
+        return w / w.sum()
+    a = float(average)
+    if not 0.0 <= a <= 1.0:
+        raise ValueError(f"average={average!r}: the share of the steps averaged is in [0, 1]")
+    m = math.ceil(a * steps)
+    if m <= 1:
+        return None
+    w = np.zeros(steps)
+    w[steps - m:] = 1.0 / m
+    return w
