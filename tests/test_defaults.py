@@ -177,10 +177,10 @@ def test_without_noise_the_map_whitens_above_the_sampling_edge():
 @pytest.mark.parametrize("sigma_w", [0.0, 3.0])
 def test_rotation_in_float32_is_the_float64_map_of_the_release(sigma_w):
     """The whitening map from a released (noised) second moment, computed in float32 after the float64 mirror and
-    division by N (:data:`privlin.releases.scaling.ROTATION_DTYPE`), is numpy's float64 map of the same release,
-    ``U (max(Λ, 0) + τ)^(−1/2) Uᵀ`` normalized to a top weight 1 (τ: the floor written here), to float32 precision,
-    with noise and without."""
-    d, n = 300, 500
+    division by N (from :data:`privlin.releases.scaling.FLOAT32_ROTATION_DIM` dimensions on), is numpy's float64 map
+    of the same release, ``U (max(Λ, 0) + τ)^(−1/2) Uᵀ`` normalized to a top weight 1 (τ: the floor written here),
+    to float32 precision, with noise and without."""
+    d, n = scaling.FLOAT32_ROTATION_DIM, 1500
     rng = np.random.default_rng(7)
     Z = rng.normal(size=(n, d)) * np.linspace(3.0, 0.1, d)
     Z /= np.linalg.norm(Z, axis=1, keepdims=True)
