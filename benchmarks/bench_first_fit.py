@@ -1,13 +1,15 @@
 """Benchmark (issue 37.1, 37.5): how long a user waits for a first fit, a refit, a grid search; what a sweep costs.
 
     .venv/bin/python benchmarks/bench_first_fit.py                 # both parts, writes the two results sections
-    .venv/bin/python benchmarks/bench_first_fit.py --part first     # breast_cancer rows only
+    .venv/bin/python benchmarks/bench_first_fit.py --part first     # breast_cancer and digits rows only
+    .venv/bin/python benchmarks/bench_first_fit.py --part first --baseline /tmp/main   # beside another checkout
     .venv/bin/python benchmarks/bench_first_fit.py --part options   # XLA compile options: compile and run times
 
-Part ``first`` (benchmarks/results/privlin.md, section ``bench_first_fit``): breast_cancer (569 × 30), each row in
-a fresh subprocess whose persistent compilation cache (:mod:`privlin.compilation`) is a new empty directory
-(cold) or the one the cold process filled (warm); every time is against the same process's scikit-learn
-``LogisticRegression().fit`` (the unit). Rows: ``import privlin`` + JAX; the first ``DPLinearClassifier`` fit; a
+Part ``first`` (benchmarks/results/privlin.md, section ``bench_first_fit``): breast_cancer (569 × 30) and README's
+digits example (the `pixels` store, 1437 × 3072: the estimator on its arrays, and ``privlin.fit`` on the store,
+``--data``), each row in a fresh subprocess whose persistent compilation cache (:mod:`privlin.compilation`) is a
+new empty directory (cold) or the one the cold process filled (warm); every time is against the same process's
+scikit-learn ``LogisticRegression().fit`` (the unit). Rows: ``import privlin`` + JAX; the first ``DPLinearClassifier`` fit; a
 refit at another ε that makes the same releases (2 → 4) and one that makes another (2 → 1: ε=1 adds a
 re-centering, run by the same program on rows this few, :func:`privlin.fit_groups.with_rounds`);
 ``PrivateGridSearchCV`` over 2 ε × 2 methods × 3 folds (+ the refit); and where a warm first fit's time goes
@@ -48,6 +50,7 @@ CHILD = r"""
 import json, os, sys, time, warnings
 warnings.simplefilter("ignore")
 data, first_eps, other_eps, grid = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "grid"
+streamed = sys.argv[5] == "store"  # README's section 2: privlin.fit(store, epsilon=...) instead of the estimator
 t = time.perf_counter()
 import numpy as np
 from sklearn.linear_model import LogisticRegression
@@ -61,11 +64,12 @@ else:  # README's estimator example: a store's train split as arrays, fitted wit
     classes = list(range(10))
 LogisticRegression().fit(X, y)  # sklearn's own first-call costs out of the unit (its defaults, as users run it)
 units = []
-for _ in range(7):
+for _ in range(7 if data == "breast_cancer" else 2):  # digits: a fit takes seconds
     t0 = time.perf_counter(); LogisticRegression().fit(X, y); units.append(time.perf_counter() - t0)
-unit = min(units)  # the fastest of 7: the least disturbed by other jobs on a shared box
+unit = min(units)  # the fastest: the least disturbed by other jobs on a shared box
 t0, c0 = time.perf_counter(), time.process_time()
 import jax
+import privlin
 from privlin import DPLinearClassifier, compilation
 from privlin.ledger import PrivacyLedger
 from privlin.model_selection import PrivateGridSearchCV
@@ -86,7 +90,10 @@ def listen(ev, s, **kw):
 jax.monitoring.register_event_duration_secs_listener(listen)
 def fit(eps):  # wall and CPU seconds of this process (its threads)
     t0, c0 = time.perf_counter(), time.process_time()
-    DPLinearClassifier(epsilon=eps, classes=classes, ledger=ledger).fit(X, y)
+    if streamed:
+        privlin.fit(data, epsilon=eps, progress=False)
+    else:
+        DPLinearClassifier(epsilon=eps, classes=classes, ledger=ledger).fit(X, y)
     return [time.perf_counter() - t0, time.process_time() - c0]
 out["first"] = fit(first_eps)
 out["split"], out["fit_program"] = dict(durs), dict(fit_program)
@@ -103,17 +110,20 @@ print(json.dumps(out))
 """
 
 
-def child_env(cache_home: str) -> dict:
+def child_env(cache_home: str, root: str = ROOT) -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_PERSISTENT_CACHE", "PRIVLIN_COMPILATION", "XLA_FLAGS"))}
-    env.update(XDG_CACHE_HOME=cache_home, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
+    env.update(XDG_CACHE_HOME=cache_home, PYTHONPATH=root, JAX_PLATFORMS="cpu",
                PRIVLIN_LEDGER_HOME=os.path.join(cache_home, "ledger"))
     return env
 
 
-def run_child(cache_home: str, data: str, first: float, other: float, grid: bool) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, data, str(first), str(other), "grid" if grid else "-"],
-                         env=child_env(cache_home), capture_output=True, text=True, cwd=ROOT, check=False)
+def run_child(cache_home: str, data: str, first: float, other: float, grid: bool, store: bool = False,
+              root: str = ROOT) -> dict:
+    """One child process (:data:`CHILD`) importing privlin from ``root`` (this checkout, or ``--baseline``'s)."""
+    out = subprocess.run([sys.executable, "-c", CHILD, data, str(first), str(other), "grid" if grid else "-",
+                          "store" if store else "arrays"],
+                         env=child_env(cache_home, root), capture_output=True, text=True, cwd=root, check=False)
     if out.returncode:
         raise SystemExit(out.stderr[-3000:])
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -121,56 +131,71 @@ def run_child(cache_home: str, data: str, first: float, other: float, grid: bool
 
 DESCRIBED = {"breast_cancer": "breast_cancer: 569 × 30, k = 2",
              "digits": "digits: README's estimator example, the `pixels` store's train split (1437 × 3072, k = 10) "
-                       "fitted with its ledger"}
+                       "fitted with its ledger",
+             "digits store": "digits store: README's section 2, `privlin.fit(store, epsilon=…)` on the same store "
+                             "(the rows read from the store in the fit, charged to its ledger)"}
 #: (ε of the first fit, ε of the refit that makes other releases): ε ≤ 1 adds re-centering rounds
 FIRST_CASES = [(1.0, 2.0), (2.0, 1.0)]
 
 
-def part_first(repeat: int, datasets) -> str:
-    """Per dataset and first ε (:data:`FIRST_CASES`): ``repeat`` cold/warm process pairs, each pair on a new cache."""
+def part_first(repeat: int, datasets, baseline: str | None = None, baseline_label: str = "baseline") -> str:
+    """Per dataset and first ε (:data:`FIRST_CASES`): ``repeat`` cold/warm process pairs, each pair on a new cache;
+    with ``baseline`` (another checkout), each pair of this checkout follows one of the baseline's (one sitting,
+    interleaved) and the rows show both."""
     rows, notes, loads = [], [], []
+    roots = ([(baseline_label, baseline)] if baseline else []) + [("this", ROOT)]
     for name, data in datasets:
         for first, other in FIRST_CASES:
-            runs = []
+            runs = {label: [] for label, _ in roots}
             for _ in range(repeat):
-                with tempfile.TemporaryDirectory() as home:
-                    grid = name == "breast_cancer" and first == 2.0
-                    runs.append((run_child(home, data, first, other, grid), run_child(home, data, first, other, grid)))
-            loads += [r[i]["load"] for r in runs for i in (0, 1)]
-            rows += _first_rows(name, first, other, runs)
+                for label, root in roots:
+                    with tempfile.TemporaryDirectory() as home:
+                        grid, store = name == "breast_cancer" and first == 2.0, name.endswith(" store")
+                        runs[label].append(tuple(run_child(home, data, first, other, grid, store, root) for _ in "cw"))
+            loads += [r[i]["load"] for v in runs.values() for r in v for i in (0, 1)]
+            rows += _first_rows(name, first, other, runs["this"], runs.get(baseline_label), baseline_label)
             if name == "breast_cancer" and first == 2.0:
-                notes.append(_first_notes(runs))
+                notes.append(_first_notes(runs["this"]))
     header = (f"### First fit, refit, grid search (fresh processes; `python benchmarks/bench_first_fit.py --part "
               f"first`; {_machine()}; load {min(loads):.1f}–{max(loads):.1f} at the children's ends; {_when()})\n\n"
               f"{'One cold/warm pair' if repeat == 1 else f'Median of {repeat} cold/warm pairs'} per dataset and "
               "first ε, each pair on a new cache. Cold: an empty persistent compilation cache; warm: a second process "
               "on the cache the first filled. Wall time, the process's CPU time (all its threads) in brackets, and × "
-              "the same process's scikit-learn `LogisticRegression().fit` (the fastest of 7, its wall time) in "
-              "parentheses: on a shared 2-core box the wall time is up to (load / 2)× the CPU time. "
+              "the same process's scikit-learn `LogisticRegression().fit` (the fastest of 7, of 2 on digits, its "
+              "wall time) in parentheses: on a shared 2-core box the wall time is up to (load / 2)× the CPU time. "
               + "; ".join(DESCRIBED[name] for name, _ in datasets) + ".\n\n"
-              "| data | what | cold cache | warm cache | goal (issue 47) |\n|---|---|---:|---:|---|")
+              + (f"Each cell: `{baseline_label}`'s time (a checkout of it, each of its cold/warm pairs run right "
+                 "before this branch's, one sitting) → this branch's.\n\n" if baseline else "")
+              + "| data | what | cold cache | warm cache | goal (issue 47) |\n|---|---|---:|---:|---|")
     return header + "\n" + "\n".join(rows) + "\n" + "\n".join(notes)
 
 
-def _first_rows(name, first, other, runs) -> list:
-    med = lambda f: sorted(runs, key=f)[len(runs) // 2]  # noqa: E731
+def _first_rows(name, first, other, runs, base=None, base_label="baseline") -> list:
     rows = []
 
+    def cell(runs, field, i):
+        r = sorted(runs, key=lambda pair: pair[i][field][0])[len(runs) // 2][i]  # the median pair's
+        wall, cpu = r[field]
+        x = wall / r["unit"]
+        return f"{wall:.2f} s [{cpu:.2f}] ({f'{x:.0f}×' if x >= 100 else f'{x:.3g}×'})"
+
     def row(what, field, goal):
-        cells = []
-        for i in (0, 1):
-            r = med(lambda pair: pair[i][field][0])[i]
-            wall, cpu = r[field]
-            x = wall / r["unit"]
-            unit = f"{x:.0f}×" if x >= 100 else f"{x:.3g}×"
-            cells.append(f"{wall:.2f} s [{cpu:.2f}] ({unit})")
+        cells = [cell(runs, field, i) for i in (0, 1)]
+        if base:
+            cells = [f"{base_label}: {cell(base, field, i)} → **{c}**" for i, c in enumerate(cells)]
         rows.append(f"| {name} | {what} | {cells[0]} | {cells[1]} | {goal} |")
 
-    if first == 1.0:
+    if first == 1.0 and not name.endswith(" store"):
         row("`import privlin` + JAX", "import", "–")
-    row(f"first `DPLinearClassifier(epsilon={first:g}).fit` in the process", "first", "≤ 3 s cold, ≤ 1 s warm")
-    row(f"refit at ε={other:g} ({'drops' if first < other else 'adds'} the re-centering: one program where "
-        "`fit_groups.shares_rounds`)", "refit_other", "≤ 0.3 s warm")
+    call = f"privlin.fit(store, epsilon={first:g})" if name.endswith(" store") else \
+        f"DPLinearClassifier(epsilon={first:g}).fit"
+    row(f"first `{call}` in the process", "first", "≤ 3 s cold, ≤ 1 s warm")
+    if name == "breast_cancer":
+        change = (f"{'drops' if first < other else 'adds'} the re-centering: one program where "
+                  "`fit_groups.shares_rounds`")
+    else:  # digits: both make the rounds; ε = 2 adds the whitening, another program
+        change = f"{'adds' if first < other else 'drops'} the whitening: another program"
+    row(f"refit at ε={other:g} ({change})", "refit_other", "≤ 0.3 s warm")
     row(f"refit at ε={first:g} again (the first fit's program)", "refit_same", "≤ 0.3 s warm")
     if "grid" in runs[0][0]:
         row("`PrivateGridSearchCV`, 2 ε × 2 methods × 3 folds + refit", "grid", "–")
@@ -393,7 +418,11 @@ def main(argv=None) -> int:
     p.add_argument("--blobs", default="20000x768", help="N x d of the in-memory sweep rows (sweep)")
     p.add_argument("--digits", default=None, help="README's digits `pixels` store (first; default: built in a "
                    "temporary folder with experiments.quickstart.build_store)")
-    p.add_argument("--data", default="breast_cancer,digits", help="datasets of the first fits (first)")
+    p.add_argument("--data", default="breast_cancer,digits,digits store",
+                   help="datasets of the first fits (first; 'digits store': privlin.fit on the store)")
+    p.add_argument("--baseline", default=None, help="another checkout (e.g. `git archive main`), timed beside this "
+                   "one in the same sitting (first)")
+    p.add_argument("--baseline-label", default="main", help="its name in the rows (first)")
     p.add_argument("--results", default=os.path.join(HERE, "results"))
     args = p.parse_args(argv)
     from _results import write_section
@@ -402,13 +431,15 @@ def main(argv=None) -> int:
         datasets = []
         with tempfile.TemporaryDirectory() as tmp:
             for name in args.data.split(","):
-                if name == "digits":
-                    from experiments.quickstart import build_store
+                if name in ("digits", "digits store"):
+                    if not args.digits:
+                        from experiments.quickstart import build_store
 
-                    datasets.append((name, args.digits or build_store("pixels", tmp, progress=False)))
+                        args.digits = build_store("pixels", tmp, progress=False)
+                    datasets.append((name, args.digits))
                 else:
                     datasets.append((name, name))
-            text = part_first(args.repeat, datasets)
+            text = part_first(args.repeat, datasets, args.baseline, args.baseline_label)
         print(text)
         write_section(os.path.join(args.results, "privlin.md"), "bench_first_fit", text)
     if args.part == "options":

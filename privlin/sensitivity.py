@@ -133,11 +133,14 @@ def outer_sum(A, B, mask, bound, n) -> jax.Array:
     """Σ_i mask_i · A_i ⊗ B_i exactly (d, k), for rows A_i of norm ≤ 1 and B_i of norm ≤ ``bound``.
 
     A_i ⊗ B_i is the gradient of one example (direction of its row ⊗ its clipped, rescaled residual).
+    Computed as ``(Bqᵀ Aq)ᵀ``: the snapped rows ``Aq`` stay in their (m, d) layout, so a loop of steps over the
+    same rows (whose snapping XLA hoists out of the loop) does not transpose all of them every step; the sum is
+    exact, so the order changes no bit.
     """
     ba, bb = _split_bits(grid_bits(n), A.shape[1], B.shape[1])
     ga, gb = jnp.exp2(-ba), bound * jnp.exp2(-bb)
     Bq = _snap(B, gb) * jnp.asarray(mask, jnp.float64)[:, None]
-    return (_snap(A, ga).T @ Bq) * (ga * gb)
+    return (Bq.T @ _snap(A, ga)).T * (ga * gb)
 
 
 #: Most grid bits of a snapped row entry in :func:`offsets_sum` (rows of norm ≤ 1); fewer where N or d leave fewer

@@ -174,6 +174,31 @@ def test_without_noise_the_map_whitens_above_the_sampling_edge():
     assert (lam > 3 * tau).sum() == 5 and top.max() / top.min() < 1.35
 
 
+@pytest.mark.parametrize("sigma_w", [0.0, 3.0])
+def test_rotation_in_float32_is_the_float64_map_of_the_release(sigma_w):
+    """The whitening map from a released (noised) second moment, computed in float32 after the float64 mirror and
+    division by N (from :data:`privlin.releases.scaling.FLOAT32_ROTATION_DIM` dimensions on), is numpy's float64 map
+    of the same release, ``U (max(Λ, 0) + τ)^(−1/2) Uᵀ`` normalized to a top weight 1 (τ: the floor written here),
+    to float32 precision, with noise and without."""
+    d, n = scaling.FLOAT32_ROTATION_DIM, 1500
+    rng = np.random.default_rng(7)
+    Z = rng.normal(size=(n, d)) * np.linspace(3.0, 0.1, d)
+    Z /= np.linalg.norm(Z, axis=1, keepdims=True)
+    i, j = np.triu_indices(d)
+    noisy = (Z.T @ Z)[i, j] + sigma_w * rng.normal(size=i.size)
+    with sensitivity.x64():
+        R = np.asarray(scaling.release_rotation(jnp.zeros((d, d)), n, None, sigma_w, noisy=noisy), np.float64)
+    C = np.zeros((d, d))
+    C[i, j] = noisy
+    C = (C + np.triu(C, 1).T) / n
+    gamma = d / n
+    tau = sigma_w * math.sqrt(d) / n + (2 * math.sqrt(gamma) + gamma) / d
+    lam, U = np.linalg.eigh(C)
+    w = 1 / np.sqrt(np.maximum(lam, 0) + tau)
+    want = (U * (w / w.max())) @ U.T
+    assert np.abs(R - want).max() < 1e-5 * np.abs(want).max()
+
+
 def test_whitening_does_not_amplify_a_sample_s_spread():
     """Rows spread evenly over d = 256 dimensions, N = 512 of them (d/N = 0.5): their sample second moment's
     eigenvalues still spread over a factor ≈ ((1 + √½)/(1 − √½))² ≈ 34 (Marchenko–Pastur), all of it sampling error.

@@ -235,3 +235,34 @@ def test_class_products_are_the_per_class_sums_of_integers(m, k):
     with sensitivity.x64():
         got = jax.jit(jax.vmap(lambda w: sensitivity._class_products(jnp.asarray(Uq), w, jnp.asarray(label), k)))(Wq)
     np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("d, k", [(300, 10), (6, 40)])
+def test_outer_sum_is_the_exact_sum_in_a_vmapped_loop_of_steps(d, k):
+    """Σ mask_i A_i ⊗ B_i equals its exact value (Python integers on the grids it snaps to) where it runs as the
+    in-memory steps run it, vmapped over settings inside a ``lax.scan`` over the same rows (the snapped rows hoisted
+    out of the loop), and as a single call: the same bits."""
+    rng = np.random.default_rng(5)
+    m, n = 257, 300.0
+    A = rng.normal(size=(m, d)).astype(np.float32)
+    A /= np.linalg.norm(A, axis=1, keepdims=True)
+    B = (rng.normal(size=(2, m, k)) * 0.1).astype(np.float32)
+    mask = (rng.random(m) < 0.8).astype(np.float32)
+    with sensitivity.x64():
+        ga, gb = (float(jnp.exp2(-b)) for b in sensitivity._split_bits(sensitivity.grid_bits(n), d, k))
+        qa = np.round(A.astype(np.float64) / ga).astype(np.int64).astype(object)
+        want = []
+        for Bs in B:
+            qb = np.round(Bs.astype(np.float64) / gb).astype(np.int64) * mask.astype(np.int64)[:, None]
+            want.append(qa.T.dot(qb.astype(object)).astype(np.float64) * (ga * gb))  # exact integers, one scaling
+
+        def steps(Bs):  # two "steps" over the same rows, the first one's sum discarded
+            def step(acc, b):
+                return sensitivity.outer_sum(A, b, mask, 1.0, n), None
+            return jax.lax.scan(step, jnp.zeros((d, k), jnp.float64), jnp.stack([Bs * 0.5, Bs]))[0]
+
+        looped = np.asarray(jax.jit(jax.vmap(steps))(jnp.asarray(B)))
+        single = [np.asarray(sensitivity.outer_sum(A, Bs, mask, 1.0, n)) for Bs in B]
+    for i in range(2):
+        np.testing.assert_array_equal(single[i], want[i])
+        np.testing.assert_array_equal(looped[i], want[i])

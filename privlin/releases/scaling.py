@@ -190,17 +190,30 @@ def symmetric(v, d: int) -> jax.Array:
 def release_rotation(M, n, key, sigma_w, noisy=None) -> jax.Array:
     """The whitening map (d, d) from :func:`second_moment_sum`: noise N(0, σ_w²) on each upper entry, mirrored
     (``GaussianDpEvent(σ_w)``), then ``U (max(Λ, 0) + τ)^(−1/2) Uᵀ``, τ = :func:`rotation_floor`.  ``noisy``: an
-    already noised upper triangle."""
+    already noised upper triangle.
+
+    The noised sum is mirrored and divided by N in float64; from :data:`FLOAT32_ROTATION_DIM` dimensions on, its
+    eigendecomposition and the map are computed in float32: post-processing of the release, whose eigenvalues'
+    float32 error (≈ 2⁻²⁴·‖C‖, ‖C‖ ≤ 1 + 2τ_w) lies far below the floor τ they are shrunk at, and the rows it maps
+    are float32 anyway; there float64 takes about twice the time (BENCHMARKS.md, "First fit, refit, grid search")."""
     d = M.shape[0]
     if noisy is None:
         u = upper(M)
         noisy = u + noise.gaussian(key, u.shape, sigma_w)
     C = symmetric(jnp.asarray(noisy, jnp.float64), d) / n
-    lam, U = jnp.linalg.eigh(C)
+    dtype = jnp.float32 if d >= FLOAT32_ROTATION_DIM else jnp.float64  # public: the shape only
+    lam, U = jnp.linalg.eigh(jnp.asarray(C, dtype))
     lam = jnp.maximum(lam, 0.0)
-    w = jax.lax.rsqrt(lam + rotation_floor(n, d, sigma_w))  # the floor is > 0: τ_s > 0 for any N, d ≥ 1
+    floor = jnp.asarray(rotation_floor(n, d, sigma_w), dtype)  # > 0: τ_s > 0 for any N, d ≥ 1
+    w = jax.lax.rsqrt(lam + floor)
     R = (U * (w / jnp.max(w))) @ U.T
     return jnp.asarray(R, jnp.float32)
+
+
+#: From this dimension on, :func:`release_rotation` decomposes the noised second moment in float32 (post-processing
+#: only): there the (d, d) eigendecomposition is most of a fit's time; below, float64 costs little and keeps a map
+#: that two compiled programs of the same release round alike.
+FLOAT32_ROTATION_DIM = 1024
 
 
 #: One-sided z-score of the curvature bound (the true top eigenvalue exceeds it with probability ≈ 1.3e-3).
