@@ -9,7 +9,7 @@ import dataclasses
 import time
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 
 from . import compilation, defaults, noise, progress
 from .chain import Released
@@ -131,11 +131,13 @@ def run_groups(plans, keys, groups: dict, rows: tuple, n: float, k: int, spare: 
             for sel in _calls(idx, per_call):
                 # the stored program (privlin.compilation); its outputs on the host, sliced there per setting
                 # (slicing on the device compiles, or loads, a small program per shape)
-                recenter = (jnp.asarray([recenter_ratios([plans[i]])[0] for i in sel], jnp.float32)
+                # the per-call arguments built on the host (NumPy): a JAX op here would trace, lower and load a
+                # small program of its own in each new process (~0.1 s of a warm first fit); the same values
+                recenter = (np.asarray([recenter_ratios([plans[i]])[0] for i in sel], np.float32)
                             if form in shared else None)
                 got = jax.device_get(compilation.call(
-                    train_many, (statics[form],), X, labels, mask, n, jnp.stack([keys[i] for i in sel]),
-                    *(jnp.asarray([v[i] for i in sel], jnp.float32) for v in dynamic_arguments(plans)), given,
+                    train_many, (statics[form],), X, labels, mask, n, _stacked_keys([keys[i] for i in sel]),
+                    *(np.asarray([v[i] for i in sel], np.float32) for v in dynamic_arguments(plans)), given,
                     recenter, k=k, on_phase=phase))
                 new = list(dict.fromkeys(sel))  # the last call repeats its last setting to keep one shape
                 line.done(len(new), time.perf_counter() - began["running"], work[form] * len(new))
@@ -143,6 +145,13 @@ def run_groups(plans, keys, groups: dict, rows: tuple, n: float, k: int, spare: 
                     out[i] = Released(*(None if v is None else jax.tree.map(lambda a: a[j], v) for v in got))
                     if form in shared and plans[i].recenter_rounds == 0:  # the centering's mean alone, as released
                         out[i] = out[i]._replace(values={**out[i].values, "center": out[i].values["center"][-1]})
+
+
+def _stacked_keys(keys) -> jax.Array:
+    """``jax.numpy.stack(keys)`` of typed JAX keys of one implementation, stacked on the host (wrapping and unwrapping a
+    key's words runs no program)."""
+    words = np.stack([np.asarray(jax.random.key_data(key)) for key in keys])
+    return jax.random.wrap_key_data(words, impl=jax.random.key_impl(keys[0]))
 
 
 def in_memory_bytes(source: Source, k: int) -> int:
