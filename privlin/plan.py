@@ -108,8 +108,9 @@ class Plan:
         With ``public_start``: every private gradient is multiplied, before the clip at C, by C over the public
         rows' held-out gradient norm at the start (:func:`privlin.chain.clip_gain`); σ, C and the event unchanged.
     average : float or "ema"
-        The DP steps return the mean of their iterates (:func:`privlin.steps.average_weights`; 0: the last
-        iterate): post-processing of released iterates, σ and the event unchanged; 0 for ``adam1`` (one step).
+        The DP steps return the mean of their iterates (:func:`privlin.train.average_weights`; 0: the last
+        iterate, also where that rule averages nothing): post-processing of released iterates, σ and the event
+        unchanged; 0 for ``adam1`` (one step).
     """
 
     method: str
@@ -610,7 +611,8 @@ def build(r: Resolved, choice: Choice, cal: Calibration) -> Plan:
                 bias_init=ADAM1_BIAS_INIT if r.loss == "sigmoid" else 0.0, fit_intercept=r.fit_intercept,
                 optimizer=r.optimizer, momentum=r.momentum, secure_mode=r.secure,
                 learning_rate_ceiling=float(ceiling), chain=chain, class_weight=s.class_weight, given=choice.given,
-                average=0.0 if s.method == "adam1" else s.p["average"])
+                average=0.0 if s.method == "adam1" or train.average_weights(s.steps, s.p["average"]) is None
+                else s.p["average"])
     if plan.private:
         eps = accounting.event_epsilon(plan.dp_event(), plan.delta, accountant=r.accountant, neighbouring=s.relation)
         plan = dataclasses.replace(plan, epsilon=eps)

@@ -152,6 +152,14 @@ def test_adam1_has_one_step_and_no_average(blobs):
     assert not model.plan_.averaged and "iterates" not in (model.privacy_.notes or "")
 
 
+def test_a_share_that_averages_one_iterate_is_the_last_iterate_s_plan(blobs):
+    """A share of the steps that covers one iterate averages nothing: the plan says 0 (one compiled program with
+    ``average=0``), and the fit is the last iterate's, bit for bit."""
+    one, last = _fit(blobs, average=0.01), _fit(blobs, average=0.0)
+    assert one.plan_.average == 0.0 and not one.plan_.averaged
+    np.testing.assert_array_equal(np.asarray(one.coef_transformed_), np.asarray(last.coef_transformed_))
+
+
 def test_a_bad_average_is_refused_in_one_line(blobs):
     for bad in (1.5, "mean"):
         with pytest.raises(ValueError, match="average") as e:
