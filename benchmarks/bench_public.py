@@ -23,7 +23,8 @@ Stores: scikit-learn's digits featurized with ``pixels`` (3072-d) and ``vip_toy`
 
 Every fit is ``DPLinearClassifier(method="sgd")`` with its defaults, δ = 1e-5, each seed its own noise; accuracy
 on ``test``.  ``--average`` sets every fit's ``average`` (iterate averaging, private defaults included);
-``--rate-scale`` multiplies the rate rule's ρ (:data:`privlin.defaults.LOGIT_NOISE`, so every default rate) for a
+``--rate-scale`` multiplies the rate rule's ρ (:data:`privlin.defaults.LOGIT_NOISE`, patched in
+:mod:`privlin.releases.rates`, which reads it: so every default rate) for a
 scan; ``--steps`` sets every fit's step count.  Prints a markdown table (mean ± sd over seeds, %; with a public source, ``(k/n)``: the seeds whose
 public check passed, :mod:`privlin.releases.public_check`) and writes it with the raw rows to ``--out``.
 """
