@@ -400,6 +400,26 @@ def test_non_private_releases_are_charged_and_refused_under_a_cap(store):
     assert len(_ledger(store, "test")) == before
 
 
+def test_a_budget_of_what_a_non_private_read_spent_is_refused_in_one_line_and_a_finite_one_binds(store):
+    """After a non-private read the split's total is ∞ (the quickstart's k-NN baseline does this to digits): a
+    budget of that total is one ValueError naming the cap, not a JSON error from the ledger home's write, and
+    nothing is recorded; a finite budget under the total refuses the fit before it reads a row."""
+    from privlin.knn import knn_accuracy
+
+    knn_accuracy(store["train"], store["test"], k=3)
+    spent, delta = _ledger(store).spent(delta=1e-5)
+    assert spent == float("inf")
+    before = len(_ledger(store))
+    with pytest.raises(ValueError, match=r"^cap must have a finite epsilon") as e:
+        privlin.fit(store, epsilon=1, classes=[0, 1], budget=(spent, delta))
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="finite epsilon"):
+        L.PrivacyLedger.in_memory(cap=(float("nan"), 1e-5))
+    with pytest.raises(L.PrivacyBudgetExceeded, match="past the cap"):
+        privlin.fit(store, epsilon=1, classes=[0, 1], budget=(1.0, 1e-5))
+    assert len(_ledger(store)) == before and _ledger(store).cap == (1.0, 1e-5)
+
+
 def test_a_probe_on_features_of_the_dp_trained_backbones_own_images_composes_with_its_training(tmp_path):
     """vip_toy_dp was DP-trained on digits/train: a store of digits/train features from it carries that run's
     dp_event, and the split's ledger charges it (once) before the first probe, so the total covers both."""

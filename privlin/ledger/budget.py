@@ -21,15 +21,16 @@ class PrivacyBudgetExceeded(RuntimeError):
 
 
 def check_cap(cap) -> tuple[float, float] | None:
-    """``cap`` as ``(epsilon, delta)`` floats, or None; ``ValueError`` for anything else."""
+    """``cap`` as ``(epsilon, delta)`` floats, or None; ``ValueError`` for anything else (an infinite ε included:
+    it would cap nothing, and a stored cap is a finite number)."""
     if cap is None:
         return None
     try:
         eps, delta = (float(c) for c in cap)
     except (TypeError, ValueError):
         raise ValueError(f"cap must be (epsilon, delta), got {cap!r}") from None
-    if not (eps >= 0 and 0 < delta < 1):
-        raise ValueError(f"cap must have epsilon >= 0 and 0 < delta < 1, got {cap!r}")
+    if not (0 <= eps < math.inf and 0 < delta < 1):  # an infinite ε caps nothing: say so, do not store it
+        raise ValueError(f"cap must have a finite epsilon >= 0 and 0 < delta < 1 (no cap: None), got {cap!r}")
     return (eps, delta)
 
 
