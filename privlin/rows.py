@@ -67,8 +67,8 @@ def loaded_len(n: int) -> int:
     programs as powers of two.  Fixed shapes: one compiled program serves every small N of a bucket instead of one
     per N; null padding rows change no sum's bits (exact sums over the public N).  A 3·2^(j−1) is skipped where
     :func:`privlin.sensitivity.chunked` would step over it otherwise than over 2^j (3072: one call, 4096: two
-    chunks), since XLA may round the float32 logits of one call differently: a fit's bits stay those of the fit
-    padded to the next power of two."""
+    chunks), so that no bucket changes how the rows are chunked.  (The float32 logits are not exact: XLA may round
+    them differently for another shape, as between any two buckets.)"""
     if n >= 4 * sensitivity.CHUNK_ROWS:
         return -(-n // sensitivity.CHUNK_ROWS) * sensitivity.CHUNK_ROWS
     power = max(256, 1 << (max(n, 1) - 1).bit_length())

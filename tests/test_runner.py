@@ -274,10 +274,11 @@ def test_in_memory_rows_are_padded_to_at_most_half_again_as_many():
 
 @pytest.mark.parametrize("n", [300, 1100, 5000])
 def test_padding_to_the_next_power_of_two_gives_the_same_bits(blobs, monkeypatch, n):
-    """A fit on n rows padded as loaded_len pads them (384, 1536, 6144 in 3 chunks) is the fit padded to the next
-    power of two (512, 2048, 8192 in 4 chunks) bit for bit: the sgd defaults at ε = 1 (re-centering) and adam1 at
-    ε = 2.  (3072 rows in one call against 4096 in two chunks: float32 logits rounded differently, so loaded_len
-    skips 3072.)"""
+    """A fit on n rows (d = 64) padded as loaded_len pads them (384, 1536, 6144 in 3 chunks) is the fit padded to
+    the next power of two (512, 2048, 8192 in 4 chunks) bit for bit: the sgd defaults at ε = 1 (re-centering) and
+    adam1 at ε = 2.  Not a law: the float32 logits are not exact sums, and XLA may round them differently for
+    another shape (at d = 8 it does, between 256 and 512 rows as between 384 and 512); 3072 rows in one call
+    against 4096 in two chunks did here, so loaded_len skips 3072."""
     from privlin import fit_groups, rows as privlin_rows
 
     padded = privlin_rows.loaded_len(n)
