@@ -62,12 +62,20 @@ def padded_len(n: int) -> int:
 
 def loaded_len(n: int) -> int:
     """Rows the in-memory path holds for ``n`` rows: whole chunks from 4 chunks on (at most a quarter more rows: see
-    CHUNK_ROWS), below that the next power of two from 256 (at most twice the rows, all small).  Fixed shapes: one
-    compiled program serves every small N of a bucket instead of one per N; null padding rows change no sum's bits
-    (exact sums over the public N)."""
+    CHUNK_ROWS); below that the least of 256, 384, 512, 768, ... (2^j and 3·2^(j−1)) that holds them, at most half
+    again as many rows (the next power of two alone could double every step's work), and about twice as many
+    programs as powers of two.  Fixed shapes: one compiled program serves every small N of a bucket instead of one
+    per N; null padding rows change no sum's bits (exact sums over the public N).  A 3·2^(j−1) is skipped where
+    :func:`privlin.sensitivity.chunked` would step over it otherwise than over 2^j (3072: one call, 4096: two
+    chunks), so that no bucket changes how the rows are chunked.  (The float32 logits are not exact: XLA may round
+    them differently for another shape, as between any two buckets.)"""
     if n >= 4 * sensitivity.CHUNK_ROWS:
         return -(-n // sensitivity.CHUNK_ROWS) * sensitivity.CHUNK_ROWS
-    return max(256, 1 << (max(n, 1) - 1).bit_length())
+    power = max(256, 1 << (max(n, 1) - 1).bit_length())
+    less = power * 3 // 4
+    if power > 256 and n <= less and sensitivity.in_chunks(less) == sensitivity.in_chunks(power):
+        return less
+    return power
 
 
 def _pad(X, idx, mask, to: int):
@@ -105,8 +113,8 @@ class Rows:
             yield X, idx, known.astype(np.float32)  # float16 stays float16 until the device: half the copy
 
     def load(self):
-        """Every row at once: X (m, d), class index (m,), mask (m,), padded with null rows to a multiple of the
-        device count and of whole chunks (under ``jax.distributed``: this process's rows, padded like every
+        """Every row at once: X (m, d), class index (m,), mask (m,), padded with null rows to :func:`loaded_len`
+        and a multiple of the device count (under ``jax.distributed``: this process's rows, padded like every
         other process's).  One copy: the blocks are written into place."""
         rows = padded_len(loaded_len(self.source.n_local_max))
         X, idx, mask = None, np.zeros(rows, np.int32), np.zeros(rows, np.float32)

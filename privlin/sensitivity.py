@@ -81,11 +81,16 @@ def margin(n, dims: int, *, outer_dims: int = 0) -> jax.Array:
 CHUNK_ROWS = 2048
 
 
+def in_chunks(m: int) -> bool:
+    """Whether :func:`chunked` steps over ``m`` rows chunk by chunk (else one call): from 2 whole chunks on."""
+    return m % CHUNK_ROWS == 0 and m >= 2 * CHUNK_ROWS
+
+
 def chunked(fn, acc, *rows):
     """``acc = fn(acc, *chunk)`` over CHUNK_ROWS-row chunks of equally long row arrays (``lax.scan``); one call
     when the rows are few or not a multiple of CHUNK_ROWS."""
     m = rows[0].shape[0]
-    if m % CHUNK_ROWS or m < 2 * CHUNK_ROWS:
+    if not in_chunks(m):
         return fn(acc, *rows)
     chunks = [r.reshape(m // CHUNK_ROWS, CHUNK_ROWS, *r.shape[1:]) for r in rows]
     acc, _ = jax.lax.scan(lambda a, c: (fn(a, *c), None), acc, chunks)
