@@ -401,14 +401,17 @@ def test_non_private_releases_are_charged_and_refused_under_a_cap(store):
 
 
 def test_a_budget_of_what_a_non_private_read_spent_is_refused_in_one_line_and_a_finite_one_binds(store):
-    """After a non-private read the split's total is ∞ (the quickstart's k-NN baseline does this to digits): a
-    budget of that total is one ValueError naming the cap, not a JSON error from the ledger home's write, and
+    """After a non-private read the split's total is ∞ (the quickstart's k-NN baseline does this to digits): a fit's
+    report says why its total is ∞; a budget of that total is one ValueError naming the cap, not a JSON error from the ledger home's write, and
     nothing is recorded; a finite budget under the total refuses the fit before it reads a row."""
     from privlin.knn import knn_accuracy
 
     knn_accuracy(store["train"], store["test"], k=3)
     spent, delta = _ledger(store).spent(delta=1e-5)
     assert spent == float("inf")
+    m = privlin.fit(store, epsilon=1, classes=[0, 1], method="sgd", steps=5, random_state=0)  # no budget: runs
+    line = [t for t in str(m.privacy_).splitlines() if "total spent on these rows" in t]
+    assert len(line) == 1 and "ε=inf" in line[0] and "∞: a release without noise read them" in line[0], line
     before = len(_ledger(store))
     with pytest.raises(ValueError, match=r"^cap must have a finite epsilon") as e:
         privlin.fit(store, epsilon=1, classes=[0, 1], budget=(spent, delta))
