@@ -127,8 +127,8 @@ class PrivacyReport:
             lines.append("NOT covered (read without privacy): " + ", ".join(self.leaks))
         if self.ledger_spent is not None:
             why = ("" if math.isfinite(self.ledger_spent[0]) else
-                   "; ∞: a release without noise read them (e.g. a k-NN baseline), or the entries' δ add past this δ:"
-                   " the ledger's entries name it")
+                   "; ∞: a release without noise read them (e.g. a k-NN baseline), or the entries' δ add past this"
+                   " δ: the ledger's entries name it")
             lines.append(f"ledger {self.ledger}: total spent on these rows ε={self.ledger_spent[0]:.4g} at "
                          f"δ={self.ledger_spent[1]:.3g} (every mechanism charged there, composed{why})")
         return "\n".join(lines)

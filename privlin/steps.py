@@ -8,7 +8,8 @@ the division by the public denominator (N, or the expected batch q·N) and one o
 (:func:`privlin.train.noisy_update`).  Which loop runs the steps is the driver's (:class:`StepDriver`): in memory
 one ``lax.scan`` (traced, vmappable), streamed a host loop with one pass over the rows per step; both call this
 step with the same keys, so both draw the same sample and the same noise.  Iterate averaging
-(:func:`privlin.train.average_weights`) rides in the same loop: post-processing of the released iterates, free of privacy cost.
+(:func:`privlin.train.average_weights`) rides in the same loop: post-processing of the released iterates, free of
+privacy cost.
 """
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ def fit_steps(rows: StepDriver, t: Steps, key, steps: int, model_dim: int, k: in
     """``steps`` DP steps, one key per step from ``key``, run by the driver (:meth:`StepDriver.steps`), from
     ``start`` (weights (model_dim, k) and intercept (k,) computed without private rows, e.g. a fit on public rows:
     the steps' noise and so ε do not depend on it) or, when None, from zero weights and a constant intercept.
-    ``average``: the weights returned are the mean of the iterates :func:`privlin.train.average_weights` weighs (0: the last)."""
+    ``average``: the weights returned are the mean of the iterates :func:`privlin.train.average_weights` weighs
+    (0: the last)."""
     opt = train.make_optimizer(t.optimizer, t.learning_rate, momentum=t.momentum)
     if start is None:
         state = train.init_state(model_dim, k, opt, bias_init)

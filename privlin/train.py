@@ -478,6 +478,8 @@ def average_weights(steps: int, average) -> np.ndarray | None:
     if isinstance(average, str):
         if average != "ema":
             raise ValueError(f"average={average!r}: give a share of the steps in [0, 1] or 'ema'")
+        if steps <= 1:  # one iterate: nothing to average, as for a share
+            return None
         beta = 1.0 - 2.0 / (steps / 2.0 + 1.0)
         w = (1.0 - beta) * beta ** np.arange(steps - 1, -1, -1, dtype=np.float64)
         return w / w.sum()

@@ -85,6 +85,7 @@ def test_the_weights_are_the_rule():
     w = T.average_weights(100, 0.5)
     assert np.count_nonzero(w) == 50 and np.all(w[50:] == 1 / 50) and w.sum() == pytest.approx(1.0)
     assert T.average_weights(100, "ema").sum() == pytest.approx(1.0)
+    assert T.average_weights(1, "ema") is None and T.average_weights(1, 1.0) is None  # one step: the last
     for bad in (1.5, -0.1, "mean"):
         with pytest.raises(ValueError, match="average="):
             T.average_weights(100, bad)

@@ -264,7 +264,7 @@ def test_reported_epsilon_equals_dp_accounting(tmp_path):
     import dp_accounting
     from dp_accounting.pld import pld_privacy_accountant
 
-    # PLD evaluations are slow on a loaded 2-core box: one in training, one here
+    # two PLD evaluations in all (each is slow): one in training, one here
     res = train(_dp_settings(tmp_path, steps=2, noise_multiplier=1.3, sample_rate=0.01, accountant="pld"),
                 progress=False)
     sigma, q, delta = res["noise_multiplier"], res["sample_rate"], res["delta"]
